@@ -1,0 +1,120 @@
+/* config.h — fencegate's configuration model: YAML file < FENCEGATE_* environment < flags. Pure. */
+#ifndef FG_CONFIG_H
+#define FG_CONFIG_H
+
+#include <stddef.h>
+
+#include "fg_error.h"
+
+#define CFG_MAX_STORES  64
+#define CFG_MAX_PROTECT 256
+#define CFG_MAX_HOSTS   16
+#define CFG_MAX_STR     1024 /* longest string value accepted anywhere */
+
+/* host:port as written by the user, split; host is a name or an IPv4/IPv6 literal (no brackets). */
+struct cfg_addr {
+    char host[256];
+    int port; /* 1..65535 */
+};
+
+enum cfg_url_kind {
+    CFG_URL_REDIS = 1,
+    CFG_URL_ETCD,
+    CFG_URL_POSTGRES,
+    CFG_URL_HTTP,
+};
+
+/* A parsed URL. redis://[user[:password]@]host:port[/db]; etcd://host:port[,host:port...];
+ * postgresql://... (kept verbatim for libpq, host/port parsed for checks); http://host:port[/path]. */
+struct cfg_url {
+    enum cfg_url_kind kind;
+    char raw[CFG_MAX_STR];            /* the URL as given */
+    struct cfg_addr hosts[CFG_MAX_HOSTS]; /* etcd may list several; others have exactly one */
+    int nhosts;
+    int db;                           /* redis: database number, default 0 */
+    char user[128];                   /* redis ACL user, may be empty */
+    char password[256];               /* redis password, may be empty */
+    char path[CFG_MAX_STR];           /* http: path prefix ("" or "/..."); postgres: database */
+};
+
+struct cfg_store {
+    char name[128];
+    struct cfg_url url; /* kind is REDIS, POSTGRES or HTTP */
+};
+
+struct cfg_protect {
+    char store[128]; /* names a store */
+    char keys[CFG_MAX_STR]; /* glob: '*' matches any run, '?' one byte */
+    char lock[CFG_MAX_STR]; /* lock name template; "$1".."$9" = what the n-th '*' matched */
+};
+
+enum cfg_log_level { CFG_LOG_ERROR = 0, CFG_LOG_WARN, CFG_LOG_INFO, CFG_LOG_DEBUG };
+
+struct cfg {
+    struct cfg_addr listen_resp;  /* default 127.0.0.1:6380 */
+    struct cfg_addr listen_http;  /* default 127.0.0.1:8380 */
+    struct cfg_url upstream;      /* the RESP endpoint's upstream: --upstream, else the first redis
+                                   * store, else redis://127.0.0.1:6379 */
+    struct cfg_url backend;       /* default redis://127.0.0.1:6379 */
+    char backend_prefix[256];     /* default "/fencegate/locks/" */
+    long long session_ttl_ms;     /* default 10000; 500..3600000 */
+    struct cfg_store stores[CFG_MAX_STORES];
+    int nstores;                  /* after cfg_finish(): the upstream is always a store */
+    struct cfg_protect protect[CFG_MAX_PROTECT];
+    int nprotect;
+    /* limits: */
+    int max_clients;              /* default 10000; 1..1000000 */
+    long long max_request_bytes;  /* largest single request, default 512 MiB + 64 KiB; 1 KiB.. 4 GiB */
+    long long max_pending_bytes;  /* back-pressure watermark per direction, default 1 MiB; 4 KiB..1 GiB */
+    long long max_args;           /* largest argument count, default 8388608 (8 Mi); 1..INT_MAX */
+    long long shutdown_grace_ms;  /* SIGTERM drain time, default 10000; 0..600000 */
+    enum cfg_log_level log_level; /* default info */
+};
+
+/* An error that names where the bad value came from and the value itself. */
+struct cfg_error {
+    char msg[1024]; /* e.g. "fencegate.yaml:4:11: listen.resp: bad address '127.0.0.1:99999' (port
+                     * must be 1..65535)"; "environment FENCEGATE_LISTEN_RESP: ..."; "flag --resp:
+                     * ..." */
+};
+
+/* What cfg_parse_args() asked for besides configuration. */
+enum cfg_action { CFG_RUN = 0, CFG_HELP, CFG_VERSION };
+
+/* Fills cfg with the embedded defaults. */
+void cfg_defaults(struct cfg *cfg);
+
+/* Applies a YAML document (text, len bytes) to cfg. `source` names it in errors (a file path).
+ * Unknown keys, wrong types, bad addresses/URLs and out-of-range numbers are errors that name
+ * source:line:column, the key and the offending value. Returns FG_OK or FG_ERR_CONFIG. */
+int cfg_parse_yaml(struct cfg *cfg, const char *text, size_t len, const char *source,
+                   struct cfg_error *err) FG_MUST_CHECK;
+
+/* Applies FENCEGATE_* variables from envp (NULL-terminated "NAME=value" strings). Unknown
+ * FENCEGATE_ names are errors (a typo must not pass silently). FENCEGATE_CONFIG is ignored here
+ * (see cfg_config_path()). */
+int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err) FG_MUST_CHECK;
+
+/* Applies command-line flags (argv[1..argc-1]); sets *action for --help/--version. --config is
+ * accepted and ignored here (see cfg_config_path()). Unknown flags and missing values are errors. */
+int cfg_apply_args(struct cfg *cfg, int argc, char *const argv[], enum cfg_action *action,
+                   struct cfg_error *err) FG_MUST_CHECK;
+
+/* The config file to read: --config from argv, else FENCEGATE_CONFIG from envp, else NULL. */
+const char *cfg_config_path(int argc, char *const argv[], char *const envp[]);
+
+/* Cross-field checks and derived values, after all sources were applied: protect rules name known
+ * stores, store names are unique, the upstream becomes a store (named "redis" if no redis store
+ * exists). Returns FG_OK or FG_ERR_CONFIG. */
+int cfg_finish(struct cfg *cfg, struct cfg_error *err) FG_MUST_CHECK;
+
+/* Parses "HOST:PORT", "[V6]:PORT", ":PORT" or "PORT" (the last two mean 127.0.0.1). */
+int cfg_parse_addr(const char *s, struct cfg_addr *out, struct cfg_error *err) FG_MUST_CHECK;
+
+/* Parses a URL of the kinds above. */
+int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err) FG_MUST_CHECK;
+
+/* The text printed by --help (the flags, env variables and file keys). */
+const char *cfg_usage(void);
+
+#endif

@@ -1,0 +1,214 @@
+/* main.c — fencegate's entry point: configuration, listeners, signals, the event loop. */
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "server.h"
+#include "upstream.h"
+
+#define MAIN_MAX_CONFIG_BYTES (1024 * 1024)
+
+extern char **environ;
+
+struct main_ctx {
+    struct event_base *base;
+    struct cfg *cfg;
+    struct server *srv;
+    struct event *grace;
+    int stopping;
+};
+
+/* Reads a whole config file into a NUL-terminated heap buffer. Returns NULL with err set. */
+static char *main_read_file(const char *path, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    char *text;
+    struct stat st;
+
+    if (!f) {
+        snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fileno(f), &st) < 0 || st.st_size > MAIN_MAX_CONFIG_BYTES) {
+        snprintf(err, errlen, "config file '%s' is larger than %d bytes", path,
+                 MAIN_MAX_CONFIG_BYTES);
+        fclose(f);
+        return NULL;
+    }
+    text = malloc((size_t)st.st_size + 1);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        fclose(f);
+        return NULL;
+    }
+    *len = fread(text, 1, (size_t)st.st_size, f);
+    text[*len] = '\0';
+    if (ferror(f)) {
+        snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(errno));
+        free(text);
+        text = NULL;
+    }
+    fclose(f);
+    return text;
+}
+
+/* Builds the configuration: defaults < file < environment < flags. Returns 0, 1 when the
+ * process should exit 0 (--help, --version), or -1 after printing the error. */
+static int main_configure(struct cfg *cfg, int argc, char **argv)
+{
+    struct cfg_error err;
+    enum cfg_action action = CFG_RUN;
+    const char *path;
+    char msg[512];
+
+    /* --help and --version answer even when the configuration is broken. */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(cfg_usage(), stdout);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+            printf("fencegate %s\n", FG_VERSION);
+            return 1;
+        }
+    }
+    cfg_defaults(cfg);
+    path = cfg_config_path(argc, argv, environ);
+    if (path) {
+        size_t len = 0;
+        char *text = main_read_file(path, &len, msg, sizeof(msg));
+        int rc;
+        if (!text) {
+            fprintf(stderr, "fencegate: %s\n", msg);
+            return -1;
+        }
+        rc = cfg_parse_yaml(cfg, text, len, path, &err);
+        free(text);
+        if (rc != FG_OK)
+            goto bad;
+    }
+    if (cfg_apply_env(cfg, environ, &err) != FG_OK)
+        goto bad;
+    if (cfg_apply_args(cfg, argc, argv, &action, &err) != FG_OK)
+        goto bad;
+    if (cfg_finish(cfg, &err) != FG_OK)
+        goto bad;
+    return 0;
+bad:
+    fprintf(stderr, "fencegate: %s\n", err.msg);
+    return -1;
+}
+
+static void main_on_drained(void *arg)
+{
+    struct main_ctx *m = arg;
+
+    log_info("all connections drained; exiting");
+    event_base_loopexit(m->base, NULL);
+}
+
+static void main_on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    struct main_ctx *m = arg;
+
+    log_warn("shutdown grace period (%lld ms) over with %d connection(s) still busy; closing them",
+             m->cfg->shutdown_grace_ms, server_client_count(m->srv));
+    event_base_loopexit(m->base, NULL);
+}
+
+static void main_on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct main_ctx *m = arg;
+    struct timeval tv;
+
+    if (m->stopping) {
+        log_warn("second signal: exiting now");
+        event_base_loopexit(m->base, NULL);
+        return;
+    }
+    m->stopping = 1;
+    log_info("%s received: no new connections; draining %d connection(s)",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT", server_client_count(m->srv));
+    tv.tv_sec = m->cfg->shutdown_grace_ms / 1000;
+    tv.tv_usec = (m->cfg->shutdown_grace_ms % 1000) * 1000;
+    m->grace = evtimer_new(m->base, main_on_grace, m);
+    if (m->grace)
+        evtimer_add(m->grace, &tv);
+    server_drain(m->srv, main_on_drained, m);
+}
+
+static const char *main_url_shown(const struct cfg_url *u)
+{
+    /* A URL with a password is not logged verbatim. */
+    return strchr(u->raw, '@') ? "(url with credentials)" : u->raw;
+}
+
+int main(int argc, char **argv)
+{
+    static struct cfg cfg;
+    struct main_ctx m;
+    struct upstream *up;
+    struct http_api *http;
+    struct event *sigterm, *sigint;
+    char err[512];
+    int rc = main_configure(&cfg, argc, argv);
+
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    log_set_level((enum log_level)cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+
+    memset(&m, 0, sizeof(m));
+    m.cfg = &cfg;
+    m.base = event_base_new();
+    if (!m.base) {
+        fprintf(stderr, "fencegate: cannot create the event loop\n");
+        return 1;
+    }
+    up = upstream_new(m.base, &cfg.upstream, err, sizeof(err));
+    if (!up) {
+        fprintf(stderr, "fencegate: upstream: %s\n", err);
+        return 1;
+    }
+    m.srv = server_new(m.base, &cfg, up, err, sizeof(err));
+    if (!m.srv) {
+        fprintf(stderr, "fencegate: RESP listener: %s\n", err);
+        return 1;
+    }
+    http = http_new(m.base, &cfg, up, err, sizeof(err));
+    if (!http) {
+        fprintf(stderr, "fencegate: HTTP listener: %s\n", err);
+        server_free(m.srv);
+        return 1;
+    }
+    sigterm = evsignal_new(m.base, SIGTERM, main_on_signal, &m);
+    sigint = evsignal_new(m.base, SIGINT, main_on_signal, &m);
+    evsignal_add(sigterm, NULL);
+    evsignal_add(sigint, NULL);
+
+    log_info("fencegate %s: resp %s:%d, http %s:%d, upstream %s, backend %s", FG_VERSION,
+             cfg.listen_resp.host, cfg.listen_resp.port, cfg.listen_http.host,
+             cfg.listen_http.port, upstream_name(up), main_url_shown(&cfg.backend));
+    event_base_dispatch(m.base);
+
+    server_free(m.srv);
+    http_free(http);
+    upstream_free(up);
+    event_free(sigterm);
+    event_free(sigint);
+    if (m.grace)
+        event_free(m.grace);
+    event_base_free(m.base);
+    log_info("stopped");
+    return 0;
+}

@@ -1,0 +1,70 @@
+/* metrics.h — process-wide counters and latency histograms, rendered as Prometheus text. Pure. */
+#ifndef FG_METRICS_H
+#define FG_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Counters. Adding one means adding its name and help text in metrics.c. */
+enum metric_counter {
+    M_CONNECTIONS_ACCEPTED = 0, /* client connections accepted on the RESP endpoint */
+    M_CONNECTIONS_REJECTED,     /* refused: max_clients reached */
+    M_COMMANDS_FORWARDED,       /* commands sent to the upstream */
+    M_COMMANDS_LOCAL,           /* commands answered by fencegate itself */
+    M_PROTOCOL_ERRORS,          /* connections closed for a RESP protocol error */
+    M_BYTES_FROM_CLIENTS,
+    M_BYTES_TO_CLIENTS,
+    M_BYTES_TO_UPSTREAM,
+    M_BYTES_FROM_UPSTREAM,
+    M_UPSTREAM_CONNECT_ERRORS, /* failed upstream connects */
+    M_UPSTREAM_DROPS,          /* upstream connections lost while in use */
+    M_UNAVAILABLE_REPLIES,     /* commands answered -UNAVAILABLE */
+    M_HTTP_REQUESTS,
+    M_COUNTER_MAX
+};
+
+/* Gauges. */
+enum metric_gauge {
+    G_CONNECTIONS_OPEN = 0, /* client connections open now */
+    G_UPSTREAM_UP,          /* 1 when the upstream answered the last health check */
+    G_GAUGE_MAX
+};
+
+/* Histograms (latency in microseconds, fixed log-spaced buckets). */
+enum metric_hist {
+    H_COMMAND_LATENCY = 0, /* from forwarding a command to the end of its reply */
+    H_HIST_MAX
+};
+
+#define METRICS_BUCKETS 16
+
+struct metrics {
+    uint64_t counter[M_COUNTER_MAX];
+    int64_t gauge[G_GAUGE_MAX];
+    struct {
+        uint64_t bucket[METRICS_BUCKETS]; /* non-cumulative counts per bucket; last is +Inf */
+        uint64_t count;
+        uint64_t sum_us;
+    } hist[H_HIST_MAX];
+};
+
+/* The process's metrics (the one global of the program; modules that must stay pure do not use
+ * it). */
+extern struct metrics fg_metrics;
+
+static inline void metrics_inc(struct metrics *m, enum metric_counter c, uint64_t n)
+{
+    m->counter[c] += n;
+}
+
+/* Records one observation of `us` microseconds. */
+void metrics_observe(struct metrics *m, enum metric_hist h, uint64_t us);
+
+/* Upper bound (us) of bucket i; UINT64_MAX for the last (+Inf). */
+uint64_t metrics_bucket_bound(int i);
+
+/* Renders everything in Prometheus text exposition format 0.0.4 into out (cap bytes). Returns the
+ * length needed (like snprintf): if >= cap, the output was truncated; call again with more. */
+size_t metrics_render(const struct metrics *m, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,37 @@
+/* net.h — socket plumbing: resolve, listen, non-blocking connect, socket options. */
+#ifndef FG_NET_H
+#define FG_NET_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "fg_error.h"
+
+struct net_addr {
+    struct sockaddr_storage ss;
+    socklen_t len;
+};
+
+/* Resolves host:port (numeric or a name) to its first address. Returns FG_OK, or FG_ERR_NOTFOUND
+ * with a reason in err. */
+int net_resolve(const char *host, int port, struct net_addr *out, char *err, size_t errlen)
+    FG_MUST_CHECK;
+
+/* A non-blocking listening socket on host:port with SO_REUSEADDR. Returns the fd, or -1 with the
+ * reason in err. */
+int net_listen(const char *host, int port, int backlog, char *err, size_t errlen);
+
+/* Starts a non-blocking connect; returns the fd (the connect may still be in progress) or -1 with
+ * errno set. */
+int net_connect(const struct net_addr *a);
+
+/* After a non-blocking connect became writable: 0 when connected, else the socket's errno. */
+int net_connect_result(int fd);
+
+/* Non-blocking + close-on-exec + TCP_NODELAY (when TCP). Returns 0 or -1 with errno set. */
+int net_prepare(int fd);
+
+/* "127.0.0.1:6380" / "[::1]:6380" for an address, into out. */
+void net_format(const struct sockaddr *sa, char *out, size_t cap);
+
+#endif

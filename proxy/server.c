@@ -1,0 +1,1144 @@
+/* server.c — the RESP endpoint: application connections, each paired with its own upstream connection.
+ *
+ * A client connection owns one upstream connection, so every piece of Redis connection state
+ * (SELECT, MULTI, WATCH, subscriptions, CLIENT SETNAME, RESP3) lives where Redis keeps it. Requests
+ * are parsed only to classify them; their bytes are forwarded as received. Replies are scanned only
+ * to find their boundaries, so each can be matched to the request that caused it: a queue of
+ * pending operations ("ops") keeps replies fencegate writes itself (errors, later FENCE.* replies)
+ * in the exact order of the pipeline. */
+#include "server.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "net.h"
+#include "resp.h"
+#include "upstream.h"
+
+#define SRV_READ_CHUNK 65536
+#define SRV_MAX_OPS    65536 /* pipelined commands awaiting replies before we stop reading */
+
+enum op_kind {
+    OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
+    OP_LOCAL,       /* a reply fencegate produces itself (ready when reply != NULL) */
+    OP_HIDDEN,      /* a command of our own (AUTH/SELECT prelude); its reply is swallowed */
+};
+
+enum op_flag {
+    OPF_BARRIER = 1 << 0,       /* stop parsing requests until this op's reply arrived */
+    OPF_HELLO = 1 << 1,         /* the reply tells the protocol version (RESP2 '*' / RESP3 '%') */
+    OPF_RESET = 1 << 2,         /* RESET: protocol back to RESP2, modes cleared */
+    OPF_ENTER_PUBSUB = 1 << 3,  /* RESP2 SUBSCRIBE: after its first reply, replies are unpaired */
+    OPF_ENTER_MONITOR = 1 << 4, /* MONITOR: after +OK, the stream is unpaired for good */
+};
+
+struct op {
+    uint8_t kind;
+    uint8_t flags;
+    uint32_t nreplies; /* replies still expected (UNSUBSCRIBE a b c expects three) */
+    uint64_t t0_us;    /* when it was forwarded, for the latency histogram */
+    char *reply;       /* OP_LOCAL */
+    size_t reply_len;
+};
+
+enum up_state { U_DOWN = 0, U_CONNECTING, U_READY };
+
+/* How replies are paired with requests. */
+enum conn_mode {
+    MODE_NORMAL = 0, /* one op per request */
+    MODE_PUBSUB,     /* RESP2 subscribed: replies flow unpaired until a barrier PING says otherwise */
+    MODE_MONITOR,    /* MONITOR: everything flows unpaired until the connection ends */
+};
+
+struct span {
+    const char *p;
+    size_t n;
+};
+
+struct client {
+    struct server *srv;
+    struct client *prev, *next;
+    uint64_t id;
+    char peer[64];
+
+    int fd;
+    struct event *rev, *wev;
+    int rev_on, wev_on;
+    struct buf in;  /* unparsed request bytes */
+    struct buf out; /* bytes for the client */
+    struct resp_parser *parser;
+
+    int ufd;
+    enum up_state ustate;
+    struct event *urev, *uwev;
+    int urev_on, uwev_on;
+    struct buf uin;  /* reply bytes scanned but not yet handled */
+    struct buf uout; /* bytes for the upstream */
+    struct resp_scanner scan;
+    size_t rscan_off;   /* bytes at the head of uin already scanned */
+    int reply_partial;  /* part of the current reply already went to the client */
+    char down_why[256]; /* why the upstream was unreachable for this connection */
+
+    struct op *ops; /* ring buffer */
+    size_t ops_head, ops_count, ops_cap;
+
+    enum conn_mode mode;
+    unsigned blocked : 1;     /* a barrier op is in flight: parsing waits */
+    unsigned stalled : 1;     /* parsing stopped with whole requests left in `in` */
+    unsigned closing : 1;     /* close once `out` is written; read nothing more */
+    unsigned quit_sent : 1;   /* QUIT forwarded: the upstream will close */
+    unsigned reply_off : 1;   /* CLIENT REPLY OFF */
+    unsigned skip_next : 1;   /* CLIENT REPLY SKIP */
+    unsigned in_multi : 1;    /* between MULTI and EXEC/DISCARD */
+    unsigned resp3 : 1;       /* HELLO 3 succeeded */
+    unsigned marker_wait : 1; /* pub/sub barrier PING in flight */
+    unsigned pass_once : 1;   /* forward the held request as is (still subscribed) */
+    unsigned in_callback : 1; /* guards against freeing the client under our feet */
+    unsigned dead : 1;
+    char marker[48];
+    size_t marker_len;
+};
+
+struct server {
+    struct event_base *base;
+    const struct cfg *cfg;
+    struct upstream *up;
+    int lfd;
+    struct event *lev;
+    struct client *clients;
+    int nclients;
+    uint64_t next_id;
+    struct resp_limits lim;
+    int draining;
+    void (*drained)(void *arg);
+    void *drained_arg;
+};
+
+/* Scratch space for reads: a connection keeps a buffer only for bytes it could not handle yet. */
+static char srv_scratch[SRV_READ_CHUNK];
+
+static void cl_update(struct client *c);
+static void cl_close(struct client *c);
+static void cl_process_input(struct client *c);
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static int name_is(const char *p, size_t n, const char *lit)
+{
+    size_t l = strlen(lit);
+
+    return n == l && strncasecmp(p, lit, l) == 0;
+}
+
+/* ---- event interest ------------------------------------------------------------------------ */
+
+static void ev_want(struct event *ev, int *on, int want)
+{
+    if (!ev || *on == want)
+        return;
+    if (want)
+        event_add(ev, NULL);
+    else
+        event_del(ev);
+    *on = want;
+}
+
+static size_t cl_pending_limit(const struct client *c)
+{
+    return (size_t)c->srv->cfg->max_pending_bytes;
+}
+
+static int cl_can_parse(const struct client *c)
+{
+    return !c->closing && !c->quit_sent && !c->blocked && !c->srv->draining &&
+           c->ops_count < SRV_MAX_OPS && buf_len(&c->uout) < cl_pending_limit(c) &&
+           buf_len(&c->out) < cl_pending_limit(c);
+}
+
+/* ---- op queue -------------------------------------------------------------------------------- */
+
+static struct op *op_at(struct client *c, size_t i)
+{
+    return &c->ops[(c->ops_head + i) % c->ops_cap];
+}
+
+static struct op *op_push(struct client *c, enum op_kind kind)
+{
+    struct op *o;
+
+    if (c->ops_count == c->ops_cap) {
+        size_t cap = c->ops_cap ? c->ops_cap * 2 : 16;
+        struct op *n = malloc(cap * sizeof(*n));
+        if (!n)
+            return NULL;
+        for (size_t i = 0; i < c->ops_count; i++)
+            n[i] = *op_at(c, i);
+        free(c->ops);
+        c->ops = n;
+        c->ops_cap = cap;
+        c->ops_head = 0;
+    }
+    o = op_at(c, c->ops_count++);
+    memset(o, 0, sizeof(*o));
+    o->kind = (uint8_t)kind;
+    o->nreplies = 1;
+    return o;
+}
+
+static void op_pop(struct client *c)
+{
+    struct op *o = op_at(c, 0);
+
+    free(o->reply);
+    c->ops_head = (c->ops_head + 1) % c->ops_cap;
+    c->ops_count--;
+    if (c->ops_count == 0 && c->ops_cap > 64) {
+        free(c->ops); /* give back what a long pipeline grew */
+        c->ops = NULL;
+        c->ops_cap = c->ops_head = 0;
+    }
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+
+/* Writes bytes to the client: straight to the socket when nothing is queued, else queued. */
+static void cl_send(struct client *c, const char *p, size_t n)
+{
+    if (n == 0 || c->dead)
+        return;
+    metrics_inc(&fg_metrics, M_BYTES_TO_CLIENTS, n);
+    if (buf_len(&c->out) == 0) {
+        ssize_t w = write(c->fd, p, n);
+        if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            c->dead = 1; /* the client went away; closed once the callback unwinds */
+            return;
+        }
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    if (n > 0 && buf_append(&c->out, p, n) != FG_OK) {
+        log_error("client %" PRIu64 " %s: out of memory for %zu reply bytes; closing", c->id,
+                  c->peer, n);
+        c->dead = 1;
+    }
+}
+
+static void up_drop(struct client *c, const char *why);
+
+/* Writes bytes to the upstream (or queues them while it connects). */
+static void up_send(struct client *c, const char *p, size_t n)
+{
+    if (n == 0)
+        return;
+    metrics_inc(&fg_metrics, M_BYTES_TO_UPSTREAM, n);
+    if (c->ustate == U_READY && buf_len(&c->uout) == 0) {
+        ssize_t w = write(c->ufd, p, n);
+        if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            up_drop(c, strerror(errno));
+            return;
+        }
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    if (n > 0 && buf_append(&c->uout, p, n) != FG_OK) {
+        log_error("client %" PRIu64 " %s: out of memory for %zu request bytes; closing", c->id,
+                  c->peer, n);
+        c->dead = 1;
+    }
+}
+
+/* Accumulates contiguous byte ranges so a pipeline is written with one system call. */
+static void span_flush(struct client *c, struct span *s, int to_upstream)
+{
+    if (s->n) {
+        if (to_upstream)
+            up_send(c, s->p, s->n);
+        else
+            cl_send(c, s->p, s->n);
+    }
+    s->n = 0;
+}
+
+static void span_add(struct client *c, struct span *s, const char *p, size_t n, int to_upstream)
+{
+    if (s->n && s->p + s->n == p) {
+        s->n += n;
+        return;
+    }
+    span_flush(c, s, to_upstream);
+    s->p = p;
+    s->n = n;
+}
+
+/* Sends every ready local reply now at the head of the queue. */
+static void ops_emit_ready(struct client *c)
+{
+    while (c->ops_count > 0) {
+        struct op *o = op_at(c, 0);
+        if (o->kind != OP_LOCAL || !o->reply)
+            break;
+        cl_send(c, o->reply, o->reply_len);
+        op_pop(c);
+    }
+}
+
+/* Queues a reply of our own, in pipeline order. Takes a copy. */
+static void cl_reply_local(struct client *c, const char *p, size_t n)
+{
+    struct op *o;
+
+    metrics_inc(&fg_metrics, M_COMMANDS_LOCAL, 1);
+    if (c->ops_count == 0) {
+        cl_send(c, p, n);
+        return;
+    }
+    o = op_push(c, OP_LOCAL);
+    if (!o || !(o->reply = malloc(n))) {
+        c->dead = 1;
+        return;
+    }
+    memcpy(o->reply, p, n);
+    o->reply_len = n;
+}
+
+static void cl_reply_unavailable(struct client *c)
+{
+    char msg[512];
+    int n = snprintf(msg, sizeof(msg),
+                     "-UNAVAILABLE upstream %s is unreachable: %s (fencegate retries in the "
+                     "background; try again shortly)\r\n",
+                     upstream_name(c->srv->up), c->down_why[0] ? c->down_why : "unknown error");
+
+    metrics_inc(&fg_metrics, M_UNAVAILABLE_REPLIES, 1);
+    cl_reply_local(c, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+}
+
+/* ---- upstream connection --------------------------------------------------------------------- */
+
+static void up_on_read(evutil_socket_t fd, short what, void *arg);
+static void up_on_write(evutil_socket_t fd, short what, void *arg);
+
+static void up_close_fd(struct client *c)
+{
+    if (c->urev)
+        event_free(c->urev);
+    if (c->uwev)
+        event_free(c->uwev);
+    c->urev = c->uwev = NULL;
+    c->urev_on = c->uwev_on = 0;
+    if (c->ufd >= 0)
+        close(c->ufd);
+    c->ufd = -1;
+    buf_free(&c->uin);
+    buf_free(&c->uout);
+    resp_scanner_init(&c->scan);
+    c->rscan_off = 0;
+}
+
+/* Every op that waited for the upstream gets -UNAVAILABLE instead, in order. */
+static void ops_fail_upstream(struct client *c)
+{
+    size_t n = c->ops_count;
+
+    for (size_t i = 0; i < n; i++) {
+        struct op o = *op_at(c, 0);
+        c->ops_head = (c->ops_head + 1) % c->ops_cap;
+        c->ops_count--;
+        if (o.kind == OP_LOCAL) {
+            struct op *k = op_push(c, OP_LOCAL);
+            if (!k) {
+                free(o.reply);
+                c->dead = 1;
+                continue;
+            }
+            *k = o;
+        } else if (o.kind == OP_FORWARD) {
+            for (uint32_t r = 0; r < o.nreplies; r++)
+                cl_reply_unavailable(c);
+        }
+    }
+    c->blocked = 0;
+    ops_emit_ready(c);
+}
+
+/* The upstream could not be reached: pending commands fail, later ones retry when it is back. */
+static void up_connect_failed(struct client *c, const char *why)
+{
+    snprintf(c->down_why, sizeof(c->down_why), "%s", why);
+    metrics_inc(&fg_metrics, M_UPSTREAM_CONNECT_ERRORS, 1);
+    log_debug("client %" PRIu64 " %s: upstream connect failed: %s", c->id, c->peer, why);
+    upstream_report_failure(c->srv->up, why);
+    up_close_fd(c);
+    c->ustate = U_DOWN;
+    ops_fail_upstream(c);
+}
+
+/* The upstream connection broke while in use. Its server-side state (database, transaction,
+ * subscriptions) is gone, so the client connection ends too, as it would with Redis itself. */
+static void up_drop(struct client *c, const char *why)
+{
+    if (c->dead)
+        return;
+    if (c->quit_sent) {
+        c->closing = 1;
+        up_close_fd(c);
+        c->ustate = U_DOWN;
+        return;
+    }
+    metrics_inc(&fg_metrics, M_UPSTREAM_DROPS, 1);
+    log_warn("client %" PRIu64 " %s: upstream connection lost: %s", c->id, c->peer, why);
+    snprintf(c->down_why, sizeof(c->down_why), "connection lost: %s", why);
+    if (c->reply_partial) {
+        c->dead = 1; /* half a reply went out; nothing can follow it */
+        return;
+    }
+    up_close_fd(c);
+    c->ustate = U_DOWN;
+    if (c->mode == MODE_NORMAL)
+        ops_fail_upstream(c);
+    c->closing = 1;
+}
+
+static int up_connect(struct client *c)
+{
+    const struct net_addr *a = upstream_addr(c->srv->up);
+    const char *prelude;
+    size_t plen;
+    int nrep;
+
+    if (!a) {
+        snprintf(c->down_why, sizeof(c->down_why), "%s", upstream_error(c->srv->up));
+        return -1;
+    }
+    c->ufd = net_connect(a);
+    if (c->ufd < 0) {
+        up_connect_failed(c, strerror(errno));
+        return -1;
+    }
+    c->urev = event_new(c->srv->base, c->ufd, EV_READ | EV_PERSIST, up_on_read, c);
+    c->uwev = event_new(c->srv->base, c->ufd, EV_WRITE | EV_PERSIST, up_on_write, c);
+    if (!c->urev || !c->uwev) {
+        c->dead = 1;
+        return -1;
+    }
+    c->ustate = U_CONNECTING;
+    prelude = upstream_prelude(c->srv->up, &plen, &nrep);
+    if (plen) {
+        up_send(c, prelude, plen);
+        for (int i = 0; i < nrep; i++) {
+            struct op *o = op_push(c, OP_HIDDEN);
+            if (!o) {
+                c->dead = 1;
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- replies --------------------------------------------------------------------------------- */
+
+/* Whether bytes of an unfinished reply may go to the client before the reply is complete. */
+static int rep_may_stream(const struct client *c)
+{
+    const struct op *o;
+
+    if (c->mode == MODE_MONITOR || (c->mode == MODE_PUBSUB && !c->marker_wait))
+        return 1;
+    if (c->mode == MODE_PUBSUB)
+        return 0;
+    if (c->scan.top_type == '>')
+        return 1;
+    if (c->ops_count == 0)
+        return 0;
+    o = &c->ops[c->ops_head];
+    return o->kind == OP_FORWARD && (o->flags & ~OPF_BARRIER) == 0;
+}
+
+static void cl_unblock(struct client *c)
+{
+    c->blocked = 0;
+    c->stalled = 1;
+}
+
+/* A whole reply (r, n bytes; only its tail if part was already streamed) in pub/sub mode. */
+static void rep_pubsub(struct client *c, const char *r, size_t n, struct span *sp)
+{
+    char pong[128];
+    int pl;
+
+    if (c->marker_wait && !c->reply_partial) {
+        pl = snprintf(pong, sizeof(pong), "*2\r\n$4\r\npong\r\n$%zu\r\n%s\r\n", c->marker_len,
+                      c->marker);
+        if ((size_t)pl == n && memcmp(r, pong, n) == 0) { /* still subscribed */
+            c->marker_wait = 0;
+            c->pass_once = 1;
+            cl_unblock(c);
+            return;
+        }
+        pl = snprintf(pong, sizeof(pong), "$%zu\r\n%s\r\n", c->marker_len, c->marker);
+        if ((size_t)pl == n && memcmp(r, pong, n) == 0) { /* the last subscription is gone */
+            c->marker_wait = 0;
+            c->mode = MODE_NORMAL;
+            cl_unblock(c);
+            return;
+        }
+    }
+    span_add(c, sp, r, n, 0);
+}
+
+/* A whole reply in normal mode: pairs it with the op at the head of the queue. Returns -1 when
+ * the stream cannot be paired (the connection is then dropped). */
+static int rep_normal(struct client *c, const char *r, size_t n, char type, struct span *sp)
+{
+    struct op *o;
+
+    if (type == '>') { /* RESP3 push: out of band */
+        span_add(c, sp, r, n, 0);
+        return 0;
+    }
+    if (c->ops_count == 0 || op_at(c, 0)->kind == OP_LOCAL) {
+        log_error("client %" PRIu64 " %s: upstream sent a reply nobody asked for; closing", c->id,
+                  c->peer);
+        return -1;
+    }
+    o = op_at(c, 0);
+    if (o->kind == OP_HIDDEN) {
+        if (type == '-') {
+            snprintf(c->down_why, sizeof(c->down_why), "it rejected fencegate's AUTH/SELECT: %.*s",
+                     (int)(n > 120 ? 120 : n - 2), r + 1);
+            span_flush(c, sp, 0);
+            op_pop(c);
+            up_close_fd(c);
+            c->ustate = U_DOWN;
+            ops_fail_upstream(c);
+            return 0;
+        }
+        op_pop(c);
+        return 0;
+    }
+    span_add(c, sp, r, n, 0);
+    if (!c->reply_partial) {
+        if ((o->flags & OPF_HELLO) && (type == '%' || type == '*'))
+            c->resp3 = type == '%';
+        if ((o->flags & OPF_RESET) && type == '+') {
+            c->resp3 = 0;
+            c->mode = MODE_NORMAL;
+        }
+        if ((o->flags & OPF_ENTER_PUBSUB) && type == '*')
+            c->mode = MODE_PUBSUB;
+        if ((o->flags & OPF_ENTER_MONITOR) && type == '+')
+            c->mode = MODE_MONITOR;
+    }
+    if (--o->nreplies > 0 && c->mode == MODE_NORMAL)
+        return 0;
+    metrics_observe(&fg_metrics, H_COMMAND_LATENCY, now_us() - o->t0_us);
+    if (o->flags & OPF_BARRIER)
+        cl_unblock(c);
+    op_pop(c);
+    if (c->ops_count && op_at(c, 0)->kind == OP_LOCAL) {
+        span_flush(c, sp, 0);
+        ops_emit_ready(c);
+    }
+    return 0;
+}
+
+/* Handles reply bytes src[0..len), whose first c->rscan_off bytes were scanned before. Returns
+ * the bytes fully handled (the caller keeps the rest), or -1 after dropping the connection. */
+static long rep_process(struct client *c, const char *src, size_t len)
+{
+    size_t pos = 0, scan = c->rscan_off, used;
+    struct span sp = {NULL, 0};
+    int rc;
+
+    while (scan < len && !c->dead && c->ufd >= 0) {
+        rc = resp_scan_reply(&c->scan, src + scan, len - scan, &used);
+        scan += used;
+        if (rc == RESP_SCAN_INVALID) {
+            span_flush(c, &sp, 0);
+            up_drop(c, "protocol error in upstream reply");
+            return -1;
+        }
+        if (rc == RESP_SCAN_MORE) {
+            if (scan > pos && rep_may_stream(c)) {
+                span_add(c, &sp, src + pos, scan - pos, 0);
+                c->reply_partial = 1;
+                pos = scan;
+            }
+            break;
+        }
+        if (c->mode == MODE_NORMAL) {
+            if (rep_normal(c, src + pos, scan - pos, c->scan.top_type, &sp) < 0) {
+                span_flush(c, &sp, 0);
+                c->dead = 1;
+                return -1;
+            }
+        } else if (c->mode == MODE_PUBSUB) {
+            rep_pubsub(c, src + pos, scan - pos, &sp);
+        } else {
+            span_add(c, &sp, src + pos, scan - pos, 0);
+        }
+        c->reply_partial = 0;
+        pos = scan;
+    }
+    span_flush(c, &sp, 0);
+    c->rscan_off = scan - pos;
+    return (long)pos;
+}
+
+static void up_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct client *c = arg;
+    const char *src;
+    size_t len;
+    ssize_t n;
+    long done;
+    int scratch = buf_len(&c->uin) == 0;
+
+    if (scratch) {
+        n = read(c->ufd, srv_scratch, sizeof(srv_scratch));
+    } else {
+        if (buf_reserve(&c->uin, SRV_READ_CHUNK) != FG_OK) {
+            c->dead = 1;
+            goto out;
+        }
+        n = read(c->ufd, c->uin.data + c->uin.end, c->uin.cap - c->uin.end);
+    }
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        up_drop(c, n == 0 ? "connection closed by the upstream" : strerror(errno));
+        goto out;
+    }
+    metrics_inc(&fg_metrics, M_BYTES_FROM_UPSTREAM, (uint64_t)n);
+    if (scratch) {
+        src = srv_scratch;
+        len = (size_t)n;
+    } else {
+        c->uin.end += (size_t)n;
+        src = buf_head(&c->uin);
+        len = buf_len(&c->uin);
+    }
+    done = rep_process(c, src, len);
+    if (done < 0 || c->ufd < 0)
+        goto out;
+    if (scratch) {
+        if ((size_t)done < len && buf_append(&c->uin, src + done, len - (size_t)done) != FG_OK)
+            c->dead = 1;
+    } else {
+        buf_consume(&c->uin, (size_t)done);
+    }
+out:
+    cl_update(c);
+}
+
+static void up_flush(struct client *c)
+{
+    while (buf_len(&c->uout) > 0) {
+        ssize_t w = write(c->ufd, buf_head(&c->uout), buf_len(&c->uout));
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                up_drop(c, strerror(errno));
+            return;
+        }
+        buf_consume(&c->uout, (size_t)w);
+    }
+}
+
+static void up_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct client *c = arg;
+
+    if (c->ustate == U_CONNECTING) {
+        int e = net_connect_result(c->ufd);
+        if (e != 0) {
+            up_connect_failed(c, strerror(e));
+            cl_update(c);
+            return;
+        }
+        c->ustate = U_READY;
+    }
+    up_flush(c);
+    cl_update(c);
+}
+
+/* ---- requests -------------------------------------------------------------------------------- */
+
+enum req_action { REQ_FORWARD, REQ_SKIP, REQ_HOLD };
+
+/* Sends the pub/sub barrier: a PING whose echo tells whether the connection is still subscribed. */
+static void cl_send_marker(struct client *c)
+{
+    char cmd[128];
+    int n;
+
+    c->marker_len = (size_t)snprintf(c->marker, sizeof(c->marker), "fencegate-barrier-%" PRIu64,
+                                     c->id);
+    n = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nPING\r\n$%zu\r\n%s\r\n", c->marker_len, c->marker);
+    up_send(c, cmd, (size_t)n);
+    c->marker_wait = 1;
+    c->blocked = 1;
+}
+
+static int is_subscribe(const char *p, size_t n)
+{
+    return name_is(p, n, "subscribe") || name_is(p, n, "psubscribe") ||
+           name_is(p, n, "ssubscribe");
+}
+
+static int is_unsubscribe(const char *p, size_t n)
+{
+    return name_is(p, n, "unsubscribe") || name_is(p, n, "punsubscribe") ||
+           name_is(p, n, "sunsubscribe");
+}
+
+/* Decides what to do with one request and queues the op for its reply. */
+static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r)
+{
+    const char *name = m + r->argv[0].off;
+    size_t nlen = r->argv[0].len;
+    struct op *o;
+    uint8_t flags = 0;
+    uint32_t nreplies = 1;
+
+    if (c->mode == MODE_MONITOR) {
+        if (name_is(name, nlen, "quit"))
+            c->quit_sent = 1;
+        return REQ_FORWARD;
+    }
+    if (c->mode == MODE_PUBSUB) {
+        if (c->pass_once) {
+            c->pass_once = 0;
+            return REQ_FORWARD;
+        }
+        if (is_subscribe(name, nlen) || is_unsubscribe(name, nlen) || name_is(name, nlen, "ping") ||
+            name_is(name, nlen, "reset"))
+            return REQ_FORWARD;
+        if (name_is(name, nlen, "quit")) {
+            c->quit_sent = 1;
+            return REQ_FORWARD;
+        }
+        return REQ_HOLD; /* the caller sends the barrier PING after what came before */
+    }
+
+    if (c->in_multi) {
+        if (name_is(name, nlen, "exec") || name_is(name, nlen, "discard"))
+            c->in_multi = 0;
+    } else if (name_is(name, nlen, "multi")) {
+        c->in_multi = 1;
+    } else if (name_is(name, nlen, "hello")) {
+        flags = OPF_BARRIER | OPF_HELLO;
+    } else if (name_is(name, nlen, "reset")) {
+        flags = OPF_BARRIER | OPF_RESET;
+        c->reply_off = c->skip_next = c->in_multi = 0;
+    } else if (is_subscribe(name, nlen)) {
+        if (c->resp3 && r->argc >= 2)
+            return REQ_FORWARD; /* confirmations arrive as pushes */
+        if (!c->resp3)
+            flags = OPF_BARRIER | OPF_ENTER_PUBSUB;
+    } else if (is_unsubscribe(name, nlen)) {
+        if (c->resp3)
+            return REQ_FORWARD;
+        nreplies = r->argc > 1 ? (uint32_t)(r->argc - 1) : 1;
+    } else if (name_is(name, nlen, "monitor")) {
+        flags = OPF_BARRIER | OPF_ENTER_MONITOR;
+    } else if (name_is(name, nlen, "quit")) {
+        c->quit_sent = 1;
+    } else if (r->argc == 3 && name_is(name, nlen, "client") &&
+               name_is(m + r->argv[1].off, r->argv[1].len, "reply")) {
+        const char *a = m + r->argv[2].off;
+        size_t al = r->argv[2].len;
+        if (name_is(a, al, "off")) {
+            c->reply_off = 1;
+            return REQ_FORWARD;
+        }
+        if (name_is(a, al, "skip")) {
+            if (!c->reply_off)
+                c->skip_next = 1;
+            return REQ_FORWARD;
+        }
+        if (name_is(a, al, "on"))
+            c->reply_off = c->skip_next = 0;
+    }
+    if (c->reply_off)
+        return REQ_FORWARD;
+    if (c->skip_next) {
+        c->skip_next = 0;
+        return REQ_FORWARD;
+    }
+    o = op_push(c, OP_FORWARD);
+    if (!o) {
+        c->dead = 1;
+        return REQ_SKIP;
+    }
+    o->flags = flags;
+    o->nreplies = nreplies;
+    o->t0_us = now_us();
+    if (flags & OPF_BARRIER)
+        c->blocked = 1;
+    return REQ_FORWARD;
+}
+
+/* Answers a protocol error the way Redis does, then closes once everything before it is sent. */
+static void cl_protocol_error(struct client *c, const char *msg)
+{
+    char line[256];
+    int n = snprintf(line, sizeof(line), "-ERR %s\r\n", msg);
+
+    metrics_inc(&fg_metrics, M_PROTOCOL_ERRORS, 1);
+    log_info("client %" PRIu64 " %s: %s; closing the connection", c->id, c->peer, msg);
+    cl_reply_local(c, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    c->closing = 1;
+}
+
+/* Parses and handles whole requests in src[0..len). Returns the bytes consumed. */
+static size_t req_process(struct client *c, const char *src, size_t len)
+{
+    size_t pos = 0;
+    struct span sp = {NULL, 0};
+    struct resp_request r;
+
+    c->stalled = 0;
+    while (pos < len && !c->dead) {
+        int rc;
+        enum req_action act;
+
+        if (!cl_can_parse(c)) {
+            c->stalled = 1;
+            break;
+        }
+        rc = resp_parse_request(c->parser, src + pos, len - pos, &r);
+        if (rc == RESP_PARTIAL) {
+            if (len - pos > (size_t)c->srv->cfg->max_request_bytes) {
+                char msg[160];
+                snprintf(msg, sizeof(msg),
+                         "Protocol error: request larger than max_request_bytes (%lld)",
+                         c->srv->cfg->max_request_bytes);
+                span_flush(c, &sp, 1);
+                cl_protocol_error(c, msg);
+                pos = len;
+            }
+            break;
+        }
+        if (rc != RESP_DONE) {
+            span_flush(c, &sp, 1);
+            cl_protocol_error(c, resp_parser_error(c->parser));
+            pos = len;
+            break;
+        }
+        if (r.argc == 0) { /* Redis ignores empty requests and sends no reply */
+            pos += r.len;
+            continue;
+        }
+        if (c->ustate == U_DOWN) {
+            if (upstream_is_up(c->srv->up) && c->mode == MODE_NORMAL) {
+                span_flush(c, &sp, 1);
+                if (up_connect(c) < 0 && c->dead)
+                    break;
+            }
+            if (c->ustate == U_DOWN) {
+                if (!upstream_is_up(c->srv->up))
+                    snprintf(c->down_why, sizeof(c->down_why), "%s",
+                             upstream_error(c->srv->up));
+                cl_reply_unavailable(c);
+                pos += r.len;
+                continue;
+            }
+        }
+        act = req_classify(c, src + pos, &r);
+        if (act == REQ_HOLD) {
+            span_flush(c, &sp, 1);
+            cl_send_marker(c);
+            c->stalled = 1;
+            break;
+        }
+        if (act == REQ_FORWARD) {
+            metrics_inc(&fg_metrics, M_COMMANDS_FORWARDED, 1);
+            span_add(c, &sp, src + pos, r.len, 1);
+        }
+        pos += r.len;
+    }
+    span_flush(c, &sp, 1);
+    return pos;
+}
+
+/* Handles requests already buffered in c->in (after a barrier or back-pressure lifted). */
+static void cl_process_input(struct client *c)
+{
+    size_t done;
+
+    if (buf_len(&c->in) == 0 || !cl_can_parse(c))
+        return;
+    done = req_process(c, buf_head(&c->in), buf_len(&c->in));
+    buf_consume(&c->in, done);
+}
+
+static void cl_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct client *c = arg;
+    int scratch = buf_len(&c->in) == 0;
+    ssize_t n;
+
+    if (scratch) {
+        n = read(c->fd, srv_scratch, sizeof(srv_scratch));
+    } else {
+        if (buf_reserve(&c->in, SRV_READ_CHUNK) != FG_OK) {
+            c->dead = 1;
+            goto out;
+        }
+        n = read(c->fd, c->in.data + c->in.end, c->in.cap - c->in.end);
+    }
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        c->dead = 1; /* like Redis: a client that hangs up loses its pending replies */
+        goto out;
+    }
+    metrics_inc(&fg_metrics, M_BYTES_FROM_CLIENTS, (uint64_t)n);
+    if (scratch) {
+        size_t done = req_process(c, srv_scratch, (size_t)n);
+        if (done < (size_t)n && !c->closing &&
+            buf_append(&c->in, srv_scratch + done, (size_t)n - done) != FG_OK)
+            c->dead = 1;
+    } else {
+        c->in.end += (size_t)n;
+        cl_process_input(c);
+    }
+out:
+    cl_update(c);
+}
+
+static void cl_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct client *c = arg;
+
+    while (buf_len(&c->out) > 0) {
+        ssize_t w = write(c->fd, buf_head(&c->out), buf_len(&c->out));
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                c->dead = 1;
+            break;
+        }
+        buf_consume(&c->out, (size_t)w);
+    }
+    cl_update(c);
+}
+
+/* Re-evaluates what the connection waits for, after any event. Closes it when it is done. */
+static void cl_update(struct client *c)
+{
+    struct server *s = c->srv;
+    int idle;
+
+    /* Requests held back by a barrier or by back-pressure may be handled now. */
+    if (!c->dead && c->stalled && cl_can_parse(c))
+        cl_process_input(c);
+    if (!c->dead && c->ustate == U_READY && buf_len(&c->uout) > 0 && !c->uwev_on)
+        up_flush(c);
+
+    idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial;
+    if (s->draining && (idle || c->mode != MODE_NORMAL))
+        c->closing = 1;
+    if (c->dead || (c->closing && buf_len(&c->out) == 0 && (c->ops_count == 0 || c->ustate == U_DOWN))) {
+        cl_close(c);
+        return;
+    }
+    ev_want(c->rev, &c->rev_on, !c->closing && !c->quit_sent && cl_can_parse(c));
+    ev_want(c->wev, &c->wev_on, buf_len(&c->out) > 0);
+    ev_want(c->urev, &c->urev_on, c->ustate == U_READY && buf_len(&c->out) < cl_pending_limit(c));
+    ev_want(c->uwev, &c->uwev_on,
+            c->ustate == U_CONNECTING || (c->ustate == U_READY && buf_len(&c->uout) > 0));
+}
+
+/* ---- connection lifecycle -------------------------------------------------------------------- */
+
+static void cl_close(struct client *c)
+{
+    struct server *s = c->srv;
+
+    if (c->rev)
+        event_free(c->rev);
+    if (c->wev)
+        event_free(c->wev);
+    up_close_fd(c);
+    close(c->fd);
+    buf_free(&c->in);
+    buf_free(&c->out);
+    resp_parser_free(c->parser);
+    while (c->ops_count)
+        op_pop(c);
+    free(c->ops);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->clients = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nclients--;
+    fg_metrics.gauge[G_CONNECTIONS_OPEN] = s->nclients;
+    log_debug("client %" PRIu64 " %s: closed", c->id, c->peer);
+    free(c);
+    if (s->draining && s->nclients == 0 && s->drained) {
+        void (*done)(void *) = s->drained;
+        s->drained = NULL;
+        done(s->drained_arg);
+    }
+}
+
+static void srv_on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    struct server *s = arg;
+
+    for (int burst = 0; burst < 64; burst++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        struct client *c;
+        int fd = accept(lfd, (struct sockaddr *)&ss, &sl);
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                log_warn("accept: %s", strerror(errno));
+            return;
+        }
+        if (net_prepare(fd) < 0) {
+            close(fd);
+            continue;
+        }
+        metrics_inc(&fg_metrics, M_CONNECTIONS_ACCEPTED, 1);
+        if (s->nclients >= s->cfg->max_clients) {
+            static const char msg[] = "-ERR max number of clients reached\r\n";
+            metrics_inc(&fg_metrics, M_CONNECTIONS_REJECTED, 1);
+            (void)!write(fd, msg, sizeof(msg) - 1);
+            close(fd);
+            continue;
+        }
+        c = calloc(1, sizeof(*c));
+        if (!c || !(c->parser = resp_parser_new(&s->lim))) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->srv = s;
+        c->id = ++s->next_id;
+        c->fd = fd;
+        c->ufd = -1;
+        net_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+        resp_scanner_init(&c->scan);
+        c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, cl_on_read, c);
+        c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, cl_on_write, c);
+        c->next = s->clients;
+        if (s->clients)
+            s->clients->prev = c;
+        s->clients = c;
+        s->nclients++;
+        fg_metrics.gauge[G_CONNECTIONS_OPEN] = s->nclients;
+        if (!c->rev || !c->wev) {
+            cl_close(c);
+            continue;
+        }
+        /* Connect upstream now, so the first command does not pay for it. */
+        if (upstream_is_up(s->up))
+            (void)up_connect(c);
+        log_debug("client %" PRIu64 " %s: connected", c->id, c->peer);
+        cl_update(c);
+    }
+}
+
+struct server *server_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
+                          char *err, size_t errlen)
+{
+    struct server *s = calloc(1, sizeof(*s));
+
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->base = base;
+    s->cfg = cfg;
+    s->up = up;
+    s->lim.max_bulk = RESP_DEFAULT_MAX_BULK < cfg->max_request_bytes ? RESP_DEFAULT_MAX_BULK
+                                                                     : cfg->max_request_bytes;
+    s->lim.max_args = (size_t)cfg->max_args;
+    s->lim.max_inline = RESP_DEFAULT_MAX_INLINE;
+    s->lfd = net_listen(cfg->listen_resp.host, cfg->listen_resp.port, 511, err, errlen);
+    if (s->lfd < 0) {
+        free(s);
+        return NULL;
+    }
+    s->lev = event_new(base, s->lfd, EV_READ | EV_PERSIST, srv_on_accept, s);
+    if (!s->lev || event_add(s->lev, NULL) < 0) {
+        snprintf(err, errlen, "out of memory");
+        server_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void srv_stop_listening(struct server *s)
+{
+    if (s->lev) {
+        event_free(s->lev);
+        s->lev = NULL;
+    }
+    if (s->lfd >= 0) {
+        close(s->lfd);
+        s->lfd = -1;
+    }
+}
+
+void server_free(struct server *s)
+{
+    if (!s)
+        return;
+    s->drained = NULL;
+    while (s->clients)
+        cl_close(s->clients);
+    srv_stop_listening(s);
+    free(s);
+}
+
+void server_drain(struct server *s, void (*done)(void *arg), void *arg)
+{
+    struct client *c, *next;
+
+    s->draining = 1;
+    s->drained = done;
+    s->drained_arg = arg;
+    srv_stop_listening(s);
+    if (s->nclients == 0) {
+        s->drained = NULL;
+        done(arg);
+        return;
+    }
+    for (c = s->clients; c; c = next) {
+        next = c->next;
+        cl_update(c);
+    }
+}
+
+int server_client_count(const struct server *s)
+{
+    return s->nclients;
+}

@@ -1,0 +1,28 @@
+/* server.h — the RESP endpoint: application connections, each paired with its own upstream connection. */
+#ifndef FG_SERVER_H
+#define FG_SERVER_H
+
+#include <stddef.h>
+
+struct event_base;
+struct cfg;
+struct upstream;
+struct server;
+
+/* Binds the RESP listener from cfg and starts accepting. Returns NULL with a reason in err (the
+ * address is in use, out of memory, ...). cfg and up must outlive the server. */
+struct server *server_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
+                          char *err, size_t errlen);
+
+/* Closes every connection and the listener at once; NULL is a no-op. */
+void server_free(struct server *s);
+
+/* Stops accepting and lets each connection finish what it has in flight: idle connections close
+ * now, others once their pending replies have been written. Calls done(arg) once no connection is
+ * left (possibly before returning). */
+void server_drain(struct server *s, void (*done)(void *arg), void *arg);
+
+/* Connections open now. */
+int server_client_count(const struct server *s);
+
+#endif

@@ -1,0 +1,401 @@
+/* upstream.c — the upstream Redis as a whole: address, health probe with backoff, command table. */
+#include "upstream.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "cmdtable.h"
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "resp.h"
+
+#define UP_PROBE_INTERVAL_MS 1000
+#define UP_PROBE_TIMEOUT_MS  2000
+#define UP_BACKOFF_MIN_MS    100
+#define UP_BACKOFF_MAX_MS    5000
+#define UP_MAX_REPLY         (16 * 1024 * 1024) /* a COMMAND reply is ~250 KB */
+
+enum up_probe_state { UP_IDLE, UP_CONNECTING, UP_WAITING };
+
+struct upstream {
+    struct event_base *base;
+    char name[300];
+    char host[256];
+    int port;
+    struct net_addr addr;
+    int have_addr;
+    int up;
+    char error[256];
+    struct cmd_table *commands;
+
+    char prelude[1024];
+    size_t prelude_len;
+    int prelude_replies;
+
+    /* the probe connection */
+    enum up_probe_state state;
+    int fd;
+    struct event *ev;    /* fd readiness */
+    struct event *timer; /* next probe, or the deadline of the current one */
+    struct buf in;
+    struct resp_scanner scan;
+    size_t scanned;
+    int expect;          /* replies still expected in this round */
+    int reply_index;     /* index of the next reply in this round */
+    int want_commands;   /* this round asked for COMMAND */
+    int backoff_ms;
+};
+
+static void up_schedule(struct upstream *u, int ms);
+static int up_send_round(struct upstream *u, int fresh);
+
+/* Appends one command in multibulk form to out. Returns the new length, or cap on overflow. */
+static size_t up_encode(char *out, size_t len, size_t cap, int argc, const char **argv)
+{
+    int n = snprintf(out + len, cap - len, "*%d\r\n", argc);
+
+    if (n < 0 || (size_t)n >= cap - len)
+        return cap;
+    len += (size_t)n;
+    for (int i = 0; i < argc; i++) {
+        n = snprintf(out + len, cap - len, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
+        if (n < 0 || (size_t)n >= cap - len)
+            return cap;
+        len += (size_t)n;
+    }
+    return len;
+}
+
+static void up_build_prelude(struct upstream *u, const struct cfg_url *url)
+{
+    size_t len = 0, cap = sizeof(u->prelude);
+
+    u->prelude_replies = 0;
+    if (url->password[0]) {
+        const char *auth2[] = {"AUTH", url->password};
+        const char *auth3[] = {"AUTH", url->user, url->password};
+        if (url->user[0])
+            len = up_encode(u->prelude, len, cap, 3, auth3);
+        else
+            len = up_encode(u->prelude, len, cap, 2, auth2);
+        u->prelude_replies++;
+    }
+    if (url->db != 0 && len < cap) {
+        char db[16];
+        const char *sel[] = {"SELECT", db};
+        snprintf(db, sizeof(db), "%d", url->db);
+        len = up_encode(u->prelude, len, cap, 2, sel);
+        u->prelude_replies++;
+    }
+    u->prelude_len = len < cap ? len : 0;
+}
+
+static void up_set_state(struct upstream *u, int up, const char *why)
+{
+    if (up && !u->up)
+        log_info("upstream %s is up", u->name);
+    else if (!up && (u->up || strcmp(u->error, why) != 0))
+        log_warn("upstream %s is down: %s", u->name, why);
+    u->up = up;
+    snprintf(u->error, sizeof(u->error), "%s", up ? "" : why);
+    fg_metrics.gauge[G_UPSTREAM_UP] = up;
+}
+
+static void up_close_probe(struct upstream *u)
+{
+    if (u->ev) {
+        event_free(u->ev);
+        u->ev = NULL;
+    }
+    if (u->fd >= 0) {
+        close(u->fd);
+        u->fd = -1;
+    }
+    buf_free(&u->in);
+    u->state = UP_IDLE;
+}
+
+/* Marks the upstream down, drops the probe connection and retries after a growing delay. */
+static void up_fail(struct upstream *u, const char *why)
+{
+    up_set_state(u, 0, why);
+    up_close_probe(u);
+    u->backoff_ms = u->backoff_ms ? u->backoff_ms * 2 : UP_BACKOFF_MIN_MS;
+    if (u->backoff_ms > UP_BACKOFF_MAX_MS)
+        u->backoff_ms = UP_BACKOFF_MAX_MS;
+    /* Jitter keeps a fleet of sidecars from probing a restarting Redis in lockstep. */
+    up_schedule(u, u->backoff_ms / 2 + rand() % (u->backoff_ms / 2 + 1));
+}
+
+static void up_schedule(struct upstream *u, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    evtimer_add(u->timer, &tv);
+}
+
+/* Handles one complete reply of the current round. Returns 0, or -1 after up_fail(). */
+static int up_on_reply(struct upstream *u, const char *r, size_t len)
+{
+    char why[256];
+    int idx = u->reply_index++;
+
+    if (idx < u->prelude_replies) {
+        if (r[0] == '-') {
+            snprintf(why, sizeof(why), "upstream rejected %s: %.*s",
+                     idx == 0 && u->prelude_replies > 1 ? "AUTH" : "AUTH/SELECT",
+                     (int)(len > 200 ? 200 : len - 2), r + 1);
+            up_fail(u, why);
+            return -1;
+        }
+        return 0;
+    }
+    if (idx == u->prelude_replies) { /* PING */
+        if (r[0] != '+') {
+            snprintf(why, sizeof(why), "PING answered %.*s", (int)(len > 200 ? 200 : len - 2),
+                     r);
+            up_fail(u, why);
+            return -1;
+        }
+        return 0;
+    }
+    if (u->want_commands) { /* COMMAND */
+        int err = 0;
+        struct cmd_table *t = cmd_table_parse(r, len, &err);
+        if (!t) {
+            log_warn("upstream %s: cannot read its COMMAND reply (%s); writes cannot be "
+                     "classified until it can",
+                     u->name, fg_strerror(err));
+        } else {
+            cmd_table_free(u->commands);
+            u->commands = t;
+            log_info("upstream %s: %zu commands described", u->name, cmd_table_count(t));
+        }
+    }
+    return 0;
+}
+
+static void up_on_timer(evutil_socket_t fd, short what, void *arg);
+
+static void up_on_io(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream *u = arg;
+    char why[256];
+
+    if (u->state == UP_CONNECTING) {
+        int e = net_connect_result(u->fd);
+        if (e != 0) {
+            snprintf(why, sizeof(why), "connect: %s", strerror(e));
+            metrics_inc(&fg_metrics, M_UPSTREAM_CONNECT_ERRORS, 1);
+            up_fail(u, why);
+            return;
+        }
+        if (up_send_round(u, 1) < 0) {
+            up_fail(u, "cannot write to the upstream");
+            return;
+        }
+        u->state = UP_WAITING;
+        event_free(u->ev);
+        u->ev = event_new(u->base, u->fd, EV_READ | EV_PERSIST, up_on_io, u);
+        event_add(u->ev, NULL);
+        return;
+    }
+    for (;;) {
+        ssize_t n;
+        if (buf_reserve(&u->in, 65536) != FG_OK) {
+            up_fail(u, "out of memory");
+            return;
+        }
+        n = read(u->fd, u->in.data + u->in.end, u->in.cap - u->in.end);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            snprintf(why, sizeof(why), "%s", n == 0 ? "connection closed" : strerror(errno));
+            up_fail(u, why);
+            return;
+        }
+        if (n < 0)
+            break;
+        u->in.end += (size_t)n;
+    }
+    while (u->expect > 0 && buf_len(&u->in) > u->scanned) {
+        size_t used = 0;
+        int rc = resp_scan_reply(&u->scan, buf_head(&u->in) + u->scanned,
+                                 buf_len(&u->in) - u->scanned, &used);
+        u->scanned += used;
+        if (rc == RESP_SCAN_INVALID || u->scanned > UP_MAX_REPLY) {
+            up_fail(u, "protocol error in reply");
+            return;
+        }
+        if (rc != RESP_SCAN_DONE)
+            break;
+        if (up_on_reply(u, buf_head(&u->in), u->scanned) < 0)
+            return;
+        buf_consume(&u->in, u->scanned);
+        u->scanned = 0;
+        u->expect--;
+    }
+    if (u->expect == 0 && u->state == UP_WAITING) {
+        u->state = UP_IDLE;
+        u->backoff_ms = 0;
+        up_set_state(u, 1, "");
+        evtimer_del(u->timer);
+        up_schedule(u, UP_PROBE_INTERVAL_MS);
+    }
+}
+
+/* Sends one probe round on the (connected or connecting) probe socket. */
+static int up_send_round(struct upstream *u, int fresh)
+{
+    char req[1200];
+    size_t len = 0;
+    ssize_t n;
+
+    u->want_commands = fresh; /* the server may have been upgraded while we were away */
+    u->reply_index = fresh ? 0 : u->prelude_replies;
+    if (fresh && u->prelude_len) {
+        memcpy(req, u->prelude, u->prelude_len);
+        len = u->prelude_len;
+    }
+    memcpy(req + len, "*1\r\n$4\r\nPING\r\n", 14);
+    len += 14;
+    if (u->want_commands) {
+        memcpy(req + len, "*1\r\n$7\r\nCOMMAND\r\n", 17);
+        len += 17;
+    }
+    u->expect = (fresh ? u->prelude_replies : 0) + 1 + u->want_commands;
+    resp_scanner_init(&u->scan);
+    u->scanned = 0;
+    /* A probe round is tiny; if the socket cannot take it whole, the upstream is in trouble. */
+    n = write(u->fd, req, len);
+    return n == (ssize_t)len ? 0 : -1;
+}
+
+static void up_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream *u = arg;
+    char err[256];
+
+    if (u->state != UP_IDLE) { /* the deadline of a probe in flight passed */
+        up_fail(u, u->state == UP_CONNECTING ? "connect timed out" : "PING timed out");
+        return;
+    }
+    if (u->fd >= 0) { /* a healthy connection: just PING again */
+        if (up_send_round(u, 0) < 0) {
+            up_fail(u, "cannot write to the upstream");
+            return;
+        }
+        u->state = UP_WAITING;
+        up_schedule(u, UP_PROBE_TIMEOUT_MS);
+        return;
+    }
+    if (net_resolve(u->host, u->port, &u->addr, err, sizeof(err)) != FG_OK) {
+        up_fail(u, err);
+        return;
+    }
+    u->have_addr = 1;
+    u->fd = net_connect(&u->addr);
+    if (u->fd < 0) {
+        snprintf(err, sizeof(err), "connect: %s", strerror(errno));
+        metrics_inc(&fg_metrics, M_UPSTREAM_CONNECT_ERRORS, 1);
+        up_fail(u, err);
+        return;
+    }
+    /* The first round is sent from the write callback, once the connect completed. */
+    u->state = UP_CONNECTING;
+    u->ev = event_new(u->base, u->fd, EV_WRITE, up_on_io, u);
+    event_add(u->ev, NULL);
+    up_schedule(u, UP_PROBE_TIMEOUT_MS);
+    u->expect = 0;
+}
+
+struct upstream *upstream_new(struct event_base *base, const struct cfg_url *url, char *err,
+                              size_t errlen)
+{
+    struct upstream *u = calloc(1, sizeof(*u));
+
+    if (!u) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    u->base = base;
+    u->fd = -1;
+    snprintf(u->host, sizeof(u->host), "%s", url->hosts[0].host);
+    u->port = url->hosts[0].port;
+    snprintf(u->name, sizeof(u->name), "redis://%s%s%s:%d%s", strchr(u->host, ':') ? "[" : "",
+             u->host, strchr(u->host, ':') ? "]" : "", u->port, url->db ? "/" : "");
+    if (url->db) {
+        size_t l = strlen(u->name);
+        snprintf(u->name + l, sizeof(u->name) - l, "%d", url->db);
+    }
+    up_build_prelude(u, url);
+    snprintf(u->error, sizeof(u->error), "not probed yet");
+    if (net_resolve(u->host, u->port, &u->addr, err, errlen) == FG_OK)
+        u->have_addr = 1;
+    u->timer = evtimer_new(base, up_on_timer, u);
+    if (!u->timer) {
+        snprintf(err, errlen, "out of memory");
+        free(u);
+        return NULL;
+    }
+    up_schedule(u, 0);
+    return u;
+}
+
+void upstream_free(struct upstream *u)
+{
+    if (!u)
+        return;
+    up_close_probe(u);
+    if (u->timer)
+        event_free(u->timer);
+    cmd_table_free(u->commands);
+    free(u);
+}
+
+int upstream_is_up(const struct upstream *u)
+{
+    return u->up;
+}
+
+const char *upstream_name(const struct upstream *u)
+{
+    return u->name;
+}
+
+const char *upstream_error(const struct upstream *u)
+{
+    return u->error;
+}
+
+const struct net_addr *upstream_addr(const struct upstream *u)
+{
+    return u->have_addr ? &u->addr : NULL;
+}
+
+const struct cmd_table *upstream_commands(const struct upstream *u)
+{
+    return u->commands;
+}
+
+const char *upstream_prelude(const struct upstream *u, size_t *len, int *nreplies)
+{
+    *len = u->prelude_len;
+    *nreplies = u->prelude_replies;
+    return u->prelude;
+}
+
+void upstream_report_failure(struct upstream *u, const char *why)
+{
+    if (!u->up)
+        return;
+    /* Trust the session's evidence now; the probe decides when the upstream is back. */
+    up_close_probe(u);
+    evtimer_del(u->timer);
+    u->backoff_ms = 0;
+    up_fail(u, why);
+}

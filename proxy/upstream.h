@@ -1,0 +1,38 @@
+/* upstream.h — the upstream Redis as a whole: address, health probe with backoff, command table. */
+#ifndef FG_UPSTREAM_H
+#define FG_UPSTREAM_H
+
+#include <stddef.h>
+
+#include "fg_error.h"
+#include "net.h"
+
+struct event_base;
+struct cfg_url;
+struct cmd_table;
+struct upstream;
+
+/* Creates the upstream for url and starts probing it at once (PING, and COMMAND after each
+ * connect). Returns NULL with a reason in err when out of memory. */
+struct upstream *upstream_new(struct event_base *base, const struct cfg_url *url, char *err,
+                              size_t errlen);
+void upstream_free(struct upstream *u); /* NULL is a no-op */
+
+/* 1 when the last probe got an answer; sessions only try to connect while this holds. */
+int upstream_is_up(const struct upstream *u);
+/* "redis://127.0.0.1:6379" (never the password). */
+const char *upstream_name(const struct upstream *u);
+/* Why the upstream is down ("connection refused", ...); "" when up. */
+const char *upstream_error(const struct upstream *u);
+/* The resolved address sessions connect to; NULL when it could not be resolved. */
+const struct net_addr *upstream_addr(const struct upstream *u);
+/* Command metadata from the upstream's COMMAND reply; NULL until the first probe fetched it. */
+const struct cmd_table *upstream_commands(const struct upstream *u);
+/* Bytes each new upstream connection must send first (AUTH / SELECT from the URL), and how many
+ * replies they produce; *len is 0 when there is nothing to send. */
+const char *upstream_prelude(const struct upstream *u, size_t *len, int *nreplies);
+
+/* A session failed to reach the upstream: mark it down now and probe again soon. */
+void upstream_report_failure(struct upstream *u, const char *why);
+
+#endif
