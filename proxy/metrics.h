@@ -20,6 +20,17 @@ enum metric_counter {
     M_UPSTREAM_DROPS,          /* upstream connections lost while in use */
     M_UNAVAILABLE_REPLIES,     /* commands answered -UNAVAILABLE */
     M_HTTP_REQUESTS,
+    M_LOCKS_ACQUIRED,       /* FENCE.ACQUIRE / POST /v1/locks granted */
+    M_LOCKS_BUSY,           /* acquisitions refused: held by another after the wait */
+    M_LOCKS_RELEASED,       /* released by the application or at session end */
+    M_LOCKS_LOST,           /* renewal refused or late, lease ran out */
+    M_LOCK_RENEWALS,        /* lock leases extended (from the lock client) */
+    M_LOCK_RENEWAL_TRIPS,   /* renewal round trips (one per session per TTL/3) */
+    M_TOKEN_REPAIRS,        /* token counters raised past a store's mark */
+    M_FENCED_WRITES,        /* writes sent as fenced scripts */
+    M_STALE_REFUSED,        /* fenced writes the store refused: token older than its mark */
+    M_NOLOCK_REFUSED,       /* writes to protected keys without their lock */
+    M_LOCKLOST_REFUSED,     /* writes under a lock the session lost */
     M_COUNTER_MAX
 };
 
@@ -33,10 +44,12 @@ enum metric_gauge {
 /* Histograms (latency in microseconds, fixed log-spaced buckets). */
 enum metric_hist {
     H_COMMAND_LATENCY = 0, /* from forwarding a command to the end of its reply */
+    H_LOCK_WAIT,           /* from FENCE.ACQUIRE to its answer */
+    H_LOCK_HOLD,           /* from grant to release or loss */
     H_HIST_MAX
 };
 
-#define METRICS_BUCKETS 16
+#define METRICS_BUCKETS 20
 
 struct metrics {
     uint64_t counter[M_COUNTER_MAX];

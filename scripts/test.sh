@@ -21,7 +21,7 @@ clang-format --dry-run --Werror "${sources[@]}"
 echo "formatted: ${#sources[@]} files"
 
 stage "build (-Werror) and test"
-cmake -S . -B build -DFG_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DFG_TESTS=ON -DFG_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j 2)
 

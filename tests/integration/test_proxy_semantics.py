@@ -1,0 +1,406 @@
+"""Redis semantics through fencegate's RESP endpoint: what an application that swaps its Redis
+address for fencegate's relies on (DESIGN.md §2, "Drop-in")."""
+
+import os
+import subprocess
+import time
+import unittest
+
+import harness  # first: it makes sure redis-py is importable
+from harness import Err, FgTestCase, Push, Status, encode
+
+import redis  # noqa: E402
+
+
+class ProxySemantics(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.fg = self.start_fencegate(self.redis)
+        self.r = self.fg.client()
+        self.addCleanup(self.r.close)
+        self.direct = self.redis.client()
+        self.addCleanup(self.direct.close)
+
+    def raw(self, timeout=5.0):
+        return super().raw(self.fg.resp_port, timeout)
+
+    # -- pipelines --------------------------------------------------------------------------
+
+    def test_pipeline_1000_mixed_commands_replies_in_order(self):
+        p = self.r.pipeline(transaction=False)
+        expected = []
+        counter = 0
+        for i in range(1000):
+            kind = i % 6
+            if kind == 0:
+                p.set("pk:%d" % i, "v%d" % i)
+                expected.append(True)
+            elif kind == 1:
+                p.get("pk:%d" % (i - 1))
+                expected.append(b"v%d" % (i - 1))
+            elif kind == 2:
+                p.incr("pcounter")
+                counter += 1
+                expected.append(counter)
+            elif kind == 3:
+                p.rpush("plist", i)
+                expected.append(len([j for j in range(i + 1) if j % 6 == 3]))
+            elif kind == 4:
+                p.echo("e%d" % i)
+                expected.append(b"e%d" % i)
+            else:
+                p.incr("pk:%d" % (i - 5))  # not an integer: an error in the middle
+                expected.append("ERR")
+        got = p.execute(raise_on_error=False)
+        self.assertEqual(len(got), 1000)
+        for i, (g, e) in enumerate(zip(got, expected)):
+            if e == "ERR":
+                self.assertIsInstance(g, redis.ResponseError, "reply %d" % i)
+                self.assertIn("not an integer", str(g))
+            else:
+                self.assertEqual(g, e, "reply %d out of order or wrong" % i)
+        self.assertEqual(self.direct.llen("plist"), 1000 // 6 + (1 if 1000 % 6 > 3 else 0))
+
+    def test_raw_pipeline_in_one_write_replies_in_order(self):
+        c = self.raw()
+        c.send(b"".join(encode("ECHO", "m%d" % i) for i in range(1000)))
+        for i in range(1000):
+            self.assertEqual(c.read_reply(), b"m%d" % i)
+        self.assertEqual(c.read_available(0.2), b"", "extra bytes after the pipeline")
+
+    def test_pipeline_split_at_every_byte(self):
+        # A request that arrives one byte at a time must be handled like one arriving whole.
+        c = self.raw()
+        data = encode("SET", "split", "a\r\nb") + b"GET split\r\n" + encode("PING")
+        for i in range(len(data)):
+            c.send(data[i:i + 1])
+            time.sleep(0.001)
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), b"a\r\nb")
+        self.assertEqual(c.read_reply(), "PONG")
+
+    # -- per-connection state ---------------------------------------------------------------
+
+    def test_select_is_per_connection(self):
+        a = self.fg.client(single_connection_client=True)
+        b = self.fg.client(single_connection_client=True)
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        self.assertTrue(a.execute_command("SELECT", 3))
+        a.set("sel", "db3")
+        self.assertIsNone(b.get("sel"), "SELECT on one connection leaked into another")
+        b.set("sel", "db0")
+        self.assertEqual(a.get("sel"), b"db3")
+        self.assertEqual(self.redis.client(db=3).get("sel"), b"db3")
+        self.assertEqual(self.direct.get("sel"), b"db0")
+
+    def test_multi_exec_and_discard(self):
+        c = self.raw()
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SET", "tx", "1"), "QUEUED")
+        self.assertEqual(c.call("INCR", "tx"), "QUEUED")
+        self.assertIsNone(self.direct.get("tx"), "a queued command ran before EXEC")
+        self.assertEqual(c.call("EXEC"), ["OK", 2])
+        self.assertEqual(self.direct.get("tx"), b"2")
+
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SET", "tx", "discarded"), "QUEUED")
+        self.assertEqual(c.call("DISCARD"), "OK")
+        self.assertEqual(self.direct.get("tx"), b"2")
+        self.assertEqual(c.call("EXEC"), Err("ERR EXEC without MULTI"))
+
+        # A queuing error aborts the whole transaction, as in Redis.
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SET", "tx", "3"), "QUEUED")
+        self.assertTrue(c.call("NOSUCHCMD").startswith("ERR unknown command"))
+        self.assertTrue(c.call("EXEC").startswith("EXECABORT"))
+        self.assertEqual(self.direct.get("tx"), b"2")
+
+    def test_redis_py_transaction(self):
+        p = self.r.pipeline(transaction=True)
+        p.set("rtx", 5).incrby("rtx", 10).get("rtx")
+        self.assertEqual(p.execute(), [True, 15, b"15"])
+
+    def test_watch_aborts_when_another_connection_writes(self):
+        self.direct.set("wk", "0")
+        a = self.raw()
+        other = self.fg.client()
+        self.addCleanup(other.close)
+        self.assertEqual(a.call("WATCH", "wk"), "OK")
+        other.set("wk", "changed")
+        self.assertEqual(a.call("MULTI"), "OK")
+        self.assertEqual(a.call("SET", "wk", "mine"), "QUEUED")
+        self.assertIsNone(a.call("EXEC"), "EXEC ran although a watched key changed")
+        self.assertEqual(self.direct.get("wk"), b"changed")
+        # Without interference the same sequence commits.
+        self.assertEqual(a.call("WATCH", "wk"), "OK")
+        self.assertEqual(a.call("MULTI"), "OK")
+        self.assertEqual(a.call("SET", "wk", "mine"), "QUEUED")
+        self.assertEqual(a.call("EXEC"), ["OK"])
+        self.assertEqual(self.direct.get("wk"), b"mine")
+
+    def test_blpop_blocks_until_push_and_pipelined_reply_follows(self):
+        a = self.raw()
+        a.send(encode("BLPOP", "bq", "10") + encode("ECHO", "after"))
+        self.assertEqual(a.read_available(0.5), b"", "BLPOP answered before anything was pushed")
+        self.assertEqual(self.r.lpush("bq", "item"), 1)
+        t0 = time.monotonic()
+        self.assertEqual(a.read_reply(timeout=5), [b"bq", b"item"])
+        self.assertLess(time.monotonic() - t0, 2.0, "BLPOP woke late")
+        self.assertEqual(a.read_reply(), b"after")
+        # The other connection was not blocked meanwhile.
+        self.assertEqual(self.r.ping(), True)
+
+    def test_blpop_timeout_returns_nil(self):
+        a = self.raw()
+        t0 = time.monotonic()
+        self.assertIsNone(a.call("BLPOP", "nothing-here", "0.3", timeout=5))
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+
+    # -- pub/sub ----------------------------------------------------------------------------
+
+    def _get_message(self, p, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = p.get_message(timeout=0.2)
+            if m is not None:
+                return m
+        self.fail("no pub/sub message within %.0fs" % timeout)
+
+    def test_pubsub_resp2_with_redis_py(self):
+        p = self.r.pubsub()
+        self.addCleanup(p.close)
+        p.subscribe("news")
+        p.psubscribe("ev.*")
+        self.assertEqual(self._get_message(p)["type"], "subscribe")
+        self.assertEqual(self._get_message(p)["type"], "psubscribe")
+        self.assertEqual(self.r.publish("news", "hello"), 1)
+        self.assertEqual(self.r.publish("ev.one", "pat"), 1)
+        self.assertEqual(self.r.publish("other", "x"), 0)
+        m = self._get_message(p)
+        self.assertEqual((m["type"], m["channel"], m["data"]), ("message", b"news", b"hello"))
+        m = self._get_message(p)
+        self.assertEqual((m["type"], m["pattern"], m["channel"], m["data"]),
+                         ("pmessage", b"ev.*", b"ev.one", b"pat"))
+        p.unsubscribe("news")
+        p.punsubscribe("ev.*")
+        self.assertEqual(self._get_message(p)["type"], "unsubscribe")
+        self.assertEqual(self._get_message(p)["type"], "punsubscribe")
+        self.assertEqual(self.r.publish("news", "gone"), 0)
+
+    def test_pubsub_resp2_back_to_normal_commands_on_same_connection(self):
+        c = self.raw()
+        self.assertEqual(c.call("SUBSCRIBE", "c1", "c2"), [b"subscribe", b"c1", 1])
+        self.assertEqual(c.read_reply(), [b"subscribe", b"c2", 2])
+        # RESP2 subscribed mode refuses normal commands, exactly as Redis does.
+        r = c.call("GET", "x")
+        self.assertIsInstance(r, Err)
+        self.assertIn("only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET", r)
+        self.assertEqual(c.call("PING"), [b"pong", b""])
+        self.assertEqual(self.r.publish("c2", "m"), 1)
+        self.assertEqual(c.read_reply(), [b"message", b"c2", b"m"])
+        c.cmd("UNSUBSCRIBE")
+        got = [c.read_reply(), c.read_reply()]
+        self.assertEqual(sorted(g[1] for g in got), [b"c1", b"c2"])
+        self.assertEqual(got[-1][2], 0)
+        self.assertEqual(c.call("SET", "x", "1"), "OK")
+        self.assertEqual(c.call("GET", "x"), b"1")
+        self.assertEqual(c.call("PING"), "PONG")
+
+    def test_resp3_subscribe_push_frames(self):
+        c = self.raw()
+        hello = c.call("HELLO", "3")
+        self.assertIsInstance(hello, dict)
+        self.assertEqual(hello[b"proto"], 3)
+        sub = c.call("SUBSCRIBE", "r3")
+        self.assertIsInstance(sub, Push, "subscribe confirmation must be a '>' push frame")
+        self.assertEqual(list(sub), [b"subscribe", b"r3", 1])
+        self.assertEqual(self.r.publish("r3", "p1"), 1)
+        # The push arrives with no command in flight on this connection.
+        m = c.read_reply(timeout=5)
+        self.assertIsInstance(m, Push)
+        self.assertEqual(list(m), [b"message", b"r3", b"p1"])
+        # RESP3 allows normal commands while subscribed; a message published before the command
+        # comes before its reply.
+        self.assertEqual(self.r.publish("r3", "p2"), 1)
+        c.cmd("SET", "r3key", "v")
+        m = c.read_reply()
+        self.assertEqual((type(m), list(m)), (Push, [b"message", b"r3", b"p2"]))
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.call("GET", "r3key"), b"v")
+
+    def test_resp3_client_tracking_invalidation_pushes(self):
+        c = self.raw()
+        self.assertEqual(c.call("HELLO", "3")[b"proto"], 3)
+        self.assertEqual(c.call("CLIENT", "TRACKING", "on"), "OK")
+        self.assertIsNone(c.call("GET", "tk1"))
+        self.assertIsNone(c.call("GET", "tk2"))
+        self.r.set("tk1", "x")
+        # Unsolicited push while idle.
+        m = c.read_reply(timeout=5)
+        self.assertEqual((type(m), list(m)), (Push, [b"invalidate", [b"tk1"]]))
+        # A push interleaved with normal replies keeps its place in the stream.
+        self.assertEqual(c.call("GET", "tk1"), b"x")
+        self.r.set("tk2", "y")
+        c.send(encode("PING") + encode("GET", "tk2"))
+        m = c.read_reply()
+        self.assertEqual((type(m), list(m)), (Push, [b"invalidate", [b"tk2"]]))
+        self.assertEqual(c.read_reply(), "PONG")
+        self.assertEqual(c.read_reply(), b"y")
+        self.assertEqual(c.read_available(0.2), b"")
+
+    # -- CLIENT ... -------------------------------------------------------------------------
+
+    def test_client_setname_getname_and_id_per_connection(self):
+        a, b = self.raw(), self.raw()
+        self.assertEqual(a.call("CLIENT", "SETNAME", "alpha"), "OK")
+        self.assertEqual(a.call("CLIENT", "GETNAME"), b"alpha")
+        self.assertIsNone(b.call("CLIENT", "GETNAME"), "client name leaked to another connection")
+        ida, idb = a.call("CLIENT", "ID"), b.call("CLIENT", "ID")
+        self.assertIsInstance(ida, int)
+        self.assertNotEqual(ida, idb, "two client connections share one upstream connection")
+        self.assertEqual(a.call("CLIENT", "ID"), ida, "CLIENT ID changed within one connection")
+        names = [l for l in self.direct.client_list() if l.get("name") == "alpha"]
+        self.assertEqual(len(names), 1)
+        self.assertEqual(int(names[0]["id"]), ida)
+
+    def test_client_kill_of_another_connection(self):
+        victim, killer = self.raw(), self.raw()
+        vid = victim.call("CLIENT", "ID")
+        self.assertEqual(killer.call("CLIENT", "KILL", "ID", str(vid)), 1)
+        # Redis closed the victim's upstream connection: the victim sees its connection end
+        # (optionally after an -UNAVAILABLE), never a normal reply.
+        try:
+            victim.cmd("PING")
+        except OSError:
+            pass
+        rest = victim.read_until_close(timeout=5)
+        self.assertTrue(rest == b"" or rest.startswith(b"-UNAVAILABLE"),
+                        "killed connection got %r" % rest[:100])
+        self.assertEqual(killer.call("PING"), "PONG")
+        ids = [int(l["id"]) for l in self.direct.client_list()]
+        self.assertNotIn(vid, ids)
+
+    def test_client_reply_off_skip_on(self):
+        c = self.raw()
+        c.send(b"".join([
+            encode("CLIENT", "REPLY", "OFF"),
+            encode("SET", "ro", "1"),
+            encode("PING"),
+            encode("CLIENT", "REPLY", "ON"),
+            encode("GET", "ro"),
+            encode("CLIENT", "REPLY", "SKIP"),
+            encode("SET", "rs", "2"),
+            encode("ECHO", "x"),
+        ]))
+        expected = b"+OK\r\n$1\r\n1\r\n$1\r\nx\r\n"
+        self.assertEqual(c.read_exact(len(expected)), expected)
+        self.assertEqual(c.read_available(0.3), b"", "a suppressed reply was sent after all")
+        # The silenced commands still ran.
+        self.assertEqual(self.direct.mget("ro", "rs"), [b"1", b"2"])
+        self.assertEqual(c.call("PING"), "PONG")
+        # OFF then replies resume correctly across separate writes, too.
+        self.assertIsNone(c.send(encode("CLIENT", "REPLY", "OFF")))
+        self.assertEqual(c.read_available(0.2), b"")
+        c.cmd("INCR", "roc")
+        self.assertEqual(c.read_available(0.2), b"")
+        self.assertEqual(c.call("CLIENT", "REPLY", "ON"), "OK")
+        self.assertEqual(c.call("INCR", "roc"), 2)
+
+    def test_monitor_sees_other_connections(self):
+        m = self.raw()
+        self.assertEqual(m.call("MONITOR"), "OK")
+        self.r.set("monkey", "val")
+        deadline = time.monotonic() + 5
+        seen = []
+        while time.monotonic() < deadline:
+            line = m.read_reply(timeout=max(0.1, deadline - time.monotonic()))
+            seen.append(line)
+            if '"set" "monkey" "val"' in line.lower():
+                break
+        else:
+            self.fail("MONITOR did not show the SET; saw %r" % seen)
+        self.assertIsInstance(seen[-1], Status)
+
+    def test_quit_replies_ok_then_closes(self):
+        c = self.raw()
+        c.send(encode("QUIT") + encode("PING"))
+        self.assertEqual(c.read_until_close(timeout=5), b"+OK\r\n")
+        self.assertEqual(self.r.ping(), True)
+
+    # -- inline, binary, sizes --------------------------------------------------------------
+
+    def test_inline_commands(self):
+        c = self.raw()
+        c.send(b"PING\r\n")
+        self.assertEqual(c.read_reply(), "PONG")
+        c.send(b"SET a b\n")
+        self.assertEqual(c.read_reply(), "OK")
+        c.send(b'SET k "a b"\r\nGET k\r\n')
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), b"a b")
+        c.send(b"SET k2 \"x\\ny\\x41\"\r\nSET k3 'c d'\r\n  GET   k2  \r\n")
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), b"x\nyA")
+        self.assertEqual(self.direct.mget("a", "k", "k3"), [b"b", b"a b", b"c d"])
+        # Inline and multibulk mixed in one write.
+        c.send(b"ECHO one\r\n" + encode("ECHO", "two") + b"ECHO three\n")
+        self.assertEqual([c.read_reply() for _ in range(3)], [b"one", b"two", b"three"])
+
+    def test_binary_safe_values(self):
+        value = b"\x00\r\nbinary\r\n\x00\xff\xfe*3\r\n$-1\r\n"
+        key = b"bin\x00key\r\n"
+        self.assertTrue(self.r.set(key, value))
+        self.assertEqual(self.r.get(key), value)
+        self.assertEqual(self.direct.get(key), value)
+        c = self.raw()
+        self.assertEqual(c.call("GET", key), value)
+        every = bytes(range(256)) * 4
+        self.assertEqual(c.call("SET", "every", every), "OK")
+        self.assertEqual(self.direct.get("every"), every)
+
+    def test_20mb_value_intact(self):
+        big = os.urandom(1024) * (20 * 1024)  # 20 MiB
+        self.assertTrue(self.r.set("big20", big))
+        got = self.r.get("big20")
+        self.assertEqual(len(got), len(big))
+        self.assertEqual(harness.sha(got), harness.sha(big))
+        self.assertEqual(harness.sha(self.direct.get("big20")), harness.sha(big))
+
+    def test_empty_line_and_zero_multibulk_get_no_reply(self):
+        c = self.raw()
+        c.send(b"\r\n*0\r\n\n*-1\r\nPING\r\n")
+        self.assertEqual(c.read_exact(7), b"+PONG\r\n")
+        self.assertEqual(c.read_available(0.3), b"", "an empty request was answered")
+
+    # -- redis-cli --------------------------------------------------------------------------
+
+    def _cli(self, *args, input=None):
+        p = subprocess.run([harness.REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.fg.resp_port)]
+                           + list(args), input=input, capture_output=True, timeout=30,
+                           env=harness.clean_env())
+        return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+    def test_redis_cli_one_shot(self):
+        self.assertEqual(self._cli("SET", "cli", "hello world")[:2], (0, "OK\n"))
+        self.assertEqual(self._cli("GET", "cli")[:2], (0, "hello world\n"))
+        self.assertEqual(self._cli("-n", "2", "SET", "cli", "db2")[:2], (0, "OK\n"))
+        self.assertEqual(self._cli("GET", "cli")[:2], (0, "hello world\n"))
+        rc, out, _ = self._cli("INFO", "server")
+        self.assertEqual(rc, 0)
+        self.assertIn("redis_version:", out)
+
+    def test_redis_cli_pipe_mode(self):
+        n = 20000
+        data = b"".join(encode("SET", "pipe:%d" % i, "v%d" % i) for i in range(n))
+        rc, out, err = self._cli("--pipe", input=data)
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("errors: 0, replies: %d" % n, out)
+        self.assertEqual(self.direct.dbsize(), n)
+        self.assertEqual(self.direct.get("pipe:%d" % (n - 1)), b"v%d" % (n - 1))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,168 @@
+"""The upstream Redis going away and coming back, and a slow reader: fencegate answers
+-UNAVAILABLE instead of hanging, recovers without a restart, and keeps its memory bounded."""
+
+import os
+import time
+import unittest
+
+import harness
+from harness import Err, FgTestCase, encode
+
+
+def metric(fg, name):
+    return fg.metrics().get(name)
+
+
+class UpstreamDown(FgTestCase):
+
+    def test_upstream_down_at_start_then_recovers(self):
+        redis_srv = self.make_redis()  # port reserved, not started
+        fg = self.start_fencegate(redis_srv, readyz=False)
+        where = "127.0.0.1:%d" % redis_srv.port
+
+        self.assertEqual(fg.http("/healthz")[0], 200, "alive even without an upstream")
+        self.assertEqual(fg.http("/readyz")[0], 503, "ready although the upstream is down")
+
+        c = self.raw(fg.resp_port)
+        r = c.call("PING")
+        self.assertIsInstance(r, Err, "PING with no upstream got %r" % (r,))
+        self.assertTrue(r.startswith("UNAVAILABLE "), r)
+        self.assertIn(where, r, "the error must name the upstream")
+
+        harness.wait_until(lambda: metric(fg, "fencegate_upstream_connect_errors_total") >= 1,
+                           5, 0.1, "upstream_connect_errors_total to count the failure")
+        self.assertEqual(metric(fg, "fencegate_upstream_up"), 0)
+        errors_while_down = metric(fg, "fencegate_upstream_connect_errors_total")
+
+        # A second client meets the same clear error, not a hang.
+        c2 = self.raw(fg.resp_port)
+        self.assertTrue(c2.call("GET", "k", timeout=5).startswith("UNAVAILABLE "))
+
+        redis_srv.start()
+        t0 = time.monotonic()
+
+        def works():
+            cl = fg.client(socket_timeout=2)
+            try:
+                return cl.set("back", "yes") and cl.get("back") == b"yes"
+            finally:
+                cl.close()
+        harness.wait_until(works, 10, 0.2, "a new connection to work after Redis started")
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 200, 10, 0.2, "/readyz 200")
+        self.assertEqual(metric(fg, "fencegate_upstream_up"), 1)
+        self.assertLessEqual(time.monotonic() - t0, 10)
+        self.assertGreaterEqual(metric(fg, "fencegate_upstream_connect_errors_total"),
+                                errors_while_down, "a counter went backwards")
+        self.assertEqual(redis_srv.client().get("back"), b"yes")
+        self.assertTrue(fg.alive())
+        fg.stop(expect_rc=0)
+
+
+class UpstreamLost(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.fg = self.start_fencegate(self.redis)
+        self.where = "127.0.0.1:%d" % self.redis.port
+
+    def test_redis_killed_mid_session(self):
+        fg = self.fg
+        blocked = self.raw(fg.resp_port)
+        blocked.cmd("BLPOP", "never", "0")
+        stateful = self.raw(fg.resp_port)
+        self.assertEqual(stateful.call("SELECT", "5"), "OK")
+        self.assertEqual(stateful.call("MULTI"), "OK")
+        self.assertEqual(stateful.call("SET", "x", "1"), "QUEUED")
+
+        direct = self.redis.client()
+        harness.wait_until(lambda: any(c.get("cmd") == "blpop" for c in direct.client_list()),
+                           5, 0.05, "BLPOP to be blocking in Redis")
+        direct.close()
+        errors_before = metric(fg, "fencegate_upstream_connect_errors_total")
+
+        self.redis.kill()
+
+        # The in-flight BLPOP ends promptly: -UNAVAILABLE naming the upstream, then close
+        # (a plain close is tolerated). Never a hang, never a fake reply.
+        got = blocked.read_until_close(timeout=5)
+        if got:
+            self.assertTrue(got.startswith(b"-UNAVAILABLE ") and got.endswith(b"\r\n")
+                            and got.count(b"\r\n") == 1,
+                            "in-flight BLPOP got %r" % got[:200])
+            self.assertIn(self.where.encode(), got)
+        # An idle connection's server-side state (SELECT 5, an open MULTI) is gone: its
+        # connection is closed rather than silently continued on a fresh upstream in db 0.
+        got = stateful.read_until_close(timeout=5)
+        self.assertTrue(got == b"" or got.startswith(b"-UNAVAILABLE "), got[:200])
+
+        self.assertTrue(fg.alive(), "fencegate died with its upstream")
+        down = self.raw(fg.resp_port)
+        r = down.call("PING", timeout=5)
+        self.assertIsInstance(r, Err)
+        self.assertTrue(r.startswith("UNAVAILABLE ") and self.where in r, r)
+        harness.wait_until(
+            lambda: metric(fg, "fencegate_upstream_connect_errors_total") > errors_before,
+            5, 0.1, "upstream_connect_errors_total to increase while Redis is down")
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 503, 10, 0.2,
+                           "/readyz 503 while Redis is down")
+
+        self.redis.start()  # same port, empty data set
+
+        def works():
+            cl = fg.client(socket_timeout=2)
+            try:
+                return cl.ping() and cl.set("after", "restart")
+            finally:
+                cl.close()
+        harness.wait_until(works, 10, 0.2, "new connections to work after Redis restarted")
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 200, 10, 0.2, "/readyz 200 again")
+        direct = self.redis.client()
+        self.addCleanup(direct.close)
+        self.assertEqual(direct.get("after"), b"restart")
+        self.assertEqual(direct.dbsize(), 1, "a command queued before the loss was replayed")
+        self.assertIsNone(self.redis.client(db=5).get("x"))
+        fg.stop(expect_rc=0)
+
+    def test_back_pressure_slow_reader_memory_bounded(self):
+        fg = self.fg
+        big = os.urandom(1 << 20)  # 1 MiB
+        direct = self.redis.client()
+        self.addCleanup(direct.close)
+        direct.set("big", big)
+        warm = fg.client()
+        self.addCleanup(warm.close)
+        self.assertEqual(warm.get("big"), big)
+        before = harness.rss_kib(fg.pid)
+
+        n = 200
+        c = self.raw(fg.resp_port, timeout=30)
+        c.send(encode("GET", "big") * n)
+        # Do not read for 2 s: Redis produces 200 MiB; fencegate must hold at most about
+        # --max-pending-bytes (1 MiB by default) of it.
+        peak = before
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            peak = max(peak, harness.rss_kib(fg.pid))
+            time.sleep(0.05)
+        self.assertTrue(fg.alive())
+        self.assertLess(peak - before, 48 * 1024,
+                        "fencegate RSS grew from %d KiB to %d KiB while a client did not read"
+                        % (before, peak))
+        # Other clients are unaffected meanwhile.
+        self.assertTrue(warm.set("other", "ok"))
+
+        # Reading now drains everything, intact and in order.
+        t0 = time.monotonic()
+        for i in range(n):
+            got = c.read_reply(timeout=30)
+            self.assertEqual(len(got), len(big), "reply %d" % i)
+            self.assertTrue(got == big, "reply %d corrupted" % i)
+            peak = max(peak, harness.rss_kib(fg.pid)) if i % 20 == 0 else peak
+        self.assertLess(time.monotonic() - t0, 60)
+        self.assertLess(peak - before, 48 * 1024, "RSS grew to %d KiB while draining" % peak)
+        self.assertEqual(c.call("PING"), "PONG")
+        self.assertEqual(c.read_available(0.1), b"")
+
+
+if __name__ == "__main__":
+    unittest.main()
