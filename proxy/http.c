@@ -1,16 +1,22 @@
-/* http.c — the HTTP endpoint: health, readiness and Prometheus metrics (the lock API comes later). */
+/* http.c — the HTTP endpoint: the lock API, health, readiness and Prometheus metrics. */
 #include "http.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "json.h"
+#include "lock.h"
+#include "log.h"
 #include "metrics.h"
 #include "net.h"
 #include "upstream.h"
@@ -19,9 +25,39 @@
 #define HTTP_MAX_BODY    (1024 * 1024)
 #define HTTP_TIMEOUT_S   30
 
+#define HTTP_LOCKS_PREFIX "/v1/locks"
+#define HTTP_BUSY_RETRY_MS 25
+
+/* A lock the sidecar's session holds for HTTP clients: its lease and when it was granted. */
+struct http_grant {
+    struct http_grant *next;
+    long long ttl_ms;
+    uint64_t t0_ms;
+    size_t len;
+    char name[];
+};
+
+/* An acquisition in flight. req is NULL once its HTTP connection went away. */
+struct http_acquire {
+    struct http_api *h;
+    struct http_acquire *prev, *next;
+    struct evhttp_request *req;
+    struct event *retry; /* the lock is held by this very sidecar: poll until it is free */
+    long long ttl_ms, wait_ms;
+    uint64_t deadline_ms;
+    size_t len;
+    char name[];
+};
+
 struct http_api {
     struct evhttp *http;
     struct upstream *up;
+    const struct cfg *cfg;
+    struct event_base *base;
+    struct lock_client *locks;
+    struct lock_session *sess; /* the sidecar's own session: every HTTP-held lock */
+    struct http_grant *grants;
+    struct http_acquire *pending;
 };
 
 /* Sends a JSON body with the given status. body must be a complete JSON document. */
@@ -109,6 +145,324 @@ static void http_metrics(struct evhttp_request *req)
     evbuffer_free(b);
 }
 
+
+static uint64_t http_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Sends {"error": code, "message": msg} with status. */
+static void http_error(struct evhttp_request *req, int status, const char *reason, const char *code,
+                       const char *msg)
+{
+    char body[1200], esc[1024];
+
+    json_escape(esc, sizeof(esc), msg);
+    snprintf(body, sizeof(body), "{\"error\":\"%s\",\"message\":\"%s\"}", code, esc);
+    http_json(req, status, reason, body);
+}
+
+static struct http_grant **http_grant_find(struct http_api *h, const char *name, size_t len)
+{
+    struct http_grant **p;
+
+    for (p = &h->grants; *p; p = &(*p)->next)
+        if ((*p)->len == len && memcmp((*p)->name, name, len) == 0)
+            return p;
+    return p;
+}
+
+static void http_grant_end(struct http_api *h, const char *name, size_t len)
+{
+    struct http_grant **p = http_grant_find(h, name, len), *g = *p;
+
+    if (!g)
+        return;
+    metrics_observe(&fg_metrics, H_LOCK_HOLD, (http_now_ms() - g->t0_ms) * 1000);
+    *p = g->next;
+    free(g);
+}
+
+static void http_on_lost(void *arg, const char *name, uint64_t token, const char *why)
+{
+    struct http_api *h = arg;
+
+    metrics_inc(&fg_metrics, M_LOCKS_LOST, 1);
+    http_grant_end(h, name, strlen(name));
+    log_warn("http lock %s (token %" PRIu64 ") lost: %s", name, token, why);
+}
+
+static void http_acquire_free(struct http_acquire *a)
+{
+    struct http_api *h = a->h;
+
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        h->pending = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    if (a->retry)
+        event_free(a->retry);
+    free(a);
+}
+
+static void http_on_conn_close(struct evhttp_connection *conn, void *arg)
+{
+    struct http_api *h = arg;
+
+    for (struct http_acquire *a = h->pending; a; a = a->next)
+        if (a->req && evhttp_request_get_connection(a->req) == conn)
+            a->req = NULL;
+}
+
+static void http_on_released(void *arg, int status, const char *msg)
+{
+    if (status == LOCK_UNAVAILABLE)
+        log_warn("http release: %s (the lease will run out by itself)", msg ? msg : "error");
+}
+
+static void http_on_acquired(void *arg, int status, uint64_t token, const char *msg)
+{
+    struct http_acquire *a = arg;
+    struct http_api *h = a->h;
+    char body[1400], esc[1100], text[600];
+    long long ttl = a->ttl_ms > 0 ? a->ttl_ms : h->cfg->session_ttl_ms;
+
+    if (status == LOCK_OK && !a->req) {
+        /* Nobody is there to learn the token: give the lock back at once. */
+        (void)lock_release(h->sess, a->name, a->len, http_on_released, NULL);
+        http_acquire_free(a);
+        return;
+    }
+    if (status == LOCK_OK) {
+        struct http_grant *g = malloc(sizeof(*g) + a->len);
+        metrics_inc(&fg_metrics, M_LOCKS_ACQUIRED, 1);
+        if (g) {
+            g->ttl_ms = ttl;
+            g->t0_ms = http_now_ms();
+            g->len = a->len;
+            memcpy(g->name, a->name, a->len);
+            g->next = h->grants;
+            h->grants = g;
+        }
+        json_escape(esc, sizeof(esc), a->name);
+        snprintf(body, sizeof(body), "{\"name\":\"%s\",\"token\":%" PRIu64 ",\"ttl_ms\":%lld}", esc,
+                 token, ttl);
+        http_json(a->req, 200, "OK", body);
+    } else if (a->req) {
+        snprintf(text, sizeof(text), "lock %s: %s", a->name, msg ? msg : "not acquired");
+        if (status == LOCK_BUSY) {
+            metrics_inc(&fg_metrics, M_LOCKS_BUSY, 1);
+            http_error(a->req, 409, "Conflict", "locked", text);
+        } else if (status == LOCK_INVALID) {
+            http_error(a->req, 400, "Bad Request", "bad_request", text);
+        } else {
+            http_error(a->req, 503, "Service Unavailable", "unavailable", text);
+        }
+    }
+    http_acquire_free(a);
+}
+
+static void http_acquire_start(struct http_acquire *a);
+
+static void http_on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    http_acquire_start(arg);
+}
+
+/* Asks the backend, unless this sidecar itself holds the lock for another HTTP client: then the
+ * request waits here, as it would for a holder elsewhere. */
+static void http_acquire_start(struct http_acquire *a)
+{
+    struct http_api *h = a->h;
+    uint64_t token, now = http_now_ms();
+    long long rem, wait;
+
+    if (!a->req) {
+        http_acquire_free(a);
+        return;
+    }
+    if (lock_state(h->sess, a->name, a->len, &token, &rem) == 1) {
+        struct timeval tv = {0, HTTP_BUSY_RETRY_MS * 1000};
+        if (now >= a->deadline_ms) {
+            http_on_acquired(a, LOCK_BUSY, 0, "held by another client of this sidecar");
+            return;
+        }
+        if (!a->retry && !(a->retry = evtimer_new(h->base, http_on_retry, a))) {
+            http_on_acquired(a, LOCK_UNAVAILABLE, 0, "out of memory");
+            return;
+        }
+        evtimer_add(a->retry, &tv);
+        return;
+    }
+    wait = a->wait_ms <= 0 ? 0 : (long long)(a->deadline_ms > now ? a->deadline_ms - now : 0);
+    if (lock_acquire(h->sess, a->name, a->len, a->ttl_ms > 0 ? a->ttl_ms : 0, wait, 0,
+                     http_on_acquired, a) < 0)
+        http_on_acquired(a, LOCK_UNAVAILABLE, 0, "cannot queue the request");
+}
+
+static void http_lock_post(struct http_api *h, struct evhttp_request *req, const char *name,
+                           size_t len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t blen = evbuffer_get_length(in);
+    long long ttl = -1, wait = -1;
+    char err[512];
+    struct http_acquire *a;
+    char *body = blen ? (char *)evbuffer_pullup(in, (ev_ssize_t)blen) : NULL;
+
+    if (json_parse_lock_request(body, blen, &ttl, &wait, err, sizeof(err)) != FG_OK) {
+        http_error(req, 400, "Bad Request", "bad_request", err);
+        return;
+    }
+    if (ttl == 0 || ttl > 3600000) {
+        http_error(req, 400, "Bad Request", "bad_request",
+                   "ttl_ms: expected milliseconds in 1..3600000");
+        return;
+    }
+    if (wait > 86400000) {
+        http_error(req, 400, "Bad Request", "bad_request",
+                   "wait_ms: expected milliseconds in 0..86400000");
+        return;
+    }
+    if (!h->sess && !(h->sess = lock_session_new(h->locks, h->cfg->session_ttl_ms, http_on_lost,
+                                                 h))) {
+        http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
+        return;
+    }
+    a = calloc(1, sizeof(*a) + len + 1);
+    if (!a) {
+        http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
+        return;
+    }
+    a->h = h;
+    a->req = req;
+    a->ttl_ms = ttl;
+    a->wait_ms = wait < 0 ? 0 : wait;
+    a->deadline_ms = http_now_ms() + (uint64_t)a->wait_ms;
+    a->len = len;
+    memcpy(a->name, name, len);
+    a->next = h->pending;
+    if (h->pending)
+        h->pending->prev = a;
+    h->pending = a;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), http_on_conn_close, h);
+    http_acquire_start(a);
+}
+
+static void http_lock_delete(struct http_api *h, struct evhttp_request *req, const char *name,
+                             size_t len)
+{
+    uint64_t token;
+    long long rem;
+    char body[1200], esc[1100];
+    int st = h->sess ? lock_state(h->sess, name, len, &token, &rem) : 0;
+
+    json_escape(esc, sizeof(esc), name);
+    if (st != 1) {
+        if (st < 0) /* lost: forget it */
+            (void)lock_release(h->sess, name, len, http_on_released, NULL);
+        http_grant_end(h, name, len);
+        snprintf(body, sizeof(body),
+                 "{\"error\":\"not_held\",\"message\":\"lock %s is not held by this sidecar%s\"}",
+                 esc, st < 0 ? " (it was lost)" : "");
+        http_json(req, 404, "Not Found", body);
+        return;
+    }
+    http_grant_end(h, name, len);
+    metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
+    (void)lock_release(h->sess, name, len, http_on_released, NULL);
+    snprintf(body, sizeof(body), "{\"name\":\"%s\",\"released\":true,\"token\":%" PRIu64 "}", esc,
+             token);
+    http_json(req, 200, "OK", body);
+}
+
+struct http_list {
+    struct http_api *h;
+    struct evbuffer *b;
+    int n;
+};
+
+static void http_list_one(void *arg, const char *name, size_t len, int state, uint64_t token,
+                          long long remaining_ms)
+{
+    struct http_list *l = arg;
+    struct http_grant *g = *http_grant_find(l->h, name, len);
+    char esc[1100], nm[LOCK_MAX_NAME + 1];
+
+    snprintf(nm, sizeof(nm), "%.*s", (int)len, name);
+    json_escape(esc, sizeof(esc), nm);
+    evbuffer_add_printf(l->b,
+                        "%s{\"name\":\"%s\",\"token\":%" PRIu64
+                        ",\"ttl_ms\":%lld,\"remaining_ms\":%lld,\"state\":\"%s\"}",
+                        l->n++ ? "," : "", esc, token, g ? g->ttl_ms : 0LL,
+                        state == 1 ? remaining_ms : 0LL, state == 1 ? "held" : "lost");
+}
+
+static void http_lock_list(struct http_api *h, struct evhttp_request *req)
+{
+    struct http_list l = {h, evbuffer_new(), 0};
+
+    if (!l.b) {
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    evbuffer_add_printf(l.b, "{\"locks\":[");
+    if (h->sess)
+        lock_foreach(h->sess, http_list_one, &l);
+    evbuffer_add_printf(l.b, "]}\n");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_send_reply(req, 200, "OK", l.b);
+    evbuffer_free(l.b);
+}
+
+/* /v1/locks and /v1/locks/{name}. */
+static void http_locks(struct http_api *h, struct evhttp_request *req, const char *path)
+{
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    const char *rest = path + strlen(HTTP_LOCKS_PREFIX);
+    size_t len = 0;
+    char *name;
+
+    if (*rest == '\0' || !strcmp(rest, "/")) {
+        if (m != EVHTTP_REQ_GET) {
+            http_error(req, 405, "Method Not Allowed", "method_not_allowed",
+                       "use GET /v1/locks, or POST / DELETE /v1/locks/{name}");
+            return;
+        }
+        http_lock_list(h, req);
+        return;
+    }
+    name = evhttp_uridecode(rest + 1, 0, &len);
+    if (!name || len == 0 || len > LOCK_MAX_NAME || memchr(name, '\0', len)) {
+        http_error(req, 400, "Bad Request", "bad_request", "lock name must be 1..512 bytes");
+        free(name);
+        return;
+    }
+    if (m == EVHTTP_REQ_POST)
+        http_lock_post(h, req, name, len);
+    else if (m == EVHTTP_REQ_DELETE)
+        http_lock_delete(h, req, name, len);
+    else
+        http_error(req, 405, "Method Not Allowed", "method_not_allowed",
+                   "use POST to acquire or DELETE to release /v1/locks/{name}");
+    free(name);
+}
+
+void http_release_all(struct http_api *h)
+{
+    while (h->grants) {
+        metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
+        http_grant_end(h, h->grants->name, h->grants->len);
+    }
+    lock_session_free(h->sess); /* releases every lock of the session */
+    h->sess = NULL;
+}
+
 static void http_dispatch(struct evhttp_request *req, void *arg)
 {
     struct http_api *h = arg;
@@ -118,10 +472,15 @@ static void http_dispatch(struct evhttp_request *req, void *arg)
     metrics_inc(&fg_metrics, M_HTTP_REQUESTS, 1);
     if (!path)
         path = "/";
+    if (!strncmp(path, HTTP_LOCKS_PREFIX, strlen(HTTP_LOCKS_PREFIX)) &&
+        (path[strlen(HTTP_LOCKS_PREFIX)] == '/' || path[strlen(HTTP_LOCKS_PREFIX)] == '\0')) {
+        http_locks(h, req, path);
+        return;
+    }
     if (strcmp(path, "/healthz") && strcmp(path, "/readyz") && strcmp(path, "/metrics")) {
         http_json(req, 404, "Not Found",
-                  "{\"error\":\"not_found\",\"message\":\"no such endpoint; see /healthz, "
-                  "/readyz, /metrics\"}");
+                  "{\"error\":\"not_found\",\"message\":\"no such endpoint; see /v1/locks, "
+                  "/healthz, /readyz, /metrics\"}");
         return;
     }
     if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
@@ -139,7 +498,7 @@ static void http_dispatch(struct evhttp_request *req, void *arg)
 }
 
 struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          char *err, size_t errlen)
+                          struct lock_client *locks, char *err, size_t errlen)
 {
     struct http_api *h = calloc(1, sizeof(*h));
     int fd;
@@ -150,6 +509,9 @@ struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct
         return NULL;
     }
     h->up = up;
+    h->cfg = cfg;
+    h->base = base;
+    h->locks = locks;
     fd = net_listen(cfg->listen_http.host, cfg->listen_http.port, 128, err, errlen);
     if (fd < 0 || !evhttp_accept_socket_with_handle(h->http, fd)) {
         if (fd >= 0) {
@@ -174,6 +536,13 @@ void http_free(struct http_api *h)
 {
     if (!h)
         return;
+    http_release_all(h);
+    while (h->pending) {
+        struct http_acquire *a = h->pending;
+        if (a->req)
+            http_error(a->req, 503, "Service Unavailable", "unavailable", "shutting down");
+        http_acquire_free(a);
+    }
     if (h->http)
         evhttp_free(h->http);
     free(h);

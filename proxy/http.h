@@ -1,4 +1,4 @@
-/* http.h — the HTTP endpoint: health, readiness and Prometheus metrics (the lock API comes later). */
+/* http.h — the HTTP endpoint: the lock API, health, readiness and Prometheus metrics. */
 #ifndef FG_HTTP_H
 #define FG_HTTP_H
 
@@ -7,11 +7,16 @@
 struct event_base;
 struct cfg;
 struct upstream;
+struct lock_client;
 struct http_api;
 
-/* Binds the HTTP listener from cfg. Returns NULL with a reason in err. cfg and up must outlive it. */
+/* Binds the HTTP listener from cfg. Locks taken over HTTP belong to one session of `locks`, the
+ * sidecar's own. Returns NULL with a reason in err. cfg, up and locks must outlive it. */
 struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          char *err, size_t errlen);
-void http_free(struct http_api *h); /* NULL is a no-op */
+                          struct lock_client *locks, char *err, size_t errlen);
+/* Releases every lock held over HTTP (on SIGTERM). */
+void http_release_all(struct http_api *h);
+/* Releases the locks, answers pending requests 503 and frees. NULL is a no-op. */
+void http_free(struct http_api *h);
 
 #endif

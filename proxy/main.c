@@ -11,8 +11,10 @@
 
 #include "config.h"
 #include "http.h"
+#include "lock.h"
 #include "log.h"
 #include "server.h"
+#include "storemark.h"
 #include "upstream.h"
 
 #define MAIN_MAX_CONFIG_BYTES (1024 * 1024)
@@ -23,6 +25,7 @@ struct main_ctx {
     struct event_base *base;
     struct cfg *cfg;
     struct server *srv;
+    struct http_api *http;
     struct event *grace;
     int stopping;
 };
@@ -108,12 +111,16 @@ bad:
     return -1;
 }
 
+/* Time left after the last connection closed for release commands to reach the lock backend. */
+#define MAIN_FLUSH_MS 300
+
 static void main_on_drained(void *arg)
 {
     struct main_ctx *m = arg;
+    struct timeval tv = {0, MAIN_FLUSH_MS * 1000};
 
     log_info("all connections drained; exiting");
-    event_base_loopexit(m->base, NULL);
+    event_base_loopexit(m->base, &tv);
 }
 
 static void main_on_grace(evutil_socket_t fd, short what, void *arg)
@@ -143,6 +150,8 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
     m->grace = evtimer_new(m->base, main_on_grace, m);
     if (m->grace)
         evtimer_add(m->grace, &tv);
+    /* Best effort: leases end by themselves, and fencing keeps a late writer out either way. */
+    http_release_all(m->http);
     server_drain(m->srv, main_on_drained, m);
 }
 
@@ -158,6 +167,9 @@ int main(int argc, char **argv)
     struct main_ctx m;
     struct upstream *up;
     struct http_api *http;
+    struct lock_client *locks;
+    struct store_marks *marks;
+    struct lock_options lopt;
     struct event *sigterm, *sigint;
     char err[512];
     int rc = main_configure(&cfg, argc, argv);
@@ -180,17 +192,29 @@ int main(int argc, char **argv)
         fprintf(stderr, "fencegate: upstream: %s\n", err);
         return 1;
     }
-    m.srv = server_new(m.base, &cfg, up, err, sizeof(err));
+    /* Fence on acquire: every token is first raised in the store the RESP endpoint fronts. */
+    marks = store_marks_new(m.base, &cfg.upstream, 2000);
+    memset(&lopt, 0, sizeof(lopt));
+    lopt.fence = store_marks_hook;
+    lopt.fence_arg = marks;
+    locks = marks ? lock_client_new(m.base, cfg.backend.raw, &lopt, err, sizeof(err)) : NULL;
+    if (!locks) {
+        fprintf(stderr, "fencegate: lock backend %s: %s\n", main_url_shown(&cfg.backend),
+                marks ? err : "out of memory");
+        return 1;
+    }
+    m.srv = server_new(m.base, &cfg, up, locks, err, sizeof(err));
     if (!m.srv) {
         fprintf(stderr, "fencegate: RESP listener: %s\n", err);
         return 1;
     }
-    http = http_new(m.base, &cfg, up, err, sizeof(err));
+    http = http_new(m.base, &cfg, up, locks, err, sizeof(err));
     if (!http) {
         fprintf(stderr, "fencegate: HTTP listener: %s\n", err);
         server_free(m.srv);
         return 1;
     }
+    m.http = http;
     sigterm = evsignal_new(m.base, SIGTERM, main_on_signal, &m);
     sigint = evsignal_new(m.base, SIGINT, main_on_signal, &m);
     evsignal_add(sigterm, NULL);
@@ -203,6 +227,8 @@ int main(int argc, char **argv)
 
     server_free(m.srv);
     http_free(http);
+    lock_client_free(locks);
+    store_marks_free(marks);
     upstream_free(up);
     event_free(sigterm);
     event_free(sigint);

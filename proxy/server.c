@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,120 +21,24 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "client.h"
 #include "config.h"
+#include "fence.h"
+#include "fencing.h"
+#include "lock.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
 #include "resp.h"
 #include "upstream.h"
 
-#define SRV_READ_CHUNK 65536
-#define SRV_MAX_OPS    65536 /* pipelined commands awaiting replies before we stop reading */
-
-enum op_kind {
-    OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
-    OP_LOCAL,       /* a reply fencegate produces itself (ready when reply != NULL) */
-    OP_HIDDEN,      /* a command of our own (AUTH/SELECT prelude); its reply is swallowed */
-};
-
-enum op_flag {
-    OPF_BARRIER = 1 << 0,       /* stop parsing requests until this op's reply arrived */
-    OPF_HELLO = 1 << 1,         /* the reply tells the protocol version (RESP2 '*' / RESP3 '%') */
-    OPF_RESET = 1 << 2,         /* RESET: protocol back to RESP2, modes cleared */
-    OPF_ENTER_PUBSUB = 1 << 3,  /* RESP2 SUBSCRIBE: after its first reply, replies are unpaired */
-    OPF_ENTER_MONITOR = 1 << 4, /* MONITOR: after +OK, the stream is unpaired for good */
-};
-
-struct op {
-    uint8_t kind;
-    uint8_t flags;
-    uint32_t nreplies; /* replies still expected (UNSUBSCRIBE a b c expects three) */
-    uint64_t t0_us;    /* when it was forwarded, for the latency histogram */
-    char *reply;       /* OP_LOCAL */
-    size_t reply_len;
-};
-
-enum up_state { U_DOWN = 0, U_CONNECTING, U_READY };
-
-/* How replies are paired with requests. */
-enum conn_mode {
-    MODE_NORMAL = 0, /* one op per request */
-    MODE_PUBSUB,     /* RESP2 subscribed: replies flow unpaired until a barrier PING says otherwise */
-    MODE_MONITOR,    /* MONITOR: everything flows unpaired until the connection ends */
-};
-
-struct span {
-    const char *p;
-    size_t n;
-};
-
-struct client {
-    struct server *srv;
-    struct client *prev, *next;
-    uint64_t id;
-    char peer[64];
-
-    int fd;
-    struct event *rev, *wev;
-    int rev_on, wev_on;
-    struct buf in;  /* unparsed request bytes */
-    struct buf out; /* bytes for the client */
-    struct resp_parser *parser;
-
-    int ufd;
-    enum up_state ustate;
-    struct event *urev, *uwev;
-    int urev_on, uwev_on;
-    struct buf uin;  /* reply bytes scanned but not yet handled */
-    struct buf uout; /* bytes for the upstream */
-    struct resp_scanner scan;
-    size_t rscan_off;   /* bytes at the head of uin already scanned */
-    int reply_partial;  /* part of the current reply already went to the client */
-    char down_why[256]; /* why the upstream was unreachable for this connection */
-
-    struct op *ops; /* ring buffer */
-    size_t ops_head, ops_count, ops_cap;
-
-    enum conn_mode mode;
-    unsigned blocked : 1;     /* a barrier op is in flight: parsing waits */
-    unsigned stalled : 1;     /* parsing stopped with whole requests left in `in` */
-    unsigned closing : 1;     /* close once `out` is written; read nothing more */
-    unsigned quit_sent : 1;   /* QUIT forwarded: the upstream will close */
-    unsigned reply_off : 1;   /* CLIENT REPLY OFF */
-    unsigned skip_next : 1;   /* CLIENT REPLY SKIP */
-    unsigned in_multi : 1;    /* between MULTI and EXEC/DISCARD */
-    unsigned resp3 : 1;       /* HELLO 3 succeeded */
-    unsigned marker_wait : 1; /* pub/sub barrier PING in flight */
-    unsigned pass_once : 1;   /* forward the held request as is (still subscribed) */
-    unsigned in_callback : 1; /* guards against freeing the client under our feet */
-    unsigned dead : 1;
-    char marker[48];
-    size_t marker_len;
-};
-
-struct server {
-    struct event_base *base;
-    const struct cfg *cfg;
-    struct upstream *up;
-    int lfd;
-    struct event *lev;
-    struct client *clients;
-    int nclients;
-    uint64_t next_id;
-    struct resp_limits lim;
-    int draining;
-    void (*drained)(void *arg);
-    void *drained_arg;
-};
-
 /* Scratch space for reads: a connection keeps a buffer only for bytes it could not handle yet. */
 static char srv_scratch[SRV_READ_CHUNK];
 
-static void cl_update(struct client *c);
 static void cl_close(struct client *c);
 static void cl_process_input(struct client *c);
 
-static uint64_t now_us(void)
+uint64_t now_us(void)
 {
     struct timespec ts;
 
@@ -141,7 +46,7 @@ static uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static int name_is(const char *p, size_t n, const char *lit)
+int name_is(const char *p, size_t n, const char *lit)
 {
     size_t l = strlen(lit);
 
@@ -175,12 +80,12 @@ static int cl_can_parse(const struct client *c)
 
 /* ---- op queue -------------------------------------------------------------------------------- */
 
-static struct op *op_at(struct client *c, size_t i)
+struct op *op_at(struct client *c, size_t i)
 {
     return &c->ops[(c->ops_head + i) % c->ops_cap];
 }
 
-static struct op *op_push(struct client *c, enum op_kind kind)
+struct op *op_push(struct client *c, enum op_kind kind)
 {
     struct op *o;
 
@@ -246,7 +151,7 @@ static void cl_send(struct client *c, const char *p, size_t n)
 static void up_drop(struct client *c, const char *why);
 
 /* Writes bytes to the upstream (or queues them while it connects). */
-static void up_send(struct client *c, const char *p, size_t n)
+void up_send(struct client *c, const char *p, size_t n)
 {
     if (n == 0)
         return;
@@ -270,7 +175,7 @@ static void up_send(struct client *c, const char *p, size_t n)
 }
 
 /* Accumulates contiguous byte ranges so a pipeline is written with one system call. */
-static void span_flush(struct client *c, struct span *s, int to_upstream)
+void span_flush(struct client *c, struct span *s, int to_upstream)
 {
     if (s->n) {
         if (to_upstream)
@@ -281,7 +186,7 @@ static void span_flush(struct client *c, struct span *s, int to_upstream)
     s->n = 0;
 }
 
-static void span_add(struct client *c, struct span *s, const char *p, size_t n, int to_upstream)
+void span_add(struct client *c, struct span *s, const char *p, size_t n, int to_upstream)
 {
     if (s->n && s->p + s->n == p) {
         s->n += n;
@@ -293,7 +198,7 @@ static void span_add(struct client *c, struct span *s, const char *p, size_t n, 
 }
 
 /* Sends every ready local reply now at the head of the queue. */
-static void ops_emit_ready(struct client *c)
+void ops_emit_ready(struct client *c)
 {
     while (c->ops_count > 0) {
         struct op *o = op_at(c, 0);
@@ -305,7 +210,7 @@ static void ops_emit_ready(struct client *c)
 }
 
 /* Queues a reply of our own, in pipeline order. Takes a copy. */
-static void cl_reply_local(struct client *c, const char *p, size_t n)
+void cl_reply_local(struct client *c, const char *p, size_t n)
 {
     struct op *o;
 
@@ -321,6 +226,27 @@ static void cl_reply_local(struct client *c, const char *p, size_t n)
     }
     memcpy(o->reply, p, n);
     o->reply_len = n;
+}
+
+void cl_reply_error(struct client *c, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    int n;
+
+    buf[0] = '-';
+    va_start(ap, fmt);
+    n = vsnprintf(buf + 1, sizeof(buf) - 3, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    n = n + 1 > (int)sizeof(buf) - 3 ? (int)sizeof(buf) - 3 : n + 1;
+    for (int i = 1; i < n; i++)
+        if (buf[i] == '\r' || buf[i] == '\n')
+            buf[i] = ' ';
+    buf[n++] = '\r';
+    buf[n++] = '\n';
+    cl_reply_local(c, buf, (size_t)n);
 }
 
 static void cl_reply_unavailable(struct client *c)
@@ -355,6 +281,7 @@ static void up_close_fd(struct client *c)
     buf_free(&c->uout);
     resp_scanner_init(&c->scan);
     c->rscan_off = 0;
+    c->script_loaded = 0;
 }
 
 /* Every op that waited for the upstream gets -UNAVAILABLE instead, in order. */
@@ -453,6 +380,7 @@ static int up_connect(struct client *c)
                 c->dead = 1;
                 return -1;
             }
+            o->flags = OPF_PRELUDE;
         }
     }
     return 0;
@@ -474,10 +402,12 @@ static int rep_may_stream(const struct client *c)
     if (c->ops_count == 0)
         return 0;
     o = &c->ops[c->ops_head];
+    if (o->kind == OP_FORWARD && o->flags == OPF_FENCED)
+        return c->scan.top_type != '-'; /* an error may be a NOSCRIPT to act on */
     return o->kind == OP_FORWARD && (o->flags & ~OPF_BARRIER) == 0;
 }
 
-static void cl_unblock(struct client *c)
+void cl_unblock(struct client *c)
 {
     c->blocked = 0;
     c->stalled = 1;
@@ -526,7 +456,7 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
     }
     o = op_at(c, 0);
     if (o->kind == OP_HIDDEN) {
-        if (type == '-') {
+        if (type == '-' && (o->flags & OPF_PRELUDE)) {
             snprintf(c->down_why, sizeof(c->down_why), "it rejected fencegate's AUTH/SELECT: %.*s",
                      (int)(n > 120 ? 120 : n - 2), r + 1);
             span_flush(c, sp, 0);
@@ -539,8 +469,35 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         op_pop(c);
         return 0;
     }
-    span_add(c, sp, r, n, 0);
-    if (!c->reply_partial) {
+    if ((o->flags & OPF_TXN_CHECK) && fencing_txn_checked(c, r, n))
+        r = NULL; /* the block went out; EXEC's own reply will answer the application */
+    if (o->txn_exec && !c->reply_partial &&
+        ((n == 5 && memcmp(r, "*-1\r\n", 5) == 0) || (n == 3 && memcmp(r, "_\r\n", 3) == 0))) {
+        static const char moved[] =
+            "-STALE a lock of this transaction changed hands before EXEC; nothing was applied "
+            "(re-acquire)\r\n";
+        metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
+        span_flush(c, sp, 0);
+        cl_send(c, moved, sizeof(moved) - 1);
+        r = NULL;
+    }
+    if (r && (o->flags & OPF_FENCED) && !c->reply_partial) {
+        if (n > 9 && memcmp(r, "-NOSCRIPT", 9) == 0) {
+            if (fencing_noscript(c, o))
+                return 0; /* sent again; its reply is still to come */
+            static const char gone[] =
+                "-UNAVAILABLE the fence script vanished from the upstream (SCRIPT FLUSH?) while "
+                "this write was pipelined; it was not applied, retry it\r\n";
+            span_flush(c, sp, 0);
+            cl_send(c, gone, sizeof(gone) - 1);
+            r = NULL;
+        } else {
+            fencing_on_reply(c, r, n);
+        }
+    }
+    if (r)
+        span_add(c, sp, r, n, 0);
+    if (r && !c->reply_partial) {
         if ((o->flags & OPF_HELLO) && (type == '%' || type == '*'))
             c->resp3 = type == '%';
         if ((o->flags & OPF_RESET) && type == '+') {
@@ -686,7 +643,6 @@ static void up_on_write(evutil_socket_t fd, short what, void *arg)
 
 /* ---- requests -------------------------------------------------------------------------------- */
 
-enum req_action { REQ_FORWARD, REQ_SKIP, REQ_HOLD };
 
 /* Sends the pub/sub barrier: a PING whose echo tells whether the connection is still subscribed. */
 static void cl_send_marker(struct client *c)
@@ -715,7 +671,8 @@ static int is_unsubscribe(const char *p, size_t n)
 }
 
 /* Decides what to do with one request and queues the op for its reply. */
-static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r)
+static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
+                                    struct span *sp)
 {
     const char *name = m + r->argv[0].off;
     size_t nlen = r->argv[0].len;
@@ -743,16 +700,30 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         return REQ_HOLD; /* the caller sends the barrier PING after what came before */
     }
 
+    if (nlen > 6 && name_is(name, 6, "fence.") && fencing_command(c, m, r) == REQ_SKIP)
+        return REQ_SKIP;
+    if (c->txn)
+        return fencing_txn_queue(c, m, r, sp);
+    if (name_is(name, nlen, "watch"))
+        c->client_watched = 1;
+    else if (name_is(name, nlen, "unwatch"))
+        c->client_watched = 0;
     if (c->in_multi) {
-        if (name_is(name, nlen, "exec") || name_is(name, nlen, "discard"))
+        if (name_is(name, nlen, "exec") || name_is(name, nlen, "discard")) {
             c->in_multi = 0;
+            c->client_watched = 0;
+        }
     } else if (name_is(name, nlen, "multi")) {
         c->in_multi = 1;
+        if (fencing_active(c)) { /* held back until EXEC, to be fenced as a whole */
+            (void)fencing_txn_begin(c);
+            return REQ_SKIP;
+        }
     } else if (name_is(name, nlen, "hello")) {
         flags = OPF_BARRIER | OPF_HELLO;
     } else if (name_is(name, nlen, "reset")) {
         flags = OPF_BARRIER | OPF_RESET;
-        c->reply_off = c->skip_next = c->in_multi = 0;
+        c->reply_off = c->skip_next = c->in_multi = c->client_watched = 0;
     } else if (is_subscribe(name, nlen)) {
         if (c->resp3 && r->argc >= 2)
             return REQ_FORWARD; /* confirmations arrive as pushes */
@@ -782,6 +753,9 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         if (name_is(a, al, "on"))
             c->reply_off = c->skip_next = 0;
     }
+    if (!flags && nreplies == 1 && !c->reply_off && !c->skip_next &&
+        fencing_write(c, m, r, sp) == REQ_SKIP)
+        return REQ_SKIP;
     if (c->reply_off)
         return REQ_FORWARD;
     if (c->skip_next) {
@@ -821,6 +795,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
     struct resp_request r;
 
     c->stalled = 0;
+    c->processing = 1;
     while (pos < len && !c->dead) {
         int rc;
         enum req_action act;
@@ -867,7 +842,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
                 continue;
             }
         }
-        act = req_classify(c, src + pos, &r);
+        act = req_classify(c, src + pos, &r, &sp);
         if (act == REQ_HOLD) {
             span_flush(c, &sp, 1);
             cl_send_marker(c);
@@ -881,6 +856,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
         pos += r.len;
     }
     span_flush(c, &sp, 1);
+    c->processing = 0;
     return pos;
 }
 
@@ -947,7 +923,7 @@ static void cl_on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Re-evaluates what the connection waits for, after any event. Closes it when it is done. */
-static void cl_update(struct client *c)
+void cl_update(struct client *c)
 {
     struct server *s = c->srv;
     int idle;
@@ -982,6 +958,7 @@ static void cl_close(struct client *c)
         event_free(c->rev);
     if (c->wev)
         event_free(c->wev);
+    fencing_close(c);
     up_close_fd(c);
     close(c->fd);
     buf_free(&c->in);
@@ -1066,8 +1043,39 @@ static void srv_on_accept(evutil_socket_t lfd, short what, void *arg)
     }
 }
 
+/* The protect rules that apply to the RESP endpoint's upstream store. Returns 0 or -1 with err. */
+static int srv_load_rules(struct server *s, char *err, size_t errlen)
+{
+    const struct cfg *cfg = s->cfg;
+    const struct cfg_url *u = &cfg->upstream;
+    struct fence_rule rules[CFG_MAX_PROTECT];
+    size_t n = 0;
+    int rc = 0;
+
+    for (int i = 0; i < cfg->nprotect; i++) {
+        for (int j = 0; j < cfg->nstores; j++) {
+            const struct cfg_url *su = &cfg->stores[j].url;
+            if (strcmp(cfg->stores[j].name, cfg->protect[i].store) != 0 ||
+                su->kind != CFG_URL_REDIS || su->db != u->db || su->hosts[0].port != u->hosts[0].port ||
+                strcmp(su->hosts[0].host, u->hosts[0].host) != 0)
+                continue;
+            rules[n].glob = cfg->protect[i].keys;
+            rules[n].lock_template = cfg->protect[i].lock;
+            n++;
+        }
+    }
+    if (n == 0)
+        return 0;
+    s->rules = fence_rules_new(rules, n, &rc);
+    if (!s->rules) {
+        snprintf(err, errlen, "protect rules: %s", fg_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
 struct server *server_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          char *err, size_t errlen)
+                          struct lock_client *locks, char *err, size_t errlen)
 {
     struct server *s = calloc(1, sizeof(*s));
 
@@ -1078,13 +1086,20 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     s->base = base;
     s->cfg = cfg;
     s->up = up;
+    s->locks = locks;
+    s->lfd = -1;
+    fence_script_sha(fence_write_script(), s->write_sha);
+    if (srv_load_rules(s, err, errlen) < 0) {
+        free(s);
+        return NULL;
+    }
     s->lim.max_bulk = RESP_DEFAULT_MAX_BULK < cfg->max_request_bytes ? RESP_DEFAULT_MAX_BULK
                                                                      : cfg->max_request_bytes;
     s->lim.max_args = (size_t)cfg->max_args;
     s->lim.max_inline = RESP_DEFAULT_MAX_INLINE;
     s->lfd = net_listen(cfg->listen_resp.host, cfg->listen_resp.port, 511, err, errlen);
     if (s->lfd < 0) {
-        free(s);
+        server_free(s);
         return NULL;
     }
     s->lev = event_new(base, s->lfd, EV_READ | EV_PERSIST, srv_on_accept, s);
@@ -1116,6 +1131,7 @@ void server_free(struct server *s)
     while (s->clients)
         cl_close(s->clients);
     srv_stop_listening(s);
+    fence_rules_free(s->rules);
     free(s);
 }
 

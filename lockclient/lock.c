@@ -1,0 +1,1025 @@
+/* lock.c — the lock client's public API: sessions, their lock tables and renewal timers, the
+ * fence-on-acquire protocol, and deferred user callbacks; backends plug in through lock_backend.h.
+ */
+#include "lock_backend.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum lock_note_kind { LOCK_NOTE_ACQUIRE, LOCK_NOTE_RELEASE, LOCK_NOTE_LOST, LOCK_NOTE_HOOK };
+
+/* A user callback waiting to run from the client's dispatch event, so that no user code ever runs
+ * inside the library's own loops (a callback may free its session or the client). */
+struct lock_note {
+    struct lock_note *next;
+    struct lock_session *s;
+    enum lock_note_kind kind;
+    int status;
+    uint64_t token;
+    lock_acquire_cb acquire_cb;
+    lock_release_cb release_cb;
+    lock_lost_cb lost_cb;
+    void *arg;
+    struct lock_req *req; /* HOOK */
+    size_t name_len;      /* LOST: text holds the name, a NUL, then the reason */
+    char text[];
+};
+
+static const struct lock_backend_ops *const lock_backends[] = {&lock_redis_ops};
+
+int64_t lock_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void lock_fmt(char *out, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    if (cap == 0)
+        return;
+    va_start(ap, fmt);
+    if (vsnprintf(out, cap, fmt, ap) < 0)
+        out[0] = '\0';
+    va_end(ap);
+}
+
+uint64_t lock_random(struct lock_client *c)
+{
+    uint64_t x = c->rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    c->rng = x;
+    return x * 2685821657736338717ull;
+}
+
+void lock_owner(const struct lock_session *s, char *out, size_t cap)
+{
+    lock_fmt(out, cap, "%s:%llu", s->c->uid, (unsigned long long)s->id);
+}
+
+/* ---- name hash table ---- */
+
+static uint32_t lock_hash(const char *name, size_t len)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)name[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+void lock_hnode_init(struct lock_hnode *n, const char *name, size_t len)
+{
+    n->hnext = NULL;
+    n->name = name;
+    n->len = (uint32_t)len;
+    n->hash = lock_hash(name, len);
+}
+
+struct lock_hnode *lock_map_find(const struct lock_map *m, const char *name, size_t len)
+{
+    if (m->nbuckets == 0)
+        return NULL;
+    uint32_t h = lock_hash(name, len);
+    for (struct lock_hnode *n = m->buckets[h & (m->nbuckets - 1)]; n; n = n->hnext)
+        if (n->hash == h && n->len == len && memcmp(n->name, name, len) == 0)
+            return n;
+    return NULL;
+}
+
+/* Doubles the bucket array (8 at first). Keeps the old one when out of memory. */
+static void lock_map_grow(struct lock_map *m)
+{
+    size_t nb = m->nbuckets ? m->nbuckets * 2 : 8;
+    struct lock_hnode **b = calloc(nb, sizeof(*b));
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < m->nbuckets; i++) {
+        struct lock_hnode *n = m->buckets[i];
+        while (n) {
+            struct lock_hnode *next = n->hnext;
+            size_t j = n->hash & (nb - 1);
+            n->hnext = b[j];
+            b[j] = n;
+            n = next;
+        }
+    }
+    free(m->buckets);
+    m->buckets = b;
+    m->nbuckets = nb;
+}
+
+int lock_map_insert(struct lock_map *m, struct lock_hnode *n)
+{
+    if (m->count >= m->nbuckets)
+        lock_map_grow(m);
+    if (m->nbuckets == 0)
+        return -1;
+    size_t j = n->hash & (m->nbuckets - 1);
+    n->hnext = m->buckets[j];
+    m->buckets[j] = n;
+    m->count++;
+    return 0;
+}
+
+void lock_map_remove(struct lock_map *m, struct lock_hnode *n)
+{
+    if (m->nbuckets == 0)
+        return;
+    for (struct lock_hnode **p = &m->buckets[n->hash & (m->nbuckets - 1)]; *p; p = &(*p)->hnext) {
+        if (*p == n) {
+            *p = n->hnext;
+            n->hnext = NULL;
+            m->count--;
+            return;
+        }
+    }
+}
+
+struct lock_hnode *lock_map_next(const struct lock_map *m, size_t *bucket, struct lock_hnode **node)
+{
+    /* *node holds the node to return next (saved before the caller could remove the current). */
+    while (*node == NULL) {
+        if (*bucket >= m->nbuckets)
+            return NULL;
+        *node = m->buckets[(*bucket)++];
+    }
+    struct lock_hnode *n = *node;
+    *node = n->hnext;
+    return n;
+}
+
+void lock_map_clear(struct lock_map *m)
+{
+    free(m->buckets);
+    m->buckets = NULL;
+    m->nbuckets = 0;
+    m->count = 0;
+}
+
+#define LOCK_ENTRY_OF(n) ((struct lock_entry *)(void *)(n))
+
+static struct lock_entry *lock_entry_find(const struct lock_session *s, const char *name,
+                                          size_t len)
+{
+    struct lock_hnode *n = lock_map_find(&s->locks, name, len);
+    return n ? LOCK_ENTRY_OF(n) : NULL;
+}
+
+static void lock_entry_remove(struct lock_session *s, struct lock_entry *e)
+{
+    lock_map_remove(&s->locks, &e->node);
+    free(e);
+}
+
+/* ---- deferred callbacks ---- */
+
+static struct lock_note *lock_note_new(struct lock_session *s, enum lock_note_kind kind,
+                                       size_t textlen)
+{
+    struct lock_note *n = calloc(1, sizeof(*n) + textlen + 1);
+    if (n == NULL)
+        return NULL;
+    n->s = s;
+    n->kind = kind;
+    return n;
+}
+
+static void lock_note_push(struct lock_client *c, struct lock_note *n)
+{
+    if (c->notes_tail)
+        c->notes_tail->next = n;
+    else
+        c->notes_head = n;
+    c->notes_tail = n;
+    if (!c->dispatching)
+        event_active(c->dispatch_ev, EV_TIMEOUT, 1);
+}
+
+/* Queues the result of an acquire (kind ACQUIRE) or a release (kind RELEASE) and counts it. */
+static void lock_note_result(struct lock_session *s, const struct lock_req *r, int status,
+                             uint64_t token, const char *msg)
+{
+    struct lock_client *c = s->c;
+    if (r->kind == LOCK_REQ_ACQUIRE) {
+        if (status == LOCK_OK)
+            c->stats.acquired++;
+        else if (status == LOCK_BUSY)
+            c->stats.busy++;
+        if (r->acquire_cb == NULL)
+            return;
+    } else {
+        if (status == LOCK_OK)
+            c->stats.released++;
+        if (r->release_cb == NULL)
+            return;
+    }
+    if (msg == NULL)
+        msg = "";
+    size_t ml = strlen(msg);
+    struct lock_note *n =
+        lock_note_new(s, r->kind == LOCK_REQ_ACQUIRE ? LOCK_NOTE_ACQUIRE : LOCK_NOTE_RELEASE, ml);
+    if (n == NULL)
+        return; /* out of memory: the one case where a callback is lost */
+    n->status = status;
+    n->token = token;
+    n->acquire_cb = r->acquire_cb;
+    n->release_cb = r->release_cb;
+    n->arg = r->arg;
+    memcpy(n->text, msg, ml);
+    lock_note_push(c, n);
+}
+
+/* Queues a result that needs no request (invalid arguments, already held, not held). */
+static void lock_note_direct(struct lock_session *s, enum lock_req_kind kind, lock_acquire_cb acb,
+                             lock_release_cb rcb, void *arg, int status, uint64_t token,
+                             const char *msg)
+{
+    struct lock_req r;
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    r.acquire_cb = acb;
+    r.release_cb = rcb;
+    r.arg = arg;
+    lock_note_result(s, &r, status, token, msg);
+}
+
+static void lock_mark_lost(struct lock_session *s, struct lock_entry *e, const char *why)
+{
+    e->state = LOCK_ENTRY_LOST;
+    s->c->stats.lost++;
+    if (s->lost == NULL)
+        return;
+    size_t wl = strlen(why);
+    struct lock_note *n = lock_note_new(s, LOCK_NOTE_LOST, e->node.len + 1 + wl);
+    if (n == NULL)
+        return;
+    n->lost_cb = s->lost;
+    n->arg = s->lost_arg;
+    n->token = e->token;
+    n->name_len = e->node.len;
+    memcpy(n->text, e->name, e->node.len);
+    memcpy(n->text + e->node.len + 1, why, wl);
+    lock_note_push(s->c, n);
+}
+
+static void lock_fence_done_cb(void *ctx, int status, uint64_t repaired_min, const char *msg);
+
+static void lock_note_run(struct lock_client *c, struct lock_note *n)
+{
+    switch (n->kind) {
+    case LOCK_NOTE_ACQUIRE:
+        n->acquire_cb(n->arg, n->status, n->token, n->text);
+        break;
+    case LOCK_NOTE_RELEASE:
+        n->release_cb(n->arg, n->status, n->text);
+        break;
+    case LOCK_NOTE_LOST:
+        n->lost_cb(n->arg, n->text, n->token, n->text + n->name_len + 1);
+        break;
+    case LOCK_NOTE_HOOK: {
+        struct lock_req *r = n->req;
+        r->phase = LOCK_REQ_IN_HOOK;
+        c->opt.fence(c->opt.fence_arg, r->name, r->token, lock_fence_done_cb, r);
+        break;
+    }
+    }
+}
+
+static void lock_client_destroy(struct lock_client *c);
+
+static void lock_dispatch_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct lock_client *c = arg;
+    c->dispatching = 1;
+    while (!c->free_pending && c->notes_head) {
+        struct lock_note *n = c->notes_head;
+        c->notes_head = n->next;
+        if (c->notes_head == NULL)
+            c->notes_tail = NULL;
+        lock_note_run(c, n);
+        free(n);
+    }
+    c->dispatching = 0;
+    if (c->free_pending)
+        lock_client_destroy(c);
+}
+
+/* Drops the queued callbacks of s (it is being freed: no callbacks after that). */
+static void lock_notes_purge(struct lock_client *c, const struct lock_session *s)
+{
+    struct lock_note **p = &c->notes_head;
+    c->notes_tail = NULL;
+    while (*p) {
+        struct lock_note *n = *p;
+        if (n->s == s) {
+            *p = n->next;
+            free(n);
+        } else {
+            c->notes_tail = n;
+            p = &n->next;
+        }
+    }
+}
+
+/* ---- requests ---- */
+
+static struct lock_req *lock_req_new(struct lock_session *s, enum lock_req_kind kind,
+                                     const char *name, size_t len)
+{
+    struct lock_req *r = calloc(1, sizeof(*r) + len + 1);
+    if (r == NULL)
+        return NULL;
+    r->s = s;
+    r->kind = kind;
+    r->phase = LOCK_REQ_BACKEND;
+    r->len = (uint32_t)len;
+    memcpy(r->name, name, len);
+    return r;
+}
+
+static void lock_req_link(struct lock_session *s, struct lock_req *r)
+{
+    r->s_prev = NULL;
+    r->s_next = s->reqs;
+    if (s->reqs)
+        s->reqs->s_prev = r;
+    s->reqs = r;
+}
+
+static void lock_req_unlink(struct lock_session *s, struct lock_req *r)
+{
+    if (r->s_prev)
+        r->s_prev->s_next = r->s_next;
+    else if (s->reqs == r)
+        s->reqs = r->s_next;
+    if (r->s_next)
+        r->s_next->s_prev = r->s_prev;
+    r->s_prev = r->s_next = NULL;
+}
+
+static void lock_req_free(struct lock_req *r)
+{
+    while (r) {
+        struct lock_req *j = r->joined;
+        free(r);
+        r = j;
+    }
+}
+
+void lock_req_finish(struct lock_req *r, int status, uint64_t token, const char *msg)
+{
+    struct lock_session *s = r->s;
+    if (s) {
+        lock_req_unlink(s, r);
+        for (struct lock_req *q = r; q; q = q->joined)
+            lock_note_result(s, q, status, token, msg);
+    }
+    lock_req_free(r);
+}
+
+/* ---- renewal and expiry timer ---- */
+
+static int lock_renewable(const struct lock_entry *e)
+{
+    return (e->state == LOCK_ENTRY_HELD || e->state == LOCK_ENTRY_FENCING) &&
+           !(e->flags & LOCK_NORENEW);
+}
+
+/* Earliest local expiry of a held lock and the shortest renewable lease (INT64_MAX / 0). */
+static void lock_session_scan(const struct lock_session *s, int64_t *earliest, int32_t *min_ttl)
+{
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    *earliest = INT64_MAX;
+    *min_ttl = 0;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
+        struct lock_entry *e = LOCK_ENTRY_OF(n);
+        if (e->state == LOCK_ENTRY_HELD && e->expiry_ms < *earliest)
+            *earliest = e->expiry_ms;
+        if (lock_renewable(e) && (*min_ttl == 0 || e->ttl_ms < *min_ttl))
+            *min_ttl = e->ttl_ms;
+    }
+}
+
+/* Arms the session's single timer at the next renewal or the earliest expiry, whichever is
+ * first. A renewal that is due while one is in flight or the backend is down waits for
+ * lock_renew_done() / lock_backend_up() instead of spinning. */
+static void lock_session_schedule(struct lock_session *s)
+{
+    struct lock_client *c = s->c;
+    int64_t now = lock_now_ms(), at, earliest;
+    int32_t min_ttl;
+    lock_session_scan(s, &earliest, &min_ttl);
+    at = earliest;
+    if (min_ttl == 0) {
+        s->next_renew_ms = INT64_MAX;
+    } else if (s->next_renew_ms > now) {
+        if (s->next_renew_ms < at)
+            at = s->next_renew_ms;
+    } else if (!s->renew_inflight && c->ops->ready(c)) {
+        at = now;
+    }
+    if (at == INT64_MAX) {
+        evtimer_del(s->timer);
+        return;
+    }
+    int64_t d = at > now ? at - now : 0;
+    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000)};
+    evtimer_add(s->timer, &tv);
+}
+
+static void lock_session_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct lock_session *s = arg;
+    struct lock_client *c = s->c;
+    int64_t now = lock_now_ms(), earliest;
+    int32_t min_ttl;
+    char why[160];
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
+        struct lock_entry *e = LOCK_ENTRY_OF(n);
+        if (e->state != LOCK_ENTRY_HELD || e->expiry_ms > now)
+            continue;
+        if (e->flags & LOCK_NORENEW)
+            lock_fmt(why, sizeof(why), "its fixed lease of %ld ms ran out", (long)e->ttl_ms);
+        else
+            lock_fmt(why, sizeof(why),
+                     "its lease of %ld ms ran out before the backend confirmed a renewal",
+                     (long)e->ttl_ms);
+        lock_mark_lost(s, e, why);
+    }
+    lock_session_scan(s, &earliest, &min_ttl);
+    if (min_ttl > 0 && s->next_renew_ms <= now && !s->renew_inflight && c->ops->ready(c)) {
+        /* Fixed rate, not fixed delay: ticks stay ttl/3 apart however late the timer runs. */
+        s->renew_inflight = 1;
+        s->next_renew_ms += min_ttl / 3;
+        if (s->next_renew_ms <= now)
+            s->next_renew_ms = now + min_ttl / 3;
+        c->stats.renewal_round_trips++;
+        c->ops->renew(s, now);
+    }
+    lock_session_schedule(s);
+}
+
+void lock_renew_result(struct lock_session *s, const char *name, size_t len, uint64_t token,
+                       int64_t sent_ms, int held)
+{
+    struct lock_entry *e = lock_entry_find(s, name, len);
+    if (e == NULL || e->token != token || e->state == LOCK_ENTRY_LOST)
+        return;
+    int64_t now = lock_now_ms();
+    if (held && now < e->expiry_ms) {
+        if (sent_ms + e->ttl_ms > e->expiry_ms)
+            e->expiry_ms = sent_ms + e->ttl_ms;
+        s->c->stats.renewals++;
+        return;
+    }
+    if (e->state == LOCK_ENTRY_FENCING) {
+        e->expiry_ms = INT64_MIN; /* the fence completion reports it */
+        return;
+    }
+    if (held) {
+        lock_mark_lost(s, e, "the renewal was confirmed after the local lease had run out");
+    } else {
+        lock_mark_lost(s, e,
+                       "the backend refused the renewal: the lock key is gone or has another "
+                       "owner");
+    }
+}
+
+void lock_renew_done(struct lock_session *s)
+{
+    s->renew_inflight = 0;
+    lock_session_schedule(s);
+}
+
+void lock_backend_up(struct lock_client *c)
+{
+    /* Renew at once after a reconnect: the server may have restarted or failed over, and a lock
+     * whose key is gone should be reported lost now rather than at the next tick. */
+    int64_t now = lock_now_ms();
+    for (struct lock_session *s = c->sessions; s; s = s->next) {
+        if (s->next_renew_ms != INT64_MAX && s->next_renew_ms > now)
+            s->next_renew_ms = now;
+        lock_session_schedule(s);
+    }
+}
+
+/* ---- grants and the fence hook ---- */
+
+/* Ends a grant that cannot be reported: forgets and releases the lock, reports msg. */
+static void lock_fence_fail(struct lock_req *r, struct lock_entry *e, const char *msg)
+{
+    struct lock_session *s = r->s;
+    if (e) {
+        lock_entry_remove(s, e);
+        s->c->ops->drop(s, r->name, r->len);
+        lock_session_schedule(s);
+    }
+    lock_req_finish(r, LOCK_UNAVAILABLE, 0, msg);
+}
+
+/* The fence hook (if any) accepted r's token: the lock is held from now on. */
+static void lock_fence_settle(struct lock_req *r, struct lock_entry *e)
+{
+    char msg[LOCK_MSG_MAX];
+    if (lock_now_ms() >= e->expiry_ms) {
+        lock_fmt(msg, sizeof(msg),
+                 "lock %s was granted (token %llu) but its lease ran out before it could be "
+                 "reported; retry",
+                 r->name, (unsigned long long)r->token);
+        lock_fence_fail(r, e, msg);
+        return;
+    }
+    e->state = LOCK_ENTRY_HELD;
+    lock_session_schedule(r->s); /* its expiry now counts for the timer */
+    lock_req_finish(r, LOCK_OK, r->token, NULL);
+}
+
+static struct lock_entry *lock_fencing_entry(struct lock_req *r)
+{
+    struct lock_entry *e = lock_entry_find(r->s, r->name, r->len);
+    if (e && e->state == LOCK_ENTRY_FENCING && e->token == r->token)
+        return e;
+    return NULL;
+}
+
+void lock_granted(struct lock_req *r, uint64_t token, int64_t sent_ms)
+{
+    struct lock_session *s = r->s;
+    struct lock_client *c = s->c;
+    struct lock_entry *e = lock_entry_find(s, r->name, r->len);
+    char msg[LOCK_MSG_MAX];
+    if (e)
+        lock_entry_remove(s, e); /* a lost entry of the same name */
+    e = calloc(1, sizeof(*e) + r->len + 1);
+    if (e) {
+        memcpy(e->name, r->name, r->len);
+        lock_hnode_init(&e->node, e->name, r->len);
+        if (lock_map_insert(&s->locks, &e->node) != 0) {
+            free(e);
+            e = NULL;
+        }
+    }
+    r->token = token;
+    if (e == NULL) {
+        c->ops->drop(s, r->name, r->len);
+        lock_fmt(msg, sizeof(msg), "out of memory recording lock %s", r->name);
+        lock_req_finish(r, LOCK_UNAVAILABLE, 0, msg);
+        return;
+    }
+    e->token = token;
+    e->ttl_ms = r->ttl_ms;
+    e->flags = (uint8_t)r->flags;
+    e->state = LOCK_ENTRY_FENCING;
+    e->expiry_ms = sent_ms + r->ttl_ms;
+    if (lock_renewable(e) && sent_ms + r->ttl_ms / 3 < s->next_renew_ms)
+        s->next_renew_ms = sent_ms + r->ttl_ms / 3;
+    lock_session_schedule(s);
+    if (c->opt.fence == NULL) {
+        lock_fence_settle(r, e);
+        return;
+    }
+    struct lock_note *n = lock_note_new(s, LOCK_NOTE_HOOK, 0);
+    if (n == NULL) {
+        lock_fmt(msg, sizeof(msg), "out of memory fencing lock %s", r->name);
+        lock_fence_fail(r, e, msg);
+        return;
+    }
+    n->req = r;
+    r->phase = LOCK_REQ_HOOK_DUE;
+    lock_note_push(c, n);
+}
+
+static void lock_fence_done_cb(void *ctx, int status, uint64_t repaired_min, const char *hmsg)
+{
+    struct lock_req *r = ctx;
+    char msg[LOCK_MSG_MAX];
+    if (r->s == NULL) { /* the session was freed while the hook ran */
+        lock_req_free(r);
+        return;
+    }
+    if (r->phase != LOCK_REQ_IN_HOOK)
+        return; /* done() called twice */
+    struct lock_client *c = r->s->c;
+    struct lock_entry *e = lock_fencing_entry(r);
+    if (e == NULL) {
+        lock_fmt(msg, sizeof(msg), "lock %s was lost while its fence hook ran", r->name);
+        lock_fence_fail(r, NULL, msg);
+        return;
+    }
+    if (status == 0) {
+        lock_fence_settle(r, e);
+    } else if (status < 0) {
+        lock_fmt(msg, sizeof(msg), "fence on acquire of lock %s (token %llu) failed: %s", r->name,
+                 (unsigned long long)r->token, hmsg ? hmsg : "(no reason given)");
+        lock_fence_fail(r, e, msg);
+    } else if (c->ops->repair == NULL || r->fence_rounds >= LOCK_MAX_FENCE_ROUNDS) {
+        lock_fmt(msg, sizeof(msg),
+                 "lock %s: token %llu is not above the stores' mark %llu and %s; refusing it",
+                 r->name, (unsigned long long)r->token, (unsigned long long)repaired_min,
+                 c->ops->repair ? "repairs did not converge" : "this backend cannot repair");
+        lock_fence_fail(r, e, msg);
+    } else {
+        r->fence_rounds++;
+        r->phase = LOCK_REQ_REPAIR;
+        c->ops->repair(r, repaired_min);
+    }
+}
+
+void lock_repaired(struct lock_req *r, int status, uint64_t token, const char *msg)
+{
+    r->b_call = NULL;
+    if (r->s == NULL) {
+        lock_req_free(r);
+        return;
+    }
+    struct lock_entry *e = lock_fencing_entry(r);
+    if (status != LOCK_OK || e == NULL) {
+        lock_fence_fail(r, e, msg ? msg : "lock lost while its token was repaired");
+        return;
+    }
+    struct lock_note *n = lock_note_new(r->s, LOCK_NOTE_HOOK, 0);
+    if (n == NULL) {
+        lock_fence_fail(r, e, "out of memory fencing a lock");
+        return;
+    }
+    r->s->c->stats.token_repairs++;
+    e->token = token;
+    r->token = token;
+    n->req = r;
+    r->phase = LOCK_REQ_HOOK_DUE;
+    lock_note_push(r->s->c, n);
+}
+
+/* ---- public API ---- */
+
+/* Fills uid with 32 hex digits and *seed with 64 more bits from /dev/urandom. Returns 0, or -1
+ * with errno set. */
+static int lock_random_uid(char *uid, uint64_t *seed)
+{
+    unsigned char b[16 + sizeof(*seed)];
+    size_t got = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    while (got < sizeof(b)) {
+        ssize_t n = read(fd, b + got, sizeof(b) - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    close(fd);
+    for (size_t i = 0; i < 16; i++)
+        lock_fmt(uid + 2 * i, 3, "%02x", b[i]);
+    memcpy(seed, b + 16, sizeof(*seed));
+    return 0;
+}
+
+struct lock_client *lock_client_new(struct event_base *base, const char *url,
+                                    const struct lock_options *opt, char *err, size_t errlen)
+{
+    const struct lock_backend_ops *ops = NULL;
+    uint64_t seed;
+    if (base == NULL || url == NULL) {
+        lock_fmt(err, errlen, "lock client: missing event base or backend URL");
+        return NULL;
+    }
+    if (strncmp(url, "etcd://", 7) == 0) {
+        lock_fmt(err, errlen, "etcd backend not built yet");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(lock_backends) / sizeof(lock_backends[0]); i++) {
+        size_t sl = strlen(lock_backends[i]->scheme);
+        if (strncmp(url, lock_backends[i]->scheme, sl) == 0 && strncmp(url + sl, "://", 3) == 0)
+            ops = lock_backends[i];
+    }
+    if (ops == NULL) {
+        lock_fmt(err, errlen, "lock backend URL '%.300s': unknown scheme (use redis:// or etcd://)",
+                 url);
+        return NULL;
+    }
+    struct lock_client *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        lock_fmt(err, errlen, "lock client: out of memory");
+        return NULL;
+    }
+    c->ops = ops;
+    c->base = base;
+    if (opt)
+        c->opt = *opt;
+    c->opt.prefix[sizeof(c->opt.prefix) - 1] = '\0';
+    if (c->opt.prefix[0] == '\0')
+        lock_fmt(c->opt.prefix, sizeof(c->opt.prefix), "%s", ops->default_prefix);
+    if (c->opt.op_timeout_ms <= 0)
+        c->opt.op_timeout_ms = LOCK_DEFAULT_OP_TIMEOUT_MS;
+    if (lock_random_uid(c->uid, &seed) != 0) {
+        lock_fmt(err, errlen, "lock client: cannot read /dev/urandom: %s", strerror(errno));
+        free(c);
+        return NULL;
+    }
+    c->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+    c->dispatch_ev = event_new(base, -1, 0, lock_dispatch_cb, c);
+    if (c->dispatch_ev == NULL) {
+        lock_fmt(err, errlen, "lock client: out of memory");
+        free(c);
+        return NULL;
+    }
+    if (ops->open(c, url, err, errlen) != 0) {
+        event_free(c->dispatch_ev);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void lock_client_destroy(struct lock_client *c)
+{
+    while (c->sessions)
+        lock_session_free(c->sessions);
+    c->ops->close(c);
+    while (c->notes_head) {
+        struct lock_note *n = c->notes_head;
+        c->notes_head = n->next;
+        free(n);
+    }
+    event_free(c->dispatch_ev);
+    free(c);
+}
+
+void lock_client_free(struct lock_client *c)
+{
+    if (c == NULL)
+        return;
+    if (c->dispatching) { /* called from one of our callbacks: finish after it returns */
+        c->free_pending = 1;
+        return;
+    }
+    lock_client_destroy(c);
+}
+
+int lock_client_ready(const struct lock_client *c)
+{
+    return c && !c->free_pending && c->ops->ready(c);
+}
+
+struct lock_session *lock_session_new(struct lock_client *c, long long ttl_ms, lock_lost_cb lost,
+                                      void *arg)
+{
+    if (c == NULL || c->free_pending || ttl_ms < LOCK_MIN_TTL_MS || ttl_ms > LOCK_MAX_TTL_MS)
+        return NULL;
+    struct lock_session *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->timer = evtimer_new(c->base, lock_session_tick, s);
+    if (s->timer == NULL) {
+        free(s);
+        return NULL;
+    }
+    s->c = c;
+    s->id = ++c->next_session_id;
+    s->ttl_ms = (int32_t)ttl_ms;
+    s->lost = lost;
+    s->lost_arg = arg;
+    s->next_renew_ms = INT64_MAX;
+    s->next = c->sessions;
+    if (c->sessions)
+        c->sessions->prev = s;
+    c->sessions = s;
+    return s;
+}
+
+void lock_session_free(struct lock_session *s)
+{
+    if (s == NULL)
+        return;
+    struct lock_client *c = s->c;
+    lock_notes_purge(c, s);
+    while (s->reqs) {
+        struct lock_req *r = s->reqs;
+        lock_req_unlink(s, r);
+        switch (r->phase) {
+        case LOCK_REQ_BACKEND:
+        case LOCK_REQ_REPAIR:
+            c->ops->cancel(r);
+            lock_req_free(r);
+            break;
+        case LOCK_REQ_HOOK_DUE: /* its note is purged */
+            lock_req_free(r);
+            break;
+        case LOCK_REQ_IN_HOOK: /* the hook owns it until done(); the joined go now */
+            lock_req_free(r->joined);
+            r->joined = NULL;
+            r->s = NULL;
+            break;
+        }
+    }
+    c->ops->close_session(s);
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL)
+        free(LOCK_ENTRY_OF(n));
+    lock_map_clear(&s->locks);
+    event_free(s->timer);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        c->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    free(s);
+}
+
+/* Checks a name and returns 1, or queues LOCK_INVALID and returns 0. */
+static int lock_check_name(struct lock_session *s, enum lock_req_kind kind, const char *name,
+                           size_t len, lock_acquire_cb acb, lock_release_cb rcb, void *arg)
+{
+    char msg[LOCK_MSG_MAX];
+    if (name != NULL && len > 0 && len <= LOCK_MAX_NAME && memchr(name, '\0', len) == NULL)
+        return 1;
+    lock_fmt(msg, sizeof(msg),
+             "invalid lock name: it must be 1..%d bytes without NUL bytes (got %zu bytes)",
+             LOCK_MAX_NAME, name ? len : 0);
+    lock_note_direct(s, kind, acb, rcb, arg, LOCK_INVALID, 0, msg);
+    return 0;
+}
+
+int lock_acquire(struct lock_session *s, const char *name, size_t len, long long ttl_ms,
+                 long long wait_ms, unsigned flags, lock_acquire_cb cb, void *arg)
+{
+    char msg[LOCK_MSG_MAX];
+    if (s == NULL || cb == NULL || s->c->free_pending)
+        return -1;
+    if (!lock_check_name(s, LOCK_REQ_ACQUIRE, name, len, cb, NULL, arg))
+        return 0;
+    if (ttl_ms != 0 && (ttl_ms < LOCK_MIN_TTL_MS || ttl_ms > LOCK_MAX_TTL_MS)) {
+        lock_fmt(msg, sizeof(msg),
+                 "lock %.*s: ttl_ms %lld out of range (%d..%d, or 0 for the session's lease)",
+                 (int)len, name, ttl_ms, LOCK_MIN_TTL_MS, LOCK_MAX_TTL_MS);
+        lock_note_direct(s, LOCK_REQ_ACQUIRE, cb, NULL, arg, LOCK_INVALID, 0, msg);
+        return 0;
+    }
+    if (flags & ~(unsigned)LOCK_NORENEW) {
+        lock_fmt(msg, sizeof(msg), "lock %.*s: unknown flags 0x%x", (int)len, name, flags);
+        lock_note_direct(s, LOCK_REQ_ACQUIRE, cb, NULL, arg, LOCK_INVALID, 0, msg);
+        return 0;
+    }
+    int64_t now = lock_now_ms();
+    struct lock_entry *e = lock_entry_find(s, name, len);
+    if (e && e->state == LOCK_ENTRY_HELD && now < e->expiry_ms) {
+        lock_note_direct(s, LOCK_REQ_ACQUIRE, cb, NULL, arg, LOCK_OK, e->token, NULL);
+        return 0;
+    }
+    if (e && e->state != LOCK_ENTRY_FENCING) {
+        if (e->state == LOCK_ENTRY_HELD) /* expired, the timer has not said so yet */
+            lock_mark_lost(s, e, "its lease ran out before the backend confirmed a renewal");
+        lock_entry_remove(s, e);
+    }
+    struct lock_req *r = lock_req_new(s, LOCK_REQ_ACQUIRE, name, len);
+    if (r == NULL)
+        return -1;
+    r->acquire_cb = cb;
+    r->arg = arg;
+    r->ttl_ms = (int32_t)(ttl_ms ? ttl_ms : s->ttl_ms);
+    r->flags = flags;
+    r->start_ms = now;
+    if (wait_ms < 0 || wait_ms > INT64_MAX / 4)
+        r->deadline_ms = INT64_MAX;
+    else
+        r->deadline_ms = now + wait_ms;
+    /* One acquire per name and session at a time: a second one shares the first's outcome. */
+    for (struct lock_req *p = s->reqs; p; p = p->s_next) {
+        if (p->kind == LOCK_REQ_ACQUIRE && p->len == len && memcmp(p->name, name, len) == 0) {
+            r->joined = p->joined;
+            p->joined = r;
+            return 0;
+        }
+    }
+    lock_req_link(s, r);
+    s->c->ops->acquire(r);
+    return 0;
+}
+
+int lock_release(struct lock_session *s, const char *name, size_t len, lock_release_cb cb,
+                 void *arg)
+{
+    char msg[LOCK_MSG_MAX];
+    if (s == NULL || s->c->free_pending)
+        return -1;
+    if (!lock_check_name(s, LOCK_REQ_RELEASE, name, len, NULL, cb, arg))
+        return 0;
+    struct lock_entry *e = lock_entry_find(s, name, len);
+    if (e == NULL || e->state == LOCK_ENTRY_FENCING) {
+        lock_fmt(msg, sizeof(msg), "lock %.*s is not held by this session", (int)len, name);
+        lock_note_direct(s, LOCK_REQ_RELEASE, NULL, cb, arg, LOCK_NOT_HELD, 0, msg);
+        return 0;
+    }
+    if (e->state == LOCK_ENTRY_LOST || lock_now_ms() >= e->expiry_ms) {
+        lock_fmt(msg, sizeof(msg), "lock %.*s was lost before this release (token %llu)", (int)len,
+                 name, (unsigned long long)e->token);
+        lock_entry_remove(s, e);
+        s->c->ops->drop(s, name, len); /* the key may still be ours: free it sooner */
+        lock_note_direct(s, LOCK_REQ_RELEASE, NULL, cb, arg, LOCK_NOT_HELD, 0, msg);
+        return 0;
+    }
+    struct lock_req *r = lock_req_new(s, LOCK_REQ_RELEASE, name, len);
+    if (r == NULL)
+        return -1;
+    r->release_cb = cb;
+    r->arg = arg;
+    r->token = e->token;
+    lock_entry_remove(s, e);
+    lock_req_link(s, r);
+    s->c->ops->release(r);
+    return 0;
+}
+
+int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,
+               long long *remaining_ms)
+{
+    struct lock_entry *e = s && name ? lock_entry_find(s, name, len) : NULL;
+    if (token)
+        *token = 0;
+    if (remaining_ms)
+        *remaining_ms = 0;
+    if (e == NULL || e->state == LOCK_ENTRY_FENCING)
+        return 0;
+    if (token)
+        *token = e->token;
+    if (e->state == LOCK_ENTRY_LOST)
+        return -1;
+    /* The clock decides, not the timer: a process that was frozen past its lease must not
+     * believe it still holds the lock when it resumes, before any timer had a chance to run. */
+    int64_t left = e->expiry_ms - lock_now_ms();
+    if (left <= 0)
+        return -1;
+    if (remaining_ms)
+        *remaining_ms = left;
+    return 1;
+}
+
+void lock_foreach(const struct lock_session *s,
+                  void (*fn)(void *arg, const char *name, size_t len, int state, uint64_t token,
+                             long long remaining_ms),
+                  void *arg)
+{
+    if (s == NULL || fn == NULL)
+        return;
+    int64_t now = lock_now_ms();
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
+        struct lock_entry *e = LOCK_ENTRY_OF(n);
+        if (e->state == LOCK_ENTRY_FENCING)
+            continue;
+        if (e->state == LOCK_ENTRY_HELD && e->expiry_ms > now)
+            fn(arg, e->name, e->node.len, 1, e->token, e->expiry_ms - now);
+        else
+            fn(arg, e->name, e->node.len, -1, e->token, 0);
+    }
+}
+
+size_t lock_count(const struct lock_session *s)
+{
+    size_t count = 0, b = 0;
+    struct lock_hnode *it = NULL, *n;
+    if (s == NULL)
+        return 0;
+    int64_t now = lock_now_ms();
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
+        struct lock_entry *e = LOCK_ENTRY_OF(n);
+        if (e->state == LOCK_ENTRY_HELD && e->expiry_ms > now)
+            count++;
+    }
+    return count;
+}
+
+void lock_client_stats(const struct lock_client *c, struct lock_stats *out)
+{
+    if (out == NULL)
+        return;
+    if (c == NULL) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
+    *out = c->stats;
+}

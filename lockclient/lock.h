@@ -1,0 +1,108 @@
+/* lock.h — fencegate's lock client: sessions of leased locks with fencing tokens, on an event loop.
+ *
+ * A session is one owner (a RESP connection, or the sidecar itself for HTTP locks). Its locks are
+ * renewed together: one round trip per session every TTL/3, however many locks it holds. A lock
+ * that cannot be renewed in time is reported lost at once. Tokens of a lock strictly increase
+ * across holders, sessions, processes and backend failover (see lock_acquire()).
+ *
+ * The backend is chosen by URL scheme (redis://, etcd://); callers never see which one they have.
+ * All callbacks run on the event loop passed to lock_client_new(). */
+#ifndef FG_LOCK_H
+#define FG_LOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct lock_client;
+struct lock_session;
+
+#define LOCK_MAX_NAME 512 /* longest lock name, bytes */
+
+enum lock_status {
+    LOCK_OK = 0,
+    LOCK_BUSY = 1,         /* held by another owner when the wait ran out */
+    LOCK_UNAVAILABLE = 2,  /* the backend could not be reached or answered an error */
+    LOCK_NOT_HELD = 3,     /* release of a lock this session does not hold */
+    LOCK_CANCELLED = 4,    /* the session was closed while the call was pending */
+    LOCK_INVALID = 5,      /* bad arguments (empty or too long name, ttl out of range) */
+};
+
+enum lock_flag {
+    LOCK_NORENEW = 1 << 0, /* a fixed lease of ttl_ms, never renewed */
+};
+
+/* acquire: status LOCK_OK with the token and the lease, or an error status with a message. */
+typedef void (*lock_acquire_cb)(void *arg, int status, uint64_t token, const char *msg);
+/* release: LOCK_OK, LOCK_NOT_HELD, LOCK_UNAVAILABLE (the lease will run out by itself). */
+typedef void (*lock_release_cb)(void *arg, int status, const char *msg);
+/* A held lock was lost (renewal refused or late, lease ran out, backend lost it). */
+typedef void (*lock_lost_cb)(void *arg, const char *name, uint64_t token, const char *why);
+
+/* Hooks the owner of a client may set: called for every grant before it is reported, so the
+ * caller can raise high-water marks in its stores ("fence on acquire"). The hook calls done(ctx,
+ * status, repaired_min) when finished: status 0 = proceed; status > 0 = the stores hold a mark
+ * >= token: the client must raise the lock's token above repaired_min and call the hook again;
+ * status < 0 = fail the acquisition (the lock is released, the caller gets LOCK_UNAVAILABLE). */
+typedef void (*lock_fence_done)(void *ctx, int status, uint64_t repaired_min, const char *msg);
+typedef void (*lock_fence_hook)(void *arg, const char *name, uint64_t token, lock_fence_done done,
+                                void *ctx);
+
+struct lock_options {
+    char prefix[256];      /* key prefix; default per backend ("fencegate:" for Redis) */
+    long long op_timeout_ms; /* every backend call times out after this; default 2000 */
+    lock_fence_hook fence; /* may be NULL */
+    void *fence_arg;
+};
+
+/* Creates a client for url ("redis://host:port[/db]" with optional user:password@, or
+ * "etcd://host:port[,host:port...]"). opt may be NULL for defaults. Connects in the background.
+ * Returns NULL with a reason in err (unknown scheme, bad URL, out of memory). */
+struct lock_client *lock_client_new(struct event_base *base, const char *url,
+                                    const struct lock_options *opt, char *err, size_t errlen);
+/* Closes every session (no callbacks) and the connection. NULL is a no-op. */
+void lock_client_free(struct lock_client *c);
+/* 1 while the backend connection is up. */
+int lock_client_ready(const struct lock_client *c);
+
+/* Opens a session whose locks without their own TTL get a lease of ttl_ms (500..3600000). lost
+ * is called for each lock the session loses. Returns NULL when out of memory. */
+struct lock_session *lock_session_new(struct lock_client *c, long long ttl_ms, lock_lost_cb lost,
+                                      void *arg);
+/* Releases every lock of the session (best effort: leases expire anyway), cancels pending calls
+ * without calling their callbacks, and frees it. NULL is a no-op. */
+void lock_session_free(struct lock_session *s);
+
+/* Acquires name (len bytes). ttl_ms 0 = the session's lease; wait_ms 0 = try once, < 0 = wait
+ * without limit. Calls cb exactly once (unless the session is freed first). Acquiring a lock the
+ * session already holds reports LOCK_OK with the token it has. Returns 0, or -1 when the call
+ * could not even be queued (cb is then not called). */
+int lock_acquire(struct lock_session *s, const char *name, size_t len, long long ttl_ms,
+                 long long wait_ms, unsigned flags, lock_acquire_cb cb, void *arg);
+
+/* Releases name. Calls cb exactly once (unless the session is freed first); the lock is dropped
+ * from the session at once, so writes under it are refused from now on. Returns 0 or -1. */
+int lock_release(struct lock_session *s, const char *name, size_t len, lock_release_cb cb,
+                 void *arg);
+
+/* Local state of name in the session: 1 held (token, remaining lease in ms), 0 not held, -1 lost
+ * (token of the lost lock). Never blocks. */
+int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,
+               long long *remaining_ms);
+
+/* Calls fn for each lock the session holds or has lost (state as in lock_state()). */
+void lock_foreach(const struct lock_session *s,
+                  void (*fn)(void *arg, const char *name, size_t len, int state, uint64_t token,
+                             long long remaining_ms),
+                  void *arg);
+/* Number of locks held (not lost). */
+size_t lock_count(const struct lock_session *s);
+
+/* Counters since start, for metrics. */
+struct lock_stats {
+    uint64_t acquired, busy, released, renewals, renewal_round_trips, lost, token_repairs,
+        backend_errors;
+};
+void lock_client_stats(const struct lock_client *c, struct lock_stats *out);
+
+#endif

@@ -1,0 +1,171 @@
+/* client.h — the objects the RESP endpoint's modules share: a client connection, its queue of
+ * pending operations, and the server. Internal to proxy/; server.c owns the I/O, fencing.c the
+ * lock commands and fenced writes. */
+#ifndef FG_CLIENT_H
+#define FG_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "resp.h"
+
+struct event;
+struct event_base;
+struct cfg;
+struct upstream;
+struct lock_client;
+struct lock_session;
+struct fence_rules;
+struct fencing_held;
+struct fencing_txn;
+
+#define SRV_READ_CHUNK 65536
+#define SRV_MAX_OPS    65536 /* pipelined commands awaiting replies before we stop reading */
+
+enum op_kind {
+    OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
+    OP_LOCAL,       /* a reply fencegate produces itself (ready when reply != NULL) */
+    OP_HIDDEN,      /* a command of our own (AUTH/SELECT prelude); its reply is swallowed */
+};
+
+enum op_flag {
+    OPF_BARRIER = 1 << 0,       /* stop parsing requests until this op's reply arrived */
+    OPF_HELLO = 1 << 1,         /* the reply tells the protocol version (RESP2 '*' / RESP3 '%') */
+    OPF_RESET = 1 << 2,         /* RESET: protocol back to RESP2, modes cleared */
+    OPF_ENTER_PUBSUB = 1 << 3,  /* RESP2 SUBSCRIBE: after its first reply, replies are unpaired */
+    OPF_ENTER_MONITOR = 1 << 4, /* MONITOR: after +OK, the stream is unpaired for good */
+    OPF_FENCED = 1 << 5,        /* a fenced write (EVALSHA); `reply` keeps its bytes for NOSCRIPT */
+    OPF_PRELUDE = 1 << 6,       /* OP_HIDDEN AUTH/SELECT: an error means the upstream is unusable */
+    OPF_TXN_CHECK = 1 << 7,     /* the fence check before a transaction: it decides the commit */
+};
+
+
+struct op {
+    uint8_t kind;
+    uint8_t flags;
+    uint8_t txn_exec; /* EXEC of a fenced transaction: a null reply means a mark moved */
+    uint32_t nreplies; /* replies still expected (UNSUBSCRIBE a b c expects three) */
+    uint64_t t0_us;    /* when it was forwarded, for the latency histogram */
+    char *reply;       /* OP_LOCAL: the reply; OPF_FENCED: the request sent */
+    size_t reply_len;
+};
+
+enum up_state { U_DOWN = 0, U_CONNECTING, U_READY };
+
+/* How replies are paired with requests. */
+enum conn_mode {
+    MODE_NORMAL = 0, /* one op per request */
+    MODE_PUBSUB,     /* RESP2 subscribed: replies flow unpaired until a barrier PING says otherwise */
+    MODE_MONITOR,    /* MONITOR: everything flows unpaired until the connection ends */
+};
+
+struct span {
+    const char *p;
+    size_t n;
+};
+
+struct client {
+    struct server *srv;
+    struct client *prev, *next;
+    uint64_t id;
+    char peer[64];
+
+    int fd;
+    struct event *rev, *wev;
+    int rev_on, wev_on;
+    struct buf in;  /* unparsed request bytes */
+    struct buf out; /* bytes for the client */
+    struct resp_parser *parser;
+
+    int ufd;
+    enum up_state ustate;
+    struct event *urev, *uwev;
+    int urev_on, uwev_on;
+    struct buf uin;  /* reply bytes scanned but not yet handled */
+    struct buf uout; /* bytes for the upstream */
+    struct resp_scanner scan;
+    size_t rscan_off;   /* bytes at the head of uin already scanned */
+    int reply_partial;  /* part of the current reply already went to the client */
+    char down_why[256]; /* why the upstream was unreachable for this connection */
+
+    struct op *ops; /* ring buffer */
+    size_t ops_head, ops_count, ops_cap;
+
+    enum conn_mode mode;
+    unsigned blocked : 1;     /* a barrier op is in flight: parsing waits */
+    unsigned stalled : 1;     /* parsing stopped with whole requests left in `in` */
+    unsigned closing : 1;     /* close once `out` is written; read nothing more */
+    unsigned quit_sent : 1;   /* QUIT forwarded: the upstream will close */
+    unsigned reply_off : 1;   /* CLIENT REPLY OFF */
+    unsigned skip_next : 1;   /* CLIENT REPLY SKIP */
+    unsigned in_multi : 1;    /* between MULTI and EXEC/DISCARD */
+    unsigned resp3 : 1;       /* HELLO 3 succeeded */
+    unsigned marker_wait : 1; /* pub/sub barrier PING in flight */
+    unsigned pass_once : 1;   /* forward the held request as is (still subscribed) */
+    unsigned dead : 1;
+    unsigned processing : 1; /* inside req_process: callbacks must not re-enter it */
+    unsigned script_loaded : 1; /* the fence script was loaded on this upstream connection */
+    char marker[48];
+    size_t marker_len;
+
+    struct lock_session *sess; /* created by the first FENCE.ACQUIRE */
+    uint64_t wait_t0_us;       /* when the pending FENCE.ACQUIRE started */
+    struct fencing_held *held; /* when each lock was granted (fencing.c) */
+    struct fencing_txn *txn;   /* a MULTI held back until EXEC, to fence it as a whole */
+    struct fencing_txn *txn_checking; /* its check is in flight */
+    unsigned client_watched : 1; /* the application's own WATCH is active */
+};
+
+struct server {
+    struct event_base *base;
+    const struct cfg *cfg;
+    struct upstream *up;
+    int lfd;
+    struct event *lev;
+    struct client *clients;
+    int nclients;
+    uint64_t next_id;
+    struct resp_limits lim;
+    int draining;
+    void (*drained)(void *arg);
+    void *drained_arg;
+
+    struct lock_client *locks;  /* the lock backend */
+    struct fence_rules *rules;  /* protect rules for the upstream store */
+    char write_sha[41];         /* SHA-1 of fence_write_script() */
+};
+
+/* What to do with one request. */
+enum req_action {
+    REQ_FORWARD, /* send its bytes upstream unchanged */
+    REQ_SKIP,    /* handled (answered, or sent in another form) */
+    REQ_HOLD,    /* not now: parsing stops before it */
+};
+
+/* ---- shared by server.c and fencing.c ---------------------------------------------------- */
+
+uint64_t now_us(void);
+/* 1 when the n bytes at p equal lit, ignoring ASCII case. */
+int name_is(const char *p, size_t n, const char *lit);
+
+/* Appends an op to the client's queue; NULL when out of memory (the client is then dead). */
+struct op *op_push(struct client *c, enum op_kind kind);
+struct op *op_at(struct client *c, size_t i);
+/* Sends every ready local reply now at the head of the queue. */
+void ops_emit_ready(struct client *c);
+/* Queues a reply of fencegate's own, in pipeline order (copied). */
+void cl_reply_local(struct client *c, const char *p, size_t n);
+/* Queues "-<text>\r\n" built from a printf format; CR/LF in it become spaces. */
+void cl_reply_error(struct client *c, const char *fmt, ...) FG_PRINTF(2, 3);
+/* Sends bytes to the upstream (queued while it connects). */
+void up_send(struct client *c, const char *p, size_t n);
+/* Contiguous ranges of the input, forwarded with one write. */
+void span_flush(struct client *c, struct span *s, int to_upstream);
+void span_add(struct client *c, struct span *s, const char *p, size_t n, int to_upstream);
+/* Lets requests held back by a barrier flow again. */
+void cl_unblock(struct client *c);
+/* Re-evaluates the connection after an event; may close and free it. */
+void cl_update(struct client *c);
+
+#endif

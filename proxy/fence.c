@@ -1,0 +1,662 @@
+/* fence.c — pure fencing decisions: key-to-lock rules, write verdicts, the fencing scripts. */
+#include "fence.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FENCE_MAX_CAPTURES 9  /* "$1".."$9": only the first nine '*' can be named */
+#define FENCE_U64_DIGITS   20 /* decimal digits of UINT64_MAX */
+
+/* One compiled rule: copies of the glob and the template, with their lengths. */
+struct fence_crule {
+    char *glob;
+    size_t glen;
+    char *tmpl;
+    size_t tlen;
+};
+
+struct fence_rules {
+    struct fence_crule *rules;
+    size_t n;
+};
+
+/* What one '*' of a glob matched: key[start .. start+len). */
+struct fence_span {
+    size_t start;
+    size_t len;
+};
+
+/* ---- Rules --------------------------------------------------------------------------------- */
+
+static char *fence_strdup(const char *s, size_t *len)
+{
+    size_t n = strlen(s);
+    char *p = malloc(n + 1);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, s, n + 1);
+    *len = n;
+    return p;
+}
+
+static size_t fence_count_stars(const char *glob, size_t glen)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < glen; i++)
+        if (glob[i] == '*')
+            n++;
+    return n;
+}
+
+/* Checks that every "$N" of a template names a '*' the glob has. "$$" is an escaped '$' and is
+ * skipped whole, so "$$1" is the text "$1" and references nothing. Returns 1 if valid, else 0. */
+static int fence_template_valid(const char *tmpl, size_t tlen, size_t nstars)
+{
+    for (size_t i = 0; i < tlen; i++) {
+        if (tmpl[i] != '$' || i + 1 >= tlen)
+            continue;
+        char c = tmpl[i + 1];
+        if (c == '$') {
+            i++;
+        } else if (c >= '1' && c <= '9') {
+            if ((size_t)(c - '0') > nstars)
+                return 0;
+            i++;
+        }
+    }
+    return 1;
+}
+
+void fence_rules_free(struct fence_rules *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->rules[i].glob);
+        free(r->rules[i].tmpl);
+    }
+    free(r->rules);
+    free(r);
+}
+
+/* Copies and checks the rules. A rule with a NULL glob or template, or whose template names a
+ * '*' its glob lacks, is a configuration error: reporting it at start beats a key that silently
+ * maps to a lock nobody can name. */
+struct fence_rules *fence_rules_new(const struct fence_rule *rules, size_t n, int *err)
+{
+    struct fence_rules *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        goto nomem;
+    if (n > 0) {
+        r->rules = calloc(n, sizeof(*r->rules));
+        if (r->rules == NULL)
+            goto nomem;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rules[i].glob == NULL || rules[i].lock_template == NULL)
+            goto config;
+        struct fence_crule *c = &r->rules[i];
+        r->n = i + 1; /* so fence_rules_free releases what this rule gets */
+        c->glob = fence_strdup(rules[i].glob, &c->glen);
+        c->tmpl = fence_strdup(rules[i].lock_template, &c->tlen);
+        if (c->glob == NULL || c->tmpl == NULL)
+            goto nomem;
+        if (!fence_template_valid(c->tmpl, c->tlen, fence_count_stars(c->glob, c->glen)))
+            goto config;
+    }
+    return r;
+nomem:
+    fence_rules_free(r);
+    if (err != NULL)
+        *err = FG_ERR_NOMEM;
+    return NULL;
+config:
+    fence_rules_free(r);
+    if (err != NULL)
+        *err = FG_ERR_CONFIG;
+    return NULL;
+}
+
+/* ---- Matching ------------------------------------------------------------------------------ */
+
+/* Matches key against glob ('*' any run of bytes, '?' one byte, the rest literal) and records
+ * what each of the first FENCE_MAX_CAPTURES stars matched. Returns 1 on a match, else 0.
+ *
+ * The two-pointer scan with backtracking to the last star runs in O(glen * klen) at worst, never
+ * exponentially. Its captures are leftmost-shortest: each star takes the shortest span that still
+ * lets the whole key match, the earlier stars first. So "a:*:b:*" on "a:x:b:y:b:z" gives
+ * $1 = "x", $2 = "y:b:z". Backtracking only to the last star is enough because once a later
+ * star is reached, any longer choice for an earlier one could be absorbed by the later one. */
+static int fence_glob_match(const char *glob, size_t glen, const char *key, size_t klen,
+                            struct fence_span *caps)
+{
+    size_t gi = 0, ki = 0;
+    size_t nstar = 0;       /* stars passed so far on the current path */
+    bool have_star = false; /* a star to backtrack to */
+    size_t star_g = 0;      /* glob index just after that star */
+    size_t star_k = 0;      /* key index where its span currently ends */
+    size_t star_n = 0;      /* its ordinal */
+
+    while (ki < klen) {
+        if (gi < glen && glob[gi] == '*') {
+            if (nstar < FENCE_MAX_CAPTURES) {
+                caps[nstar].start = ki;
+                caps[nstar].len = 0;
+            }
+            have_star = true;
+            star_n = nstar++;
+            star_g = ++gi;
+            star_k = ki;
+        } else if (gi < glen && (glob[gi] == '?' || glob[gi] == key[ki])) {
+            gi++;
+            ki++;
+        } else if (have_star) {
+            /* Grow the last star by one byte and retry what follows it. */
+            star_k++;
+            if (star_n < FENCE_MAX_CAPTURES)
+                caps[star_n].len = star_k - caps[star_n].start;
+            ki = star_k;
+            gi = star_g;
+            nstar = star_n + 1;
+        } else {
+            return 0;
+        }
+    }
+    /* The key is used up: only stars, each matching the empty tail, may remain. */
+    while (gi < glen && glob[gi] == '*') {
+        if (nstar < FENCE_MAX_CAPTURES) {
+            caps[nstar].start = klen;
+            caps[nstar].len = 0;
+        }
+        nstar++;
+        gi++;
+    }
+    return gi == glen;
+}
+
+/* Output that keeps counting past its capacity, so callers learn the size they would need. */
+struct fence_out {
+    char *buf;
+    size_t cap;
+    size_t len;
+};
+
+static void fence_put(struct fence_out *o, const void *p, size_t n)
+{
+    if (n > 0 && o->len < o->cap) {
+        size_t room = o->cap - o->len;
+        memcpy(o->buf + o->len, p, n < room ? n : room);
+    }
+    o->len = (n > SIZE_MAX - o->len) ? SIZE_MAX : o->len + n;
+}
+
+/* Expands "$1".."$9" with the captures, "$$" to '$'; any other '$' is literal. The template was
+ * checked by fence_rules_new, so every "$N" has its capture. */
+static void fence_expand(const struct fence_crule *c, const char *key,
+                         const struct fence_span *caps, struct fence_out *o)
+{
+    size_t lit = 0; /* start of the pending literal run */
+    for (size_t i = 0; i < c->tlen; i++) {
+        if (c->tmpl[i] != '$' || i + 1 >= c->tlen)
+            continue;
+        char next = c->tmpl[i + 1];
+        if (next == '$') {
+            fence_put(o, c->tmpl + lit, i + 1 - lit); /* up to and including the first '$' */
+            i++;
+            lit = i + 1;
+        } else if (next >= '1' && next <= '9') {
+            const struct fence_span *s = &caps[next - '1'];
+            fence_put(o, c->tmpl + lit, i - lit);
+            fence_put(o, key + s->start, s->len);
+            i++;
+            lit = i + 1;
+        }
+    }
+    fence_put(o, c->tmpl + lit, c->tlen - lit);
+}
+
+/* How a key came to be claimed by a lock. */
+enum { FENCE_BY_RULE = 1, FENCE_BY_TAG = 2 };
+
+/* Resolves key to its lock: the first rule whose glob matches and whose name comes out non-empty,
+ * then the hash tag. Writes at most cap bytes of the name and sets *full to its whole length.
+ * Returns FENCE_BY_RULE or FENCE_BY_TAG when the key is claimed, 0 when not. An empty name is no
+ * lock (as "{}" is no hash tag), so such a rule steps aside for the next one. */
+static int fence_resolve(const struct fence_rules *r, const char *key, size_t klen, char *lock,
+                         size_t cap, size_t *full)
+{
+    struct fence_span caps[FENCE_MAX_CAPTURES];
+    size_t nrules = r != NULL ? r->n : 0;
+
+    for (size_t i = 0; i < nrules; i++) {
+        const struct fence_crule *c = &r->rules[i];
+        if (!fence_glob_match(c->glob, c->glen, key, klen, caps))
+            continue;
+        struct fence_out o = {lock, cap, 0};
+        fence_expand(c, key, caps, &o);
+        if (o.len > 0) {
+            *full = o.len;
+            return FENCE_BY_RULE;
+        }
+    }
+
+    /* Redis Cluster's hash tag: the first '{', then the first '}' after it, non-empty between. */
+    const char *open = memchr(key, '{', klen);
+    if (open != NULL) {
+        size_t from = (size_t)(open - key) + 1;
+        const char *close = memchr(key + from, '}', klen - from);
+        if (close != NULL && close > key + from) {
+            size_t n = (size_t)(close - (key + from));
+            if (cap > 0)
+                memcpy(lock, key + from, n < cap ? n : cap);
+            *full = n;
+            return FENCE_BY_TAG;
+        }
+    }
+    *full = 0;
+    return 0;
+}
+
+int fence_lock_for_key(const struct fence_rules *r, const char *key, size_t klen, char *lock,
+                       size_t cap)
+{
+    size_t full;
+    if (!fence_resolve(r, key, klen, lock, cap, &full))
+        return 0;
+    if (full > cap || full > INT_MAX)
+        return FG_ERR_LIMIT;
+    return (int)full;
+}
+
+/* ---- Decisions ----------------------------------------------------------------------------- */
+
+static void fence_ref_set(struct fence_lock_ref *ref, const char *name, size_t len, uint64_t token)
+{
+    if (len > sizeof(ref->name)) /* only a caller's corrupt only_lock can get here */
+        len = sizeof(ref->name);
+    memcpy(ref->name, name, len);
+    ref->len = len;
+    ref->token = token;
+}
+
+/* Adds a lock to the decision unless it is there already. Returns 0, or FG_ERR_LIMIT when it
+ * would be lock number FENCE_MAX_LOCKS + 1. */
+static int fence_add_lock(struct fence_decision *d, const char *name, size_t len, uint64_t token)
+{
+    for (size_t i = 0; i < d->nlocks; i++)
+        if (d->locks[i].len == len && memcmp(d->locks[i].name, name, len) == 0)
+            return 0;
+    if (d->nlocks == FENCE_MAX_LOCKS)
+        return FG_ERR_LIMIT;
+    fence_ref_set(&d->locks[d->nlocks++], name, len, token);
+    return 0;
+}
+
+static int fence_has_lock(const struct fence_decision *d, const char *name, size_t len)
+{
+    for (size_t i = 0; i < d->nlocks; i++)
+        if (d->locks[i].len == len && memcmp(d->locks[i].name, name, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Stops the decision on key k with a refusal naming lock. */
+static void fence_refuse(struct fence_decision *d, enum fence_verdict v, size_t k, const char *name,
+                         size_t len)
+{
+    d->verdict = v;
+    d->key_index = k;
+    fence_ref_set(&d->offending, name, len, 0);
+}
+
+/* Keys are judged in order and the first refusal wins, so the error names the first key at
+ * fault. Failing closed: a key whose lock name is longer than FENCE_MAX_LOCK cannot be fenced,
+ * so it is refused with FENCE_NOLOCK and `offending` holds the first FENCE_MAX_LOCK bytes of the
+ * name. FENCE_TOOMANY also sets key_index and offending, to the first lock that did not fit. */
+void fence_decide(const struct fence_rules *r, const char *const *argv, const size_t *lens,
+                  const size_t *key_idx, size_t nkeys, const struct fence_lock_ref *only_lock,
+                  fence_lookup_fn lookup, void *lookup_arg, struct fence_decision *out)
+{
+    char name[FENCE_MAX_LOCK];
+
+    out->verdict = FENCE_PASS;
+    out->nlocks = 0;
+    out->key_index = 0;
+    out->offending.len = 0;
+    out->offending.token = 0;
+
+    for (size_t i = 0; i < nkeys; i++) {
+        size_t k = key_idx[i];
+        size_t full;
+        size_t len;
+        uint64_t token = 0;
+        int claim = fence_resolve(r, argv[k], lens[k], name, sizeof(name), &full);
+        enum fence_lock_state st = FENCE_NOT_HELD;
+
+        if (claim == FENCE_BY_TAG && full <= sizeof(name) && !fence_has_lock(out, name, full)) {
+            /* A hash tag guards its key only for a session that holds (or lost) that lock:
+             * applications use tags to place keys in one Cluster slot, and those keys must keep
+             * working for connections that never heard of fencing. */
+            st = lookup(lookup_arg, name, full, &token);
+            if (st == FENCE_NOT_HELD)
+                claim = 0;
+        }
+        if (!claim) {
+            if (only_lock == NULL)
+                continue; /* unprotected key */
+            if (fence_add_lock(out, only_lock->name, only_lock->len, only_lock->token) < 0) {
+                fence_refuse(out, FENCE_TOOMANY, k, only_lock->name, only_lock->len);
+                return;
+            }
+            continue;
+        }
+        len = full < sizeof(name) ? full : sizeof(name);
+        if (full > sizeof(name)) {
+            fence_refuse(out, FENCE_NOLOCK, k, name, len);
+            return;
+        }
+        if (fence_has_lock(out, name, len))
+            continue;
+        if (claim == FENCE_BY_RULE)
+            st = lookup(lookup_arg, name, len, &token);
+        switch (st) {
+        case FENCE_HELD:
+            if (fence_add_lock(out, name, len, token) < 0) {
+                fence_refuse(out, FENCE_TOOMANY, k, name, len);
+                return;
+            }
+            break;
+        case FENCE_LOST:
+            fence_refuse(out, FENCE_LOCKLOST, k, name, len);
+            return;
+        case FENCE_NOT_HELD:
+        default:
+            fence_refuse(out, FENCE_NOLOCK, k, name, len);
+            return;
+        }
+    }
+    out->verdict = out->nlocks > 0 ? FENCE_APPLY : FENCE_PASS;
+}
+
+/* ---- Scripts ------------------------------------------------------------------------------- */
+
+/* Tokens and marks are compared with tonumber (exact below 2^53) but always printed and stored
+ * from their original decimal strings, since tostring() of a large number goes to exponent form.
+ * Every mark is checked before any is raised, so a refusal leaves all marks as they were. A mark
+ * that cannot be read is reported as fencegate's own error, not mistaken for the command's; the
+ * command runs under pcall so its own error (WRONGTYPE, ...) comes back as its reply. */
+static const char fence_write_lua[] =
+    "-- fencegate fenced write: KEYS = marks; ARGV = n, n tokens, n lock names, command...\n"
+    "local n = tonumber(ARGV[1])\n"
+    "if n == nil or n ~= #KEYS then\n"
+    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"
+    "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
+    "end\n"
+    "local raise = {}\n"
+    "for i = 1, n do\n"
+    "  local tok, name = ARGV[1 + i], ARGV[n + 1 + i]\n"
+    "  local mark = redis.pcall('GET', KEYS[i])\n"
+    "  if type(mark) == 'table' then\n"
+    "    return redis.error_reply('ERR fencegate write script: mark ' .. KEYS[i] .. ' of lock '\n"
+    "      .. name .. ': ' .. tostring(mark.err) .. ' (delete or repair that key)')\n"
+    "  end\n"
+    "  mark = mark or '0'\n"
+    "  local t, h = tonumber(tok), tonumber(mark)\n"
+    "  if t == nil or h == nil then\n"
+    "    return redis.error_reply('ERR fencegate write script: lock ' .. name .. ' token '\n"
+    "      .. tok .. ' or mark ' .. mark .. ' is not a number (check key ' .. KEYS[i] .. ')')\n"
+    "  end\n"
+    "  if t < h then\n"
+    "    return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"
+    "      .. ' < high-water mark ' .. mark .. ' (a newer holder exists; re-acquire)')\n"
+    "  end\n"
+    "  raise[i] = t > h\n"
+    "end\n"
+    "for i = 1, n do\n"
+    "  if raise[i] then redis.call('SET', KEYS[i], ARGV[1 + i]) end\n"
+    "end\n"
+    "return redis.pcall(unpack(ARGV, 2 * n + 2))\n";
+
+static const char fence_raise_lua[] =
+    "-- fencegate fence on acquire: KEYS[1] = the mark, ARGV[1] = the new token\n"
+    "local mark = redis.pcall('GET', KEYS[1])\n"
+    "if type(mark) == 'table' then\n"
+    "  return redis.error_reply('ERR fencegate raise script: mark ' .. KEYS[1] .. ': '\n"
+    "    .. tostring(mark.err) .. ' (delete or repair that key)')\n"
+    "end\n"
+    "mark = mark or '0'\n"
+    "local t, h = tonumber(ARGV[1]), tonumber(mark)\n"
+    "if t == nil or h == nil then\n"
+    "  return redis.error_reply('ERR fencegate raise script: token ' .. tostring(ARGV[1])\n"
+    "    .. ' or mark ' .. mark .. ' is not a number (check key ' .. KEYS[1] .. ')')\n"
+    "end\n"
+    "if t > h then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1])\n"
+    "  return 0\n"
+    "end\n"
+    "return h\n";
+
+const char *fence_write_script(void)
+{
+    return fence_write_lua;
+}
+
+const char *fence_raise_script(void)
+{
+    return fence_raise_lua;
+}
+
+/* Checks, raises nothing: the marks are raised by the fenced writes inside the transaction. */
+static const char fence_check_lua[] =
+    "-- fencegate transaction check: KEYS = marks; ARGV = n, n tokens, n lock names\n"
+    "local n = tonumber(ARGV[1])\n"
+    "for i = 1, n do\n"
+    "  local tok, name = ARGV[1 + i], ARGV[n + 1 + i]\n"
+    "  local mark = redis.call('GET', KEYS[i]) or '0'\n"
+    "  local t, h = tonumber(tok), tonumber(mark)\n"
+    "  if t == nil or h == nil or t < h then\n"
+    "    return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"
+    "      .. ' < high-water mark ' .. mark .. ' (a newer holder exists; re-acquire); the '\n"
+    "      .. 'transaction was not applied')\n"
+    "  end\n"
+    "end\n"
+    "return 0\n";
+
+const char *fence_check_script(void)
+{
+    return fence_check_lua;
+}
+
+/* ---- SHA-1 (FIPS 180-4), just enough to name a script the way SCRIPT LOAD does ------------- */
+
+struct fence_sha1 {
+    uint32_t h[5];
+    unsigned char block[64];
+    size_t used;    /* bytes in block */
+    uint64_t total; /* bytes hashed so far */
+};
+
+static uint32_t fence_rol(uint32_t x, unsigned n)
+{
+    return (x << n) | (x >> (32 - n));
+}
+
+static void fence_sha1_block(struct fence_sha1 *s, const unsigned char *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = fence_rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+
+    uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3], e = s->h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) {
+            f = (b & c) | (~b & d);
+            k = 0x5A827999u;
+        } else if (i < 40) {
+            f = b ^ c ^ d;
+            k = 0x6ED9EBA1u;
+        } else if (i < 60) {
+            f = (b & c) | (b & d) | (c & d);
+            k = 0x8F1BBCDCu;
+        } else {
+            f = b ^ c ^ d;
+            k = 0xCA62C1D6u;
+        }
+        uint32_t t = fence_rol(a, 5) + f + e + k + w[i];
+        e = d;
+        d = c;
+        c = fence_rol(b, 30);
+        b = a;
+        a = t;
+    }
+    s->h[0] += a;
+    s->h[1] += b;
+    s->h[2] += c;
+    s->h[3] += d;
+    s->h[4] += e;
+}
+
+static void fence_sha1_update(struct fence_sha1 *s, const unsigned char *p, size_t n)
+{
+    s->total += n;
+    while (n > 0) {
+        size_t take = sizeof(s->block) - s->used;
+        if (take > n)
+            take = n;
+        memcpy(s->block + s->used, p, take);
+        s->used += take;
+        p += take;
+        n -= take;
+        if (s->used == sizeof(s->block)) {
+            fence_sha1_block(s, s->block);
+            s->used = 0;
+        }
+    }
+}
+
+/* Pads with 0x80, zeros, and the message length in bits (big-endian) to a whole block. */
+static void fence_sha1_final(struct fence_sha1 *s, unsigned char digest[20])
+{
+    uint64_t bits = s->total * 8;
+    unsigned char pad = 0x80;
+    unsigned char zero = 0;
+    unsigned char len[8];
+
+    fence_sha1_update(s, &pad, 1);
+    while (s->used != 56)
+        fence_sha1_update(s, &zero, 1);
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)(bits >> (56 - 8 * i));
+    fence_sha1_update(s, len, sizeof(len));
+    for (int i = 0; i < 5; i++) {
+        digest[4 * i] = (unsigned char)(s->h[i] >> 24);
+        digest[4 * i + 1] = (unsigned char)(s->h[i] >> 16);
+        digest[4 * i + 2] = (unsigned char)(s->h[i] >> 8);
+        digest[4 * i + 3] = (unsigned char)s->h[i];
+    }
+}
+
+void fence_script_sha(const char *script, char out[41])
+{
+    static const char hex[] = "0123456789abcdef";
+    struct fence_sha1 s = {
+        {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u}, {0}, 0, 0};
+    unsigned char digest[20];
+
+    fence_sha1_update(&s, (const unsigned char *)script, strlen(script));
+    fence_sha1_final(&s, digest);
+    for (int i = 0; i < 20; i++) {
+        out[2 * i] = hex[digest[i] >> 4];
+        out[2 * i + 1] = hex[digest[i] & 15];
+    }
+    out[40] = '\0';
+}
+
+/* ---- Encoding ------------------------------------------------------------------------------ */
+
+/* Not NUL-terminated: lock names may hold any byte. */
+int fence_hwm_key(const char *lock, size_t len, char *out, size_t cap)
+{
+    size_t plen = sizeof(FENCE_HWM_PREFIX) - 1;
+    if (len > cap || cap - len < plen + 2 || plen + 2 + len > INT_MAX)
+        return FG_ERR_LIMIT;
+    memcpy(out, FENCE_HWM_PREFIX "{", plen + 1);
+    memcpy(out + plen + 1, lock, len);
+    out[plen + 1 + len] = '}';
+    return (int)(plen + 2 + len);
+}
+
+/* Writes v in decimal into buf (at least FENCE_U64_DIGITS bytes); returns the digit count. */
+static size_t fence_u64_dec(uint64_t v, char *buf)
+{
+    char tmp[FENCE_U64_DIGITS];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* "$<len>\r\n" (or "*<count>\r\n" with type '*'). */
+static void fence_put_header(struct fence_out *o, char type, size_t n)
+{
+    char buf[1 + FENCE_U64_DIGITS + 2];
+    size_t len = 0;
+    buf[len++] = type;
+    len += fence_u64_dec((uint64_t)n, buf + len);
+    buf[len++] = '\r';
+    buf[len++] = '\n';
+    fence_put(o, buf, len);
+}
+
+static void fence_put_bulk(struct fence_out *o, const char *p, size_t n)
+{
+    fence_put_header(o, '$', n);
+    fence_put(o, p, n);
+    fence_put(o, "\r\n", 2);
+}
+
+static void fence_put_bulk_u64(struct fence_out *o, uint64_t v)
+{
+    char buf[FENCE_U64_DIGITS];
+    fence_put_bulk(o, buf, fence_u64_dec(v, buf));
+}
+
+/* Marks are spelled out piece by piece rather than through fence_hwm_key() so no buffer limit
+ * applies here; the layout is the same. */
+size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
+                          const char *const *argv, const size_t *lens, size_t argc, char *out,
+                          size_t cap)
+{
+    struct fence_out o = {out, cap, 0};
+    size_t n = d->nlocks;
+    size_t plen = sizeof(FENCE_HWM_PREFIX) - 1;
+
+    fence_put_header(&o, '*', 4 + 3 * n + argc);
+    fence_put_bulk(&o, "EVALSHA", 7);
+    fence_put_bulk(&o, sha, 40);
+    fence_put_bulk_u64(&o, n);
+    for (size_t i = 0; i < n; i++) {
+        fence_put_header(&o, '$', plen + 2 + d->locks[i].len);
+        fence_put(&o, FENCE_HWM_PREFIX "{", plen + 1);
+        fence_put(&o, d->locks[i].name, d->locks[i].len);
+        fence_put(&o, "}\r\n", 3);
+    }
+    fence_put_bulk_u64(&o, n);
+    for (size_t i = 0; i < n; i++)
+        fence_put_bulk_u64(&o, d->locks[i].token);
+    for (size_t i = 0; i < n; i++)
+        fence_put_bulk(&o, d->locks[i].name, d->locks[i].len);
+    for (size_t i = 0; i < argc; i++)
+        fence_put_bulk(&o, argv[i], lens[i]);
+    return o.len;
+}

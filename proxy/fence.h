@@ -1,0 +1,112 @@
+/* fence.h — pure fencing decisions: which lock guards a key, whether a write may go, and the
+ * server-side scripts that apply a write only if its token is not older than the store's mark. */
+#ifndef FG_FENCE_H
+#define FG_FENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fg_error.h"
+
+#define FENCE_MAX_LOCK   512 /* longest lock name a rule may produce */
+#define FENCE_MAX_LOCKS  8   /* distinct locks one command may touch */
+#define FENCE_HWM_PREFIX "fencegate:hwm:" /* store key of a lock's mark: prefix + "{" + lock + "}" */
+
+/* One protect rule: keys matching glob (with '*' and '?') are guarded by the lock named by
+ * template, where "$1".."$9" stand for what the n-th '*' matched. */
+struct fence_rule {
+    const char *glob;
+    const char *lock_template;
+};
+
+struct fence_rules;
+
+/* Compiles rules (copied). Returns NULL with *err = FG_ERR_CONFIG (a "$N" with no N-th '*') or
+ * FG_ERR_NOMEM. n may be 0. */
+struct fence_rules *fence_rules_new(const struct fence_rule *rules, size_t n, int *err);
+void fence_rules_free(struct fence_rules *r); /* NULL is a no-op */
+
+/* Which lock guards key (klen bytes, binary-safe). Rules are tried in order, then the hash-tag
+ * rule (a key "a{L}b" is guarded by lock "L": the first '{' and the next '}' with something
+ * between them, as Redis Cluster reads hash tags). Writes the lock name into lock (cap bytes, not
+ * NUL-terminated) and returns its length; returns 0 when no rule claims the key; returns
+ * FG_ERR_LIMIT if the name would not fit in cap. A rule whose name comes out empty does not claim
+ * the key. Captures are leftmost-shortest: "a:*:b:*" on "a:x:b:y:b:z" gives $1 "x", $2 "y:b:z". */
+int fence_lock_for_key(const struct fence_rules *r, const char *key, size_t klen, char *lock,
+                       size_t cap);
+
+/* The state of one lock in the connection's session, as the caller knows it. */
+enum fence_lock_state { FENCE_NOT_HELD = 0, FENCE_HELD, FENCE_LOST };
+
+/* Looks up a lock in the caller's session. */
+typedef enum fence_lock_state (*fence_lookup_fn)(void *arg, const char *lock, size_t len,
+                                                  uint64_t *token);
+
+enum fence_verdict {
+    FENCE_PASS = 0,  /* not fenced: forward unchanged */
+    FENCE_APPLY,     /* fence with the locks in the decision */
+    FENCE_NOLOCK,    /* a protected key and the session does not hold its lock */
+    FENCE_LOCKLOST,  /* the session held the lock but lost it */
+    FENCE_TOOMANY,   /* more than FENCE_MAX_LOCKS distinct locks */
+};
+
+struct fence_lock_ref {
+    char name[FENCE_MAX_LOCK];
+    size_t len;
+    uint64_t token;
+};
+
+struct fence_decision {
+    enum fence_verdict verdict;
+    struct fence_lock_ref locks[FENCE_MAX_LOCKS]; /* APPLY: the distinct locks to check */
+    size_t nlocks;
+    size_t key_index;                /* NOLOCK / LOCKLOST: the argv index of the key */
+    struct fence_lock_ref offending; /* NOLOCK / LOCKLOST: the lock named in the error */
+};
+
+/* Decides how a write with the given keys (argv indexes into argv/lens) is fenced. Each key is
+ * mapped with fence_lock_for_key(); a key no rule claims is guarded by the session's only lock
+ * when `only_lock` is non-NULL (the one-lock rule), else it is unprotected. A claimed key whose
+ * lock the session holds → that lock joins the decision; lost → FENCE_LOCKLOST; not held →
+ * FENCE_NOLOCK — except for a key claimed only by its hash tag, which a session that neither holds
+ * nor lost that lock treats as unclaimed (tags also place keys in Cluster slots, and such keys
+ * must keep working for connections that never use locks). No claimed key → FENCE_PASS. Never allocates. Keys are judged in order and the
+ * first refusal wins; a lock name longer than FENCE_MAX_LOCK fails closed as FENCE_NOLOCK
+ * (offending = its first FENCE_MAX_LOCK bytes); FENCE_TOOMANY also fills key_index and
+ * offending. */
+void fence_decide(const struct fence_rules *r, const char *const *argv, const size_t *lens,
+                  const size_t *key_idx, size_t nkeys, const struct fence_lock_ref *only_lock,
+                  fence_lookup_fn lookup, void *lookup_arg, struct fence_decision *out);
+
+/* The script that applies one fenced write (Lua, for EVAL/EVALSHA/SCRIPT LOAD): KEYS are the marks
+ * of the locks, ARGV = nlocks, tokens..., lock names..., then the command and its arguments. It
+ * refuses with "STALE lock L token T < high-water mark H (a newer holder exists; re-acquire)"
+ * when any token is older than its mark, else raises each mark to its token and returns the
+ * command's own reply (errors included, unchanged). */
+const char *fence_write_script(void);
+
+/* The script run on acquire: KEYS[1] = the mark, ARGV[1] = token. Raises the mark to the token and
+ * returns 0 when the token is above it; returns the mark when it is >= the token (the token
+ * counter went backwards: the caller repairs it). */
+const char *fence_raise_script(void);
+
+/* The check run before a transaction with fenced writes: KEYS are the marks, ARGV = nlocks,
+ * tokens..., lock names.... Returns 0 when every token is >= its mark, else the STALE error (ending
+ * "the transaction was not applied"). Raises nothing. */
+const char *fence_check_script(void);
+
+/* Lowercase hex SHA-1 of a script (41 bytes with the NUL), as SCRIPT LOAD returns it. */
+void fence_script_sha(const char *script, char out[41]);
+
+/* The mark's key for lock: FENCE_HWM_PREFIX "{" lock "}", not NUL-terminated. Returns its length,
+ * or FG_ERR_LIMIT. */
+int fence_hwm_key(const char *lock, size_t len, char *out, size_t cap);
+
+/* Encodes "EVALSHA <sha> <nlocks> <marks...> <nlocks> <tokens...> <names...> <argv...>" as a RESP
+ * multibulk into out (cap bytes). Returns the length, or the length needed if > cap (nothing
+ * useful written), like snprintf. */
+size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
+                          const char *const *argv, const size_t *lens, size_t argc, char *out,
+                          size_t cap);
+
+#endif

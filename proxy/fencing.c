@@ -1,0 +1,1005 @@
+/* fencing.c — lock commands (FENCE.*) on the RESP endpoint and the fencing of writes.
+ *
+ * A connection is a lock session. A write is fenced when a protect rule, a hash tag, or the
+ * one-lock rule ties one of its keys to a lock; it then travels as one server-side script that
+ * checks the lock's high-water mark in the store and applies the write only if the token is not
+ * older (fence.c). When fencegate cannot prove a write current it refuses it: it never sends a
+ * fenced write unfenced. */
+#include "fencing.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cmdtable.h"
+#include "config.h"
+#include "fence.h"
+#include "lock.h"
+#include "log.h"
+#include "metrics.h"
+#include "upstream.h"
+
+#define FENCING_STACK_ARGS 64
+#define FENCING_MAX_KEYS   4096 /* keys of one write we look at; more is refused */
+
+/* When each lock of a connection was granted, for the hold-time histogram. */
+struct fencing_held {
+    struct fencing_held *next;
+    uint64_t t0_us;
+    size_t len;
+    char name[];
+};
+
+static struct fencing_held **held_list(struct client *c)
+{
+    return &c->held;
+}
+
+static void held_end(struct client *c, const char *name, size_t len)
+{
+    for (struct fencing_held **p = held_list(c); *p; p = &(*p)->next) {
+        struct fencing_held *h = *p;
+        if (h->len == len && memcmp(h->name, name, len) == 0) {
+            metrics_observe(&fg_metrics, H_LOCK_HOLD, now_us() - h->t0_us);
+            *p = h->next;
+            free(h);
+            return;
+        }
+    }
+}
+
+static void held_begin(struct client *c, const char *name, size_t len)
+{
+    struct fencing_held *h;
+
+    for (h = *held_list(c); h; h = h->next)
+        if (h->len == len && memcmp(h->name, name, len) == 0)
+            return; /* re-acquired while held: same grant */
+    h = malloc(sizeof(*h) + len);
+    if (!h)
+        return;
+    h->t0_us = now_us();
+    h->len = len;
+    memcpy(h->name, name, len);
+    h->next = *held_list(c);
+    *held_list(c) = h;
+}
+
+/* ---- FENCE.* ----------------------------------------------------------------------------------- */
+
+static void fencing_on_lost(void *arg, const char *name, uint64_t token, const char *why)
+{
+    struct client *c = arg;
+
+    metrics_inc(&fg_metrics, M_LOCKS_LOST, 1);
+    held_end(c, name, strlen(name));
+    log_warn("client %" PRIu64 " %s: lock %s (token %" PRIu64 ") lost: %s", c->id, c->peer, name,
+             token, why);
+}
+
+static int fencing_session(struct client *c)
+{
+    if (c->sess)
+        return 0;
+    c->sess = lock_session_new(c->srv->locks, c->srv->cfg->session_ttl_ms, fencing_on_lost, c);
+    return c->sess ? 0 : -1;
+}
+
+/* The FENCE.ACQUIRE still waiting for its answer (there is at most one: it is a barrier). */
+static struct op *fencing_pending(struct client *c)
+{
+    for (size_t i = 0; i < c->ops_count; i++) {
+        struct op *o = op_at(c, i);
+        if (o->kind == OP_LOCAL && !o->reply)
+            return o;
+    }
+    return NULL;
+}
+
+static void fencing_fill(struct client *c, const char *fmt, ...) FG_PRINTF(2, 3);
+
+/* Sets the pending op's reply and lets the pipeline move on. */
+static void fencing_fill(struct client *c, const char *fmt, ...)
+{
+    struct op *o = fencing_pending(c);
+    char buf[1024];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf) - 2, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof(buf) - 3)
+        n = (int)sizeof(buf) - 3;
+    for (int i = 1; i < n; i++)
+        if (buf[i] == '\r' || buf[i] == '\n')
+            buf[i] = ' ';
+    buf[n++] = '\r';
+    buf[n++] = '\n';
+    if (o) {
+        o->reply = malloc((size_t)n);
+        if (!o->reply) {
+            c->dead = 1;
+            return;
+        }
+        memcpy(o->reply, buf, (size_t)n);
+        o->reply_len = (size_t)n;
+    }
+    cl_unblock(c);
+    ops_emit_ready(c);
+}
+
+struct acquire_ctx {
+    struct client *c;
+    size_t len;
+    char name[];
+};
+
+static void fencing_on_acquired(void *arg, int status, uint64_t token, const char *msg)
+{
+    struct acquire_ctx *a = arg;
+    struct client *c = a->c;
+    int len = (int)a->len;
+
+    metrics_observe(&fg_metrics, H_LOCK_WAIT, now_us() - c->wait_t0_us);
+    switch (status) {
+    case LOCK_OK:
+        metrics_inc(&fg_metrics, M_LOCKS_ACQUIRED, 1);
+        held_begin(c, a->name, a->len);
+        fencing_fill(c, ":%" PRIu64, token);
+        break;
+    case LOCK_BUSY:
+        metrics_inc(&fg_metrics, M_LOCKS_BUSY, 1);
+        fencing_fill(c, "-LOCKED lock %.*s is held by another holder (%s)", len, a->name,
+                     msg ? msg : "wait ran out");
+        break;
+    case LOCK_INVALID:
+        fencing_fill(c, "-ERR %s", msg ? msg : "invalid lock request");
+        break;
+    default:
+        fencing_fill(c, "-UNAVAILABLE lock backend: %s (lock %.*s not acquired; retry)",
+                     msg ? msg : "unreachable", len, a->name);
+        break;
+    }
+    free(a);
+    if (!c->processing)
+        cl_update(c);
+}
+
+static int fencing_parse_ms(const char *p, size_t n, long long min, long long max, long long *out)
+{
+    long long v = 0;
+
+    if (n == 0 || n > 12)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    if (v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+#define ARG(i) (m + r->argv[i].off)
+#define ALEN(i) (r->argv[i].len)
+
+static void fencing_acquire(struct client *c, const char *m, const struct resp_request *r)
+{
+    long long ttl = 0, wait = 0;
+    unsigned flags = 0;
+    struct acquire_ctx *a;
+    struct op *o;
+
+    if (r->argc < 2) {
+        cl_reply_error(c, "ERR wrong number of arguments for 'fence.acquire' command");
+        return;
+    }
+    if (ALEN(1) == 0 || ALEN(1) > LOCK_MAX_NAME) {
+        cl_reply_error(c, "ERR lock name must be 1..%d bytes", LOCK_MAX_NAME);
+        return;
+    }
+    for (size_t i = 2; i < r->argc; i++) {
+        if (name_is(ARG(i), ALEN(i), "norenew")) {
+            flags |= LOCK_NORENEW;
+        } else if (name_is(ARG(i), ALEN(i), "ttl") && i + 1 < r->argc) {
+            if (fencing_parse_ms(ARG(i + 1), ALEN(i + 1), 1, 3600000, &ttl) < 0) {
+                cl_reply_error(c, "ERR TTL must be an integer number of milliseconds in "
+                                  "1..3600000");
+                return;
+            }
+            i++;
+        } else if (name_is(ARG(i), ALEN(i), "wait") && i + 1 < r->argc) {
+            if (fencing_parse_ms(ARG(i + 1), ALEN(i + 1), 0, 86400000, &wait) < 0) {
+                cl_reply_error(c, "ERR WAIT must be an integer number of milliseconds in "
+                                  "0..86400000");
+                return;
+            }
+            i++;
+        } else {
+            cl_reply_error(c,
+                           "ERR syntax error at '%.*s' (FENCE.ACQUIRE name [TTL ms] [WAIT ms] "
+                           "[NORENEW])",
+                           (int)(ALEN(i) > 64 ? 64 : ALEN(i)), ARG(i));
+            return;
+        }
+    }
+    if (fencing_session(c) < 0 || !(a = malloc(sizeof(*a) + ALEN(1) + 1))) {
+        c->dead = 1;
+        return;
+    }
+    a->c = c;
+    a->len = ALEN(1);
+    memcpy(a->name, ARG(1), a->len);
+    a->name[a->len] = '\0';
+    o = op_push(c, OP_LOCAL); /* answered by fencing_on_acquired */
+    if (!o) {
+        free(a);
+        c->dead = 1;
+        return;
+    }
+    c->blocked = 1; /* writes after it in the pipeline must see the lock */
+    c->wait_t0_us = now_us();
+    if (lock_acquire(c->sess, a->name, a->len, ttl, wait, flags, fencing_on_acquired, a) < 0) {
+        free(a);
+        fencing_fill(c, "-UNAVAILABLE lock backend: cannot queue the request (lock %.*s not "
+                        "acquired; retry)",
+                     (int)ALEN(1), ARG(1));
+    }
+}
+
+static void fencing_on_released(void *arg, int status, const char *msg)
+{
+    if (status == LOCK_UNAVAILABLE)
+        log_warn("release: %s (the lease will run out by itself)", msg ? msg : "backend error");
+}
+
+static void fencing_release(struct client *c, const char *m, const struct resp_request *r)
+{
+    uint64_t token;
+    long long rem;
+
+    if (r->argc != 2) {
+        cl_reply_error(c, "ERR wrong number of arguments for 'fence.release' command");
+        return;
+    }
+    if (!c->sess || lock_state(c->sess, ARG(1), ALEN(1), &token, &rem) != 1) {
+        /* A lost lock is not held either; forget it so it stops refusing writes. */
+        if (c->sess)
+            (void)lock_release(c->sess, ARG(1), ALEN(1), fencing_on_released, NULL);
+        cl_reply_local(c, ":0\r\n", 4);
+        return;
+    }
+    held_end(c, ARG(1), ALEN(1));
+    metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
+    (void)lock_release(c->sess, ARG(1), ALEN(1), fencing_on_released, NULL);
+    cl_reply_local(c, ":1\r\n", 4);
+}
+
+static void fencing_token(struct client *c, const char *m, const struct resp_request *r)
+{
+    uint64_t token;
+    long long rem;
+    char buf[32];
+    int n;
+
+    if (r->argc != 2) {
+        cl_reply_error(c, "ERR wrong number of arguments for 'fence.token' command");
+        return;
+    }
+    if (!c->sess || lock_state(c->sess, ARG(1), ALEN(1), &token, &rem) != 1) {
+        cl_reply_local(c, "$-1\r\n", 5);
+        return;
+    }
+    n = snprintf(buf, sizeof(buf), ":%" PRIu64 "\r\n", token);
+    cl_reply_local(c, buf, (size_t)n);
+}
+
+struct locks_out {
+    struct buf b;
+    size_t n;
+    int failed;
+};
+
+static void fencing_locks_one(void *arg, const char *name, size_t len, int state, uint64_t token,
+                              long long remaining_ms)
+{
+    struct locks_out *o = arg;
+    char head[160];
+    int n = snprintf(head, sizeof(head), "*4\r\n$%zu\r\n", len);
+
+    if (buf_append(&o->b, head, (size_t)n) != FG_OK || buf_append(&o->b, name, len) != FG_OK) {
+        o->failed = 1;
+        return;
+    }
+    n = snprintf(head, sizeof(head), "\r\n:%" PRIu64 "\r\n:%lld\r\n$%d\r\n%s\r\n", token,
+                 state == 1 ? remaining_ms : 0, state == 1 ? 4 : 4, state == 1 ? "held" : "lost");
+    if (buf_append(&o->b, head, (size_t)n) != FG_OK)
+        o->failed = 1;
+    o->n++;
+}
+
+/* FENCE.LOCKS → one [name, token, remaining ms, "held"|"lost"] array per lock. */
+static void fencing_locks(struct client *c, const struct resp_request *r)
+{
+    struct locks_out o = {{0}, 0, 0};
+    char head[32];
+    int n;
+
+    if (r->argc != 1) {
+        cl_reply_error(c, "ERR wrong number of arguments for 'fence.locks' command");
+        return;
+    }
+    if (c->sess)
+        lock_foreach(c->sess, fencing_locks_one, &o);
+    n = snprintf(head, sizeof(head), "*%zu\r\n", o.n);
+    if (o.failed || buf_reserve(&o.b, (size_t)n) != FG_OK) {
+        buf_free(&o.b);
+        c->dead = 1;
+        return;
+    }
+    /* The header goes first: build it in front of the elements. */
+    memmove(o.b.data + o.b.start + n, buf_head(&o.b), buf_len(&o.b));
+    memcpy(o.b.data + o.b.start, head, (size_t)n);
+    o.b.end += (size_t)n;
+    cl_reply_local(c, buf_head(&o.b), buf_len(&o.b));
+    buf_free(&o.b);
+}
+
+enum req_action fencing_command(struct client *c, const char *m, const struct resp_request *r)
+{
+    const char *name = m + r->argv[0].off;
+    size_t nlen = r->argv[0].len;
+
+    if (!name_is(name, nlen, "fence.acquire") && !name_is(name, nlen, "fence.release") &&
+        !name_is(name, nlen, "fence.token") && !name_is(name, nlen, "fence.locks"))
+        return REQ_FORWARD;
+    metrics_inc(&fg_metrics, M_COMMANDS_LOCAL, 0);
+    if (c->in_multi) {
+        cl_reply_error(c, "ERR %.*s cannot be used inside MULTI", (int)nlen, name);
+        return REQ_SKIP;
+    }
+    if (name_is(name, nlen, "fence.acquire"))
+        fencing_acquire(c, m, r);
+    else if (name_is(name, nlen, "fence.release"))
+        fencing_release(c, m, r);
+    else if (name_is(name, nlen, "fence.token"))
+        fencing_token(c, m, r);
+    else
+        fencing_locks(c, r);
+    return REQ_SKIP;
+}
+
+/* The EVAL form of an encoded "EVALSHA <sha> ..." request: writes into head the array header
+ * and "EVAL <body length>" (cap >= 64), and returns how many bytes of enc to skip before the rest
+ * of the arguments; the script body and CRLF go between. Returns 0 when enc is not such a request. */
+static size_t fencing_eval_form(const char *enc, size_t len, char *head, size_t *hlen)
+{
+    static const char sha_head[] = "$7\r\nEVALSHA\r\n$40\r\n";
+    const char *p = memchr(enc, '\n', len);
+    size_t skip;
+    int hn;
+
+    if (!p)
+        return 0;
+    skip = (size_t)(p - enc) + 1 + sizeof(sha_head) - 1 + 40 + 2;
+    if (skip > len)
+        return 0;
+    hn = snprintf(head, 64, "%.*s$4\r\nEVAL\r\n$%zu\r\n", (int)(p - enc + 1), enc,
+                  strlen(fence_write_script()));
+    *hlen = (size_t)hn;
+    return skip;
+}
+
+struct fencing_txn;
+static void fencing_txn_add(struct client *c, const struct fence_decision *d, const char *enc,
+                            size_t len);
+
+/* ---- fenced writes ---------------------------------------------------------------------------- */
+
+/* Keys of commands whose key positions depend on their arguments (COMMAND flags them
+ * "movablekeys"). Returns the number of keys, or -1 when fencegate cannot tell. */
+static long fencing_movable_keys(const char *m, const struct resp_request *r, size_t *idx,
+                                 size_t max)
+{
+    const char *name = ARG(0);
+    size_t nlen = ALEN(0), argc = r->argc, n = 0, first = 0, numkeys_at = 0;
+    long long numkeys;
+
+    if (name_is(name, nlen, "zunionstore") || name_is(name, nlen, "zinterstore") ||
+        name_is(name, nlen, "zdiffstore")) {
+        if (argc < 2)
+            return -1;
+        idx[n++] = 1;
+        numkeys_at = 2;
+    } else if (name_is(name, nlen, "lmpop") || name_is(name, nlen, "zmpop")) {
+        numkeys_at = 1;
+    } else if (name_is(name, nlen, "sort")) {
+        if (argc < 2)
+            return -1;
+        idx[n++] = 1;
+        for (size_t i = 2; i + 1 < argc; i++)
+            if (name_is(ARG(i), ALEN(i), "store") && n < max)
+                idx[n++] = i + 1;
+        return (long)n;
+    } else if (name_is(name, nlen, "georadius") || name_is(name, nlen, "georadiusbymember")) {
+        if (argc < 2)
+            return -1;
+        idx[n++] = 1;
+        for (size_t i = 2; i + 1 < argc; i++)
+            if ((name_is(ARG(i), ALEN(i), "store") || name_is(ARG(i), ALEN(i), "storedist")) &&
+                n < max)
+                idx[n++] = i + 1;
+        return (long)n;
+    } else {
+        return -1; /* EVAL, FCALL, MIGRATE, XREADGROUP, ...: not fenceable here */
+    }
+    if (argc <= numkeys_at ||
+        fencing_parse_ms(ARG(numkeys_at), ALEN(numkeys_at), 1, (long long)max, &numkeys) < 0)
+        return -1;
+    first = numkeys_at + 1;
+    if (first + (size_t)numkeys > argc)
+        return -1;
+    for (long long k = 0; k < numkeys && n < max; k++)
+        idx[n++] = first + (size_t)k;
+    return (long)n;
+}
+
+static enum fence_lock_state fencing_lookup(void *arg, const char *lock, size_t len,
+                                            uint64_t *token)
+{
+    struct client *c = arg;
+    long long rem;
+    int st;
+
+    if (!c->sess)
+        return FENCE_NOT_HELD;
+    st = lock_state(c->sess, lock, len, token, &rem);
+    return st == 1 ? FENCE_HELD : st < 0 ? FENCE_LOST : FENCE_NOT_HELD;
+}
+
+struct only_ctx {
+    size_t n;
+    struct fence_lock_ref ref;
+    int state;
+};
+
+static void fencing_only_one(void *arg, const char *name, size_t len, int state, uint64_t token,
+                             long long remaining_ms)
+{
+    struct only_ctx *o = arg;
+
+    if (o->n++ == 0 && len <= sizeof(o->ref.name)) {
+        memcpy(o->ref.name, name, len);
+        o->ref.len = len;
+        o->ref.token = token;
+        o->state = state;
+    }
+}
+
+static void fencing_refuse_lost(struct client *c, const struct fence_lock_ref *l)
+{
+    metrics_inc(&fg_metrics, M_LOCKLOST_REFUSED, 1);
+    cl_reply_error(c,
+                   "LOCKLOST lock %.*s (token %" PRIu64
+                   ") was lost; the write was not sent (re-acquire with FENCE.ACQUIRE)",
+                   (int)l->len, l->name, l->token);
+}
+
+/* Sends the fenced form of the request: EVALSHA of the write script, preceded on a fresh
+ * upstream connection by SCRIPT LOAD (pipelined: Redis runs them in order). Inside a held-back
+ * MULTI it joins the block instead (fencing_txn_add). */
+static void fencing_send(struct client *c, const struct fence_decision *d, const char *const *argv,
+                         const size_t *lens, size_t argc, struct span *sp)
+{
+    static const char load_head[] = "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n";
+    const char *body = fence_write_script();
+    size_t need = fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0);
+    char *out = malloc(need + 1);
+    struct op *o;
+
+    if (!out) {
+        c->dead = 1;
+        return;
+    }
+    fence_encode_write(c->srv->write_sha, d, argv, lens, argc, out, need + 1);
+    if (c->txn) {
+        fencing_txn_add(c, d, out, need);
+        free(out);
+        return;
+    }
+    span_flush(c, sp, 1);
+    if (!c->script_loaded) {
+        char len[32];
+        int ln = snprintf(len, sizeof(len), "$%zu\r\n", strlen(body));
+        up_send(c, load_head, sizeof(load_head) - 1);
+        up_send(c, len, (size_t)ln);
+        up_send(c, body, strlen(body));
+        up_send(c, "\r\n", 2);
+        if (!op_push(c, OP_HIDDEN)) {
+            free(out);
+            c->dead = 1;
+            return;
+        }
+        c->script_loaded = 1;
+    }
+    up_send(c, out, need);
+    o = op_push(c, OP_FORWARD);
+    if (!o) {
+        free(out);
+        c->dead = 1;
+        return;
+    }
+    o->flags = OPF_FENCED;
+    o->t0_us = now_us();
+    o->reply = out; /* kept to send again after a NOSCRIPT */
+    o->reply_len = need;
+    metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
+}
+
+enum req_action fencing_write(struct client *c, const char *m, const struct resp_request *r,
+                              struct span *sp)
+{
+    const struct cmd_table *t;
+    const struct cmd_info *ci;
+    size_t key_stack[FENCING_STACK_ARGS], *keys = key_stack;
+    const char *argv_stack[FENCING_STACK_ARGS], **argv = argv_stack;
+    size_t lens_stack[FENCING_STACK_ARGS], *lens = lens_stack;
+    struct only_ctx only = {0, {{0}, 0, 0}, 0};
+    struct fence_decision d;
+    enum req_action act = REQ_SKIP;
+    long nkeys;
+
+    if (c->sess)
+        lock_foreach(c->sess, fencing_only_one, &only);
+    if (!c->srv->rules && only.n == 0)
+        return REQ_FORWARD; /* nothing to fence: the plain proxy path */
+    t = upstream_commands(c->srv->up);
+    if (!t) {
+        cl_reply_error(c, "UNAVAILABLE fencegate has not read the upstream's COMMAND table yet, "
+                          "so it cannot tell writes apart; refused (retry shortly)");
+        return REQ_SKIP;
+    }
+    ci = cmd_lookup(t, ARG(0), ALEN(0), r->argc > 1 ? ARG(1) : NULL, r->argc > 1 ? ALEN(1) : 0);
+    if (!ci || !(ci->flags & CMD_WRITE))
+        return REQ_FORWARD; /* unknown commands get Redis's own error */
+    if (r->has_quoted) {
+        cl_reply_error(c, "ERR fencegate cannot fence an inline command with quoted arguments; "
+                          "send it as a RESP array");
+        return REQ_SKIP;
+    }
+    if (r->argc > FENCING_STACK_ARGS) {
+        size_t kmax = r->argc < FENCING_MAX_KEYS ? r->argc : FENCING_MAX_KEYS;
+        keys = malloc(kmax * sizeof(*keys));
+        argv = malloc(r->argc * sizeof(*argv));
+        lens = malloc(r->argc * sizeof(*lens));
+        if (!keys || !argv || !lens) {
+            c->dead = 1;
+            goto out;
+        }
+    }
+    if (ci->flags & CMD_MOVABLEKEYS) {
+        nkeys = fencing_movable_keys(m, r, keys,
+                                     r->argc < FENCING_MAX_KEYS ? r->argc : FENCING_MAX_KEYS);
+        if (nkeys < 0) {
+            cl_reply_error(c,
+                           "ERR fencegate cannot tell which keys '%.*s' writes, so it cannot "
+                           "fence it; refused, not sent",
+                           (int)(ALEN(0) > 64 ? 64 : ALEN(0)), ARG(0));
+            goto out;
+        }
+    } else {
+        size_t total = cmd_keys(ci, r->argc, keys,
+                                r->argc < FENCING_STACK_ARGS  ? FENCING_STACK_ARGS
+                                : r->argc < FENCING_MAX_KEYS ? r->argc
+                                                              : FENCING_MAX_KEYS);
+        if (total > FENCING_MAX_KEYS) {
+            cl_reply_error(c, "ERR fencegate fences writes of at most %d keys; refused, not sent",
+                           FENCING_MAX_KEYS);
+            goto out;
+        }
+        nkeys = (long)total;
+    }
+    for (size_t i = 0; i < r->argc; i++) {
+        argv[i] = ARG(i);
+        lens[i] = ALEN(i);
+    }
+    fence_decide(c->srv->rules, argv, lens, keys, (size_t)nkeys, only.n == 1 ? &only.ref : NULL,
+                 fencing_lookup, c, &d);
+    if (d.verdict == FENCE_APPLY) {
+        /* Re-check every lock now: a lease may have run out without its timer having fired yet
+         * (a process frozen and resumed). */
+        for (size_t i = 0; i < d.nlocks; i++) {
+            if (fencing_lookup(c, d.locks[i].name, d.locks[i].len, &d.locks[i].token) !=
+                FENCE_HELD) {
+                fencing_refuse_lost(c, &d.locks[i]);
+                goto out;
+            }
+        }
+        if (ci->flags & (CMD_BLOCKING | CMD_NOSCRIPT)) {
+            cl_reply_error(c,
+                           "ERR fencegate cannot fence '%.*s': it cannot run inside a script; "
+                           "refused, not sent (use its non-blocking form)",
+                           (int)(ALEN(0) > 64 ? 64 : ALEN(0)), ARG(0));
+            goto out;
+        }
+        fencing_send(c, &d, argv, lens, r->argc, sp);
+        goto out;
+    }
+    switch (d.verdict) {
+    case FENCE_PASS:
+        act = REQ_FORWARD;
+        break;
+    case FENCE_NOLOCK:
+        metrics_inc(&fg_metrics, M_NOLOCK_REFUSED, 1);
+        cl_reply_error(c,
+                       "NOLOCK key %.*s is protected by lock %.*s (FENCE.ACQUIRE %.*s first); "
+                       "not sent",
+                       (int)(lens[keys[0]] > 200 ? 200 : lens[d.key_index]), argv[d.key_index],
+                       (int)d.offending.len, d.offending.name, (int)d.offending.len,
+                       d.offending.name);
+        break;
+    case FENCE_LOCKLOST:
+        fencing_refuse_lost(c, &d.offending);
+        break;
+    default:
+        cl_reply_error(c, "ERR fencegate fences writes under at most %d locks; refused, not sent",
+                       FENCE_MAX_LOCKS);
+        break;
+    }
+out:
+    if (keys != key_stack)
+        free(keys);
+    if (argv != argv_stack)
+        free(argv);
+    if (lens != lens_stack)
+        free(lens);
+    return act;
+}
+
+
+/* ---- transactions ------------------------------------------------------------------------------ */
+
+/* A MULTI block held back until EXEC. Sent as: WATCH <marks>; a check that every token is still
+ * current; then MULTI, the commands (fenced ones as scripts), EXEC. A mark that moves after the
+ * check makes EXEC fail as a whole, so the block is applied all-or-nothing against the fence. */
+struct fencing_txn {
+    struct buf cmds; /* the commands, as they will be sent */
+    size_t count;
+    int dirty;       /* a command was refused: EXEC answers EXECABORT, as Redis does */
+    int fenced_now;  /* the request being queued went in as a fenced script */
+    struct fence_lock_ref locks[FENCE_MAX_LOCKS];
+    size_t nlocks;
+};
+
+static void fencing_txn_free(struct fencing_txn *t)
+{
+    if (!t)
+        return;
+    buf_free(&t->cmds);
+    free(t);
+}
+
+static void fencing_txn_add(struct client *c, const struct fence_decision *d, const char *enc,
+                            size_t len)
+{
+    struct fencing_txn *t = c->txn;
+    const char *body = fence_write_script();
+    char head[64];
+    size_t hn = 0, skip = fencing_eval_form(enc, len, head, &hn);
+
+    /* "EVALSHA <sha>" becomes "EVAL <body>": nothing may be loaded in the middle of a MULTI. */
+    if (skip == 0 || buf_append(&t->cmds, head, hn) != FG_OK ||
+        buf_append(&t->cmds, body, strlen(body)) != FG_OK ||
+        buf_append(&t->cmds, "\r\n", 2) != FG_OK ||
+        buf_append(&t->cmds, enc + skip, len - skip) != FG_OK) {
+        c->dead = 1;
+        return;
+    }
+    for (size_t i = 0; i < d->nlocks; i++) {
+        size_t j;
+        for (j = 0; j < t->nlocks; j++)
+            if (t->locks[j].len == d->locks[i].len &&
+                memcmp(t->locks[j].name, d->locks[i].name, d->locks[i].len) == 0)
+                break;
+        if (j == t->nlocks) {
+            if (t->nlocks == FENCE_MAX_LOCKS) {
+                t->dirty = 1;
+                cl_reply_error(c, "ERR fencegate fences a transaction under at most %d locks",
+                               FENCE_MAX_LOCKS);
+                return;
+            }
+            t->locks[t->nlocks++] = d->locks[i];
+        }
+    }
+    t->fenced_now = 1;
+    metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
+}
+
+int fencing_active(struct client *c)
+{
+    struct only_ctx only = {0, {{0}, 0, 0}, 0};
+
+    if (c->srv->rules)
+        return 1;
+    if (c->sess)
+        lock_foreach(c->sess, fencing_only_one, &only);
+    return only.n > 0;
+}
+
+int fencing_txn_begin(struct client *c)
+{
+    c->txn = calloc(1, sizeof(*c->txn));
+    if (!c->txn) {
+        c->dead = 1;
+        return -1;
+    }
+    cl_reply_local(c, "+OK\r\n", 5);
+    return 0;
+}
+
+/* Appends one argument per RESP array element. */
+static int fencing_put(struct buf *b, const char *p, size_t n)
+{
+    char head[32];
+    int hn = snprintf(head, sizeof(head), "$%zu\r\n", n);
+
+    if (buf_append(b, head, (size_t)hn) != FG_OK || buf_append(b, p, n) != FG_OK ||
+        buf_append(b, "\r\n", 2) != FG_OK)
+        return -1;
+    return 0;
+}
+
+static int fencing_put_count(struct buf *b, size_t n)
+{
+    char head[32];
+    int hn = snprintf(head, sizeof(head), "*%zu\r\n", n);
+
+    return buf_append(b, head, (size_t)hn) == FG_OK ? 0 : -1;
+}
+
+/* Sends MULTI, the commands and EXEC; the application sees only EXEC's reply. */
+static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
+{
+    static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
+    struct op *o;
+
+    up_send(c, multi, sizeof(multi) - 1);
+    up_send(c, buf_head(&t->cmds), buf_len(&t->cmds));
+    up_send(c, exec, sizeof(exec) - 1);
+    for (size_t i = 0; i < t->count + 1; i++)
+        if (!op_push(c, OP_HIDDEN)) {
+            c->dead = 1;
+            return;
+        }
+    o = op_push(c, OP_FORWARD);
+    if (!o) {
+        c->dead = 1;
+        return;
+    }
+    o->t0_us = now_us();
+    o->txn_exec = t->nlocks > 0 && !c->client_watched;
+}
+
+enum req_action fencing_txn_queue(struct client *c, const char *m, const struct resp_request *r,
+                                  struct span *sp)
+{
+    struct fencing_txn *t = c->txn;
+    const char *name = ARG(0);
+    size_t nlen = ALEN(0);
+    const struct cmd_table *tab = upstream_commands(c->srv->up);
+    const struct cmd_info *ci;
+    enum req_action act;
+
+    if (name_is(name, nlen, "discard")) {
+        static const char unwatch[] = "*1\r\n$7\r\nUNWATCH\r\n";
+        fencing_txn_free(t);
+        c->txn = NULL;
+        c->in_multi = 0;
+        if (c->client_watched) { /* DISCARD forgets the WATCHes, as in Redis */
+            span_flush(c, sp, 1);
+            up_send(c, unwatch, sizeof(unwatch) - 1);
+            if (!op_push(c, OP_HIDDEN))
+                c->dead = 1;
+            c->client_watched = 0;
+        }
+        cl_reply_local(c, "+OK\r\n", 5);
+        return REQ_SKIP;
+    }
+    if (name_is(name, nlen, "exec")) {
+        fencing_txn_exec(c, sp);
+        return REQ_SKIP;
+    }
+    if (name_is(name, nlen, "multi")) {
+        cl_reply_error(c, "ERR MULTI calls can not be nested");
+        return REQ_SKIP;
+    }
+    if (name_is(name, nlen, "watch")) {
+        t->dirty = 1;
+        cl_reply_error(c, "ERR WATCH inside MULTI is not allowed");
+        return REQ_SKIP;
+    }
+    if (tab) {
+        ci = cmd_lookup(tab, name, nlen, NULL, 0);
+        if (!ci) {
+            t->dirty = 1;
+            cl_reply_error(c, "ERR unknown command '%.*s'", (int)(nlen > 128 ? 128 : nlen), name);
+            return REQ_SKIP;
+        }
+        if ((ci->arity > 0 && r->argc != (size_t)ci->arity) ||
+            (ci->arity < 0 && r->argc < (size_t)-ci->arity)) {
+            t->dirty = 1;
+            cl_reply_error(c, "ERR wrong number of arguments for '%.*s' command",
+                           (int)(nlen > 128 ? 128 : nlen), name);
+            return REQ_SKIP;
+        }
+    }
+    t->fenced_now = 0;
+    act = fencing_write(c, m, r, sp);
+    if (c->dead)
+        return REQ_SKIP;
+    if (act == REQ_FORWARD) {
+        if (buf_append(&t->cmds, m, r->len) != FG_OK) {
+            c->dead = 1;
+            return REQ_SKIP;
+        }
+    } else if (!t->fenced_now) {
+        t->dirty = 1; /* refused (NOLOCK, LOCKLOST, ...): the reply says why */
+        return REQ_SKIP;
+    }
+    if (buf_len(&t->cmds) > (size_t)c->srv->cfg->max_request_bytes) {
+        t->dirty = 1;
+        cl_reply_error(c, "ERR transaction larger than max_request_bytes; it will be discarded");
+        return REQ_SKIP;
+    }
+    t->count++;
+    cl_reply_local(c, "+QUEUED\r\n", 9);
+    return REQ_SKIP;
+}
+
+void fencing_txn_exec(struct client *c, struct span *sp)
+{
+    struct fencing_txn *t = c->txn;
+    struct buf b = {0};
+    char tok[32];
+    char key[FENCE_MAX_LOCK + 64];
+    struct op *o;
+    int ok = 0;
+
+    c->txn = NULL;
+    c->in_multi = 0;
+    if (t->dirty) {
+        cl_reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
+        fencing_txn_free(t);
+        return;
+    }
+    span_flush(c, sp, 1);
+    if (t->nlocks == 0) {
+        fencing_txn_commit(c, t);
+        fencing_txn_free(t);
+        c->client_watched = 0;
+        return;
+    }
+    /* WATCH <marks>, then the check script over them. */
+    if (fencing_put_count(&b, 1 + t->nlocks) < 0 || fencing_put(&b, "WATCH", 5) < 0)
+        goto out;
+    for (size_t i = 0; i < t->nlocks; i++) {
+        int kl = fence_hwm_key(t->locks[i].name, t->locks[i].len, key, sizeof(key));
+        if (kl < 0 || fencing_put(&b, key, (size_t)kl) < 0)
+            goto out;
+    }
+    if (fencing_put_count(&b, 3 + 3 * t->nlocks + 1) < 0 || fencing_put(&b, "EVAL", 4) < 0 ||
+        fencing_put(&b, fence_check_script(), strlen(fence_check_script())) < 0)
+        goto out;
+    snprintf(tok, sizeof(tok), "%zu", t->nlocks);
+    if (fencing_put(&b, tok, strlen(tok)) < 0)
+        goto out;
+    for (size_t i = 0; i < t->nlocks; i++) {
+        int kl = fence_hwm_key(t->locks[i].name, t->locks[i].len, key, sizeof(key));
+        if (kl < 0 || fencing_put(&b, key, (size_t)kl) < 0)
+            goto out;
+    }
+    if (fencing_put(&b, tok, strlen(tok)) < 0)
+        goto out;
+    for (size_t i = 0; i < t->nlocks; i++) {
+        snprintf(tok, sizeof(tok), "%" PRIu64, t->locks[i].token);
+        if (fencing_put(&b, tok, strlen(tok)) < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < t->nlocks; i++)
+        if (fencing_put(&b, t->locks[i].name, t->locks[i].len) < 0)
+            goto out;
+    up_send(c, buf_head(&b), buf_len(&b));
+    if (!op_push(c, OP_HIDDEN)) /* WATCH's +OK */
+        goto out;
+    o = op_push(c, OP_FORWARD);
+    if (!o)
+        goto out;
+    o->flags = OPF_TXN_CHECK | OPF_BARRIER;
+    o->t0_us = now_us();
+    c->blocked = 1;
+    c->txn_checking = t;
+    t = NULL;
+    ok = 1;
+out:
+    buf_free(&b);
+    fencing_txn_free(t);
+    if (!ok)
+        c->dead = 1;
+}
+
+int fencing_txn_checked(struct client *c, const char *r, size_t n)
+{
+    struct fencing_txn *t = c->txn_checking;
+    static const char unwatch[] = "*1\r\n$7\r\nUNWATCH\r\n";
+    int committed = 0;
+
+    c->txn_checking = NULL;
+    if (!t)
+        return 0;
+    if (n >= 3 && r[0] == ':' && r[1] == '0') {
+        fencing_txn_commit(c, t);
+        committed = 1;
+    } else {
+        if (n > 6 && memcmp(r, "-STALE", 6) == 0)
+            metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
+        up_send(c, unwatch, sizeof(unwatch) - 1);
+        if (!op_push(c, OP_HIDDEN))
+            c->dead = 1;
+    }
+    c->client_watched = 0;
+    fencing_txn_free(t);
+    return committed;
+}
+
+int fencing_noscript(struct client *c, struct op *o)
+{
+    const char *body = fence_write_script();
+    char head[64];
+    size_t hn = 0, skip;
+
+    c->script_loaded = 0;
+    if (c->ops_count != 1 || !o->reply)
+        return 0; /* later requests already ran: sending this one again would reorder them */
+    skip = fencing_eval_form(o->reply, o->reply_len, head, &hn);
+    if (skip == 0)
+        return 0;
+    log_info("client %" PRIu64 " %s: the fence script was flushed from the upstream; sending the "
+             "write again with the script's body",
+             c->id, c->peer);
+    up_send(c, head, hn);
+    up_send(c, body, strlen(body));
+    up_send(c, "\r\n", 2);
+    up_send(c, o->reply + skip, o->reply_len - skip);
+    free(o->reply);
+    o->reply = NULL; /* a second NOSCRIPT cannot happen with EVAL */
+    return 1;
+}
+
+void fencing_on_reply(struct client *c, const char *r, size_t n)
+{
+    if (n > 6 && memcmp(r, "-STALE", 6) == 0)
+        metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
+}
+
+void fencing_close(struct client *c)
+{
+    struct fencing_held *h;
+
+    while ((h = *held_list(c)) != NULL) {
+        metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
+        held_end(c, h->name, h->len);
+    }
+    lock_session_free(c->sess);
+    c->sess = NULL;
+    fencing_txn_free(c->txn);
+    fencing_txn_free(c->txn_checking);
+    c->txn = c->txn_checking = NULL;
+}

@@ -1,0 +1,244 @@
+/* storemark.c — raises a lock's high-water mark in the Redis store before a token is handed out.
+ *
+ * "Fence on acquire": a paused former holder must be refused even before the new holder writes,
+ * so the mark moves to the new token first. hiredis 0.14 has no command timeouts, so each call
+ * carries its own timer; a call that timed out ignores its late reply. */
+#include "storemark.h"
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "fence.h"
+#include "log.h"
+
+struct store_marks {
+    struct event_base *base;
+    char host[256];
+    int port;
+    char user[128], password[256];
+    int db;
+    long long timeout_ms;
+    redisAsyncContext *ac; /* NULL when disconnected */
+    struct sm_call *calls; /* pending, for store_marks_free */
+    uint64_t raised, regressions;
+};
+
+struct sm_call {
+    struct store_marks *m;
+    struct sm_call *prev, *next;
+    struct event *timer;
+    lock_fence_done done;
+    void *ctx;
+    int finished; /* done() was called (timeout); the reply, when it comes, is ignored */
+};
+
+static void sm_unlink(struct sm_call *c)
+{
+    struct store_marks *m = c->m;
+
+    if (!m)
+        return;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        m->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->m = NULL;
+}
+
+static void sm_finish(struct sm_call *c, int status, uint64_t mark, const char *msg)
+{
+    if (c->finished)
+        return;
+    c->finished = 1;
+    if (c->timer)
+        evtimer_del(c->timer);
+    c->done(c->ctx, status, mark, msg);
+}
+
+static void sm_on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct store_marks *m = ac->data;
+
+    if (m && m->ac == ac)
+        m->ac = NULL; /* hiredis frees the context; pending callbacks get a NULL reply */
+}
+
+static void sm_on_connect(const redisAsyncContext *ac, int status)
+{
+    struct store_marks *m = ac->data;
+
+    if (status != REDIS_OK && m && m->ac == ac) {
+        log_warn("store %s:%d: cannot connect to raise fence marks: %s", m->host, m->port,
+                 ac->errstr);
+        m->ac = NULL;
+    }
+}
+
+static void sm_ignore(redisAsyncContext *ac, void *r, void *priv)
+{
+}
+
+static int sm_connect(struct store_marks *m)
+{
+    redisAsyncContext *ac = redisAsyncConnect(m->host, m->port);
+
+    if (!ac)
+        return -1;
+    if (ac->err) {
+        redisAsyncFree(ac);
+        return -1;
+    }
+    ac->data = m;
+    if (redisLibeventAttach(ac, m->base) != REDIS_OK) {
+        redisAsyncFree(ac);
+        return -1;
+    }
+    redisAsyncSetConnectCallback(ac, sm_on_connect);
+    redisAsyncSetDisconnectCallback(ac, sm_on_disconnect);
+    if (m->password[0]) {
+        if (m->user[0])
+            redisAsyncCommand(ac, sm_ignore, NULL, "AUTH %s %s", m->user, m->password);
+        else
+            redisAsyncCommand(ac, sm_ignore, NULL, "AUTH %s", m->password);
+    }
+    if (m->db)
+        redisAsyncCommand(ac, sm_ignore, NULL, "SELECT %d", m->db);
+    m->ac = ac;
+    return 0;
+}
+
+static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct sm_call *c = priv;
+    redisReply *r = reply;
+    char msg[300];
+
+    if (!c->finished) {
+        struct store_marks *m = c->m;
+        if (!r) {
+            sm_finish(c, -1, 0, "the store connection was lost while raising the fence mark");
+        } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+            if (m)
+                m->raised++;
+            sm_finish(c, 0, 0, NULL);
+        } else if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+            if (m)
+                m->regressions++;
+            snprintf(msg, sizeof(msg), "the store's mark %lld is at or above the new token",
+                     r->integer);
+            sm_finish(c, 1, (uint64_t)r->integer, msg);
+        } else {
+            snprintf(msg, sizeof(msg), "the store refused the fence mark: %.*s",
+                     r->type == REDIS_REPLY_ERROR ? (int)r->len : 20,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+            sm_finish(c, -1, 0, msg);
+        }
+    }
+    sm_unlink(c);
+    if (c->timer)
+        event_free(c->timer);
+    free(c);
+}
+
+static void sm_on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct sm_call *c = arg;
+
+    /* The reply may still come; sm_on_reply frees the call then. */
+    sm_finish(c, -1, 0, "the store did not answer in time while raising the fence mark");
+}
+
+void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done,
+                      void *ctx)
+{
+    struct store_marks *m = arg;
+    struct sm_call *c;
+    char key[FENCE_MAX_LOCK + 64];
+    int klen = fence_hwm_key(name, strlen(name), key, sizeof(key));
+    struct timeval tv = {m->timeout_ms / 1000, (m->timeout_ms % 1000) * 1000};
+
+    if (klen < 0) {
+        done(ctx, -1, 0, "lock name too long for a fence mark");
+        return;
+    }
+    if (!m->ac && sm_connect(m) < 0) {
+        done(ctx, -1, 0, "cannot connect to the store to raise the fence mark");
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        done(ctx, -1, 0, "out of memory");
+        return;
+    }
+    c->m = m;
+    c->done = done;
+    c->ctx = ctx;
+    c->timer = evtimer_new(m->base, sm_on_timeout, c);
+    if (!c->timer ||
+        redisAsyncCommand(m->ac, sm_on_reply, c, "EVAL %s 1 %b %llu", fence_raise_script(), key,
+                          (size_t)klen, (unsigned long long)token) != REDIS_OK) {
+        if (c->timer)
+            event_free(c->timer);
+        free(c);
+        done(ctx, -1, 0, "cannot send the fence mark to the store");
+        return;
+    }
+    c->next = m->calls;
+    if (m->calls)
+        m->calls->prev = c;
+    m->calls = c;
+    evtimer_add(c->timer, &tv);
+}
+
+struct store_marks *store_marks_new(struct event_base *base, const struct cfg_url *url,
+                                    long long timeout_ms)
+{
+    struct store_marks *m = calloc(1, sizeof(*m));
+
+    if (!m)
+        return NULL;
+    m->base = base;
+    snprintf(m->host, sizeof(m->host), "%s", url->hosts[0].host);
+    m->port = url->hosts[0].port;
+    snprintf(m->user, sizeof(m->user), "%s", url->user);
+    snprintf(m->password, sizeof(m->password), "%s", url->password);
+    m->db = url->db;
+    m->timeout_ms = timeout_ms;
+    return m;
+}
+
+void store_marks_free(struct store_marks *m)
+{
+    if (!m)
+        return;
+    while (m->calls) {
+        struct sm_call *c = m->calls;
+        sm_unlink(c);
+        sm_finish(c, -1, 0, "shutting down");
+    }
+    if (m->ac) {
+        redisAsyncContext *ac = m->ac;
+        m->ac = NULL;
+        ac->data = NULL;
+        redisAsyncFree(ac); /* calls sm_on_reply(NULL) for each call, which frees it */
+    }
+    free(m);
+}
+
+uint64_t store_marks_raised(const struct store_marks *m)
+{
+    return m->raised;
+}
+
+uint64_t store_marks_regressions(const struct store_marks *m)
+{
+    return m->regressions;
+}
