@@ -1,0 +1,327 @@
+#!/usr/bin/env bash
+# bench_proxy.sh - throughput of direct Redis vs. fencegate vs. twemproxy (nutcracker).
+#
+# Usage: tests/bench/bench_proxy.sh [--requests N] [--bin PATH]
+#
+# Starts one redis-server, fencegate in front of it and nutcracker in front of the same
+# Redis, all on 127.0.0.1 free ports inside a temp dir, then runs redis-benchmark
+# (-c 50, GET and SET, unpipelined and -P 16) against each target. Targets are
+# interleaved (rotating order) and every measurement is repeated 3 times; the median is
+# reported. Also reports fencegate's idle RSS before and after the load.
+#
+# Exit status: 0 when the measurement completed (even if a performance target FAILs);
+# non-zero when a process fails to start, dies, or a benchmark run errors out.
+# See tests/bench/README.md.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
+
+# 300000 requests per run -> 36 runs take about 2.5-3.5 minutes on a 2-core box
+# (unpipelined runs dominate: ~40-50k ops/s each).
+REQUESTS=300000
+BIN="$REPO_ROOT/build/bin/fencegate"
+REPS=3             # repetitions per (workload, target); the median is reported
+CLIENTS=50
+PIPELINE=16
+RUN_TIMEOUT=180    # seconds; upper bound for a single redis-benchmark run
+START_TIMEOUT=10   # seconds; upper bound for each process to become ready
+IDLE_RSS_TARGET_KIB=4096
+# twemproxy server_connections (see the nutcracker section below); override only to
+# experiment, e.g. FG_BENCH_NC_SERVER_CONNECTIONS=50 to give it one connection per client.
+NC_SERVER_CONNECTIONS=${FG_BENCH_NC_SERVER_CONNECTIONS:-1}
+
+usage() {
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --requests) [ $# -ge 2 ] || usage 2; REQUESTS=$2; shift 2 ;;
+    --requests=*) REQUESTS=${1#*=}; shift ;;
+    --bin) [ $# -ge 2 ] || usage 2; BIN=$2; shift 2 ;;
+    --bin=*) BIN=${1#*=}; shift ;;
+    -h|--help) usage 0 ;;
+    *) echo "bench_proxy.sh: unknown argument: $1" >&2; usage 2 ;;
+  esac
+done
+
+die() { echo "bench_proxy.sh: error: $*" >&2; exit 1; }
+log() { echo "[bench] $*" >&2; }
+
+case "$NC_SERVER_CONNECTIONS" in ''|*[!0-9]*) die "FG_BENCH_NC_SERVER_CONNECTIONS must be a positive integer" ;; esac
+case "$REQUESTS" in ''|*[!0-9]*) die "--requests must be a positive integer" ;; esac
+[ "$REQUESTS" -gt 0 ] || die "--requests must be a positive integer"
+[ -x "$BIN" ] || die "fencegate binary not found or not executable: $BIN (build it, or pass --bin PATH)"
+for tool in redis-server redis-cli redis-benchmark nutcracker python3 curl timeout; do
+  command -v "$tool" >/dev/null 2>&1 || die "required tool not found in PATH: $tool"
+done
+
+# ---------------------------------------------------------------- processes & cleanup
+TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-bench.XXXXXX")
+PIDS=()            # every process we started, stopped by cleanup()
+
+# shellcheck disable=SC2317  # invoked via trap
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    # bounded wait (2 s), then SIGKILL
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf -- "$TMPDIR_BENCH"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# N distinct free TCP ports on 127.0.0.1 (all held open until all are chosen).
+free_ports() {
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+}
+
+show_log() {  # show_log NAME FILE
+  echo "---- last lines of $1 log ($2) ----" >&2
+  tail -n 20 "$2" >&2 2>/dev/null || true
+}
+
+# wait_ready NAME PID LOG CMD...  : poll CMD until it succeeds; fail if PID dies or time runs out.
+wait_ready() {
+  local name=$1 pid=$2 logf=$3; shift 3
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      show_log "$name" "$logf"; die "$name exited during start-up"
+    fi
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      show_log "$name" "$logf"; die "$name not ready after ${START_TIMEOUT}s"
+    fi
+    sleep 0.1
+  done
+}
+
+# shellcheck disable=SC2317  # invoked via wait_ready
+redis_ping() { [ "$(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = "PONG" ]; }
+# shellcheck disable=SC2317  # invoked via wait_ready
+http_ready() { [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$1/readyz")" = "200" ]; }
+
+rss_kib() {  # VmRSS of a PID in KiB
+  awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
+}
+hwm_kib() {  # peak RSS (VmHWM) of a PID in KiB
+  awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
+}
+
+read -r REDIS_PORT FG_PORT FG_HTTP_PORT NC_PORT NC_STATS_PORT <<<"$(free_ports 5)"
+
+# ---- redis-server: no persistence, so disk I/O does not pollute the numbers.
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$TMPDIR_BENCH" \
+  --save '' --appendonly no --daemonize no --logfile "$TMPDIR_BENCH/redis.log" &
+REDIS_PID=$!; PIDS+=("$REDIS_PID")
+wait_ready redis-server "$REDIS_PID" "$TMPDIR_BENCH/redis.log" redis_ping "$REDIS_PORT"
+
+# ---- fencegate: transparent proxy, no protect rules. The lock backend is pointed at the
+# same throw-away Redis so nothing outside the temp set-up (e.g. a Redis on 6379) is touched.
+"$BIN" --resp "127.0.0.1:$FG_PORT" --http "127.0.0.1:$FG_HTTP_PORT" \
+  --upstream "redis://127.0.0.1:$REDIS_PORT" --backend "redis://127.0.0.1:$REDIS_PORT" \
+  >"$TMPDIR_BENCH/fencegate.log" 2>&1 &
+FG_PID=$!; PIDS+=("$FG_PID")
+wait_ready fencegate "$FG_PID" "$TMPDIR_BENCH/fencegate.log" http_ready "$FG_HTTP_PORT"
+# Idle RSS right after start-up: the only client so far was the one /readyz probe.
+sleep 1
+FG_RSS_IDLE_START=$(rss_kib "$FG_PID")
+wait_ready fencegate "$FG_PID" "$TMPDIR_BENCH/fencegate.log" redis_ping "$FG_PORT"
+
+# ---- nutcracker (twemproxy)
+# Configuration chosen to be fair to twemproxy, i.e. how it is normally deployed:
+#  * server_connections: 1 (the documented default). twemproxy multiplexes all client
+#    requests onto its server connection(s) and pipelines them; one connection per
+#    server is the standard, recommended set-up and what its published numbers use.
+#  * preconnect: true, so the first measured run does not pay for connecting.
+#  * no timeout / auto_eject_hosts: nothing fails here, and fencegate has neither.
+#  * default mbuf size (16 KiB): plenty for 3-byte values; a smaller mbuf only saves memory.
+#  * hash/distribution are irrelevant with a single server; defaults kept.
+cat >"$TMPDIR_BENCH/nutcracker.yml" <<EOF
+bench:
+  listen: 127.0.0.1:$NC_PORT
+  redis: true
+  preconnect: true
+  server_connections: $NC_SERVER_CONNECTIONS
+  hash: fnv1a_64
+  distribution: ketama
+  servers:
+   - 127.0.0.1:$REDIS_PORT:1
+EOF
+nutcracker -t -c "$TMPDIR_BENCH/nutcracker.yml" >"$TMPDIR_BENCH/nutcracker-t.log" 2>&1 \
+  || { show_log "nutcracker -t" "$TMPDIR_BENCH/nutcracker-t.log"; die "nutcracker rejected its config"; }
+nutcracker -c "$TMPDIR_BENCH/nutcracker.yml" -s "$NC_STATS_PORT" -a 127.0.0.1 \
+  -o "$TMPDIR_BENCH/nutcracker.log" -p "$TMPDIR_BENCH/nutcracker.pid" &
+NC_PID=$!; PIDS+=("$NC_PID")
+wait_ready nutcracker "$NC_PID" "$TMPDIR_BENCH/nutcracker.log" redis_ping "$NC_PORT"
+
+# ---------------------------------------------------------------- benchmark helpers
+declare -A PORT=([direct]=$REDIS_PORT [fencegate]=$FG_PORT [twemproxy]=$NC_PORT)
+CHECK_FILE="$TMPDIR_BENCH/check_failures"   # bench() runs in $(...) subshells: record in a file
+: >"$CHECK_FILE"
+
+# Calls of one command as counted by Redis itself (INFO commandstats), from the
+# direct connection. Used to check that every request really reached Redis, so that
+# a proxy answering with errors (which redis-benchmark does not print by default)
+# cannot look fast.
+redis_calls() {  # redis_calls get|set
+  timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info commandstats 2>/dev/null \
+    | tr -d '\r' | awk -F'[:=,]' -v c="cmdstat_$1" '$1 == c {print $3; found=1} END {if (!found) print 0}'
+}
+
+all_alive() {
+  local name
+  for name in redis-server:"$REDIS_PID" fencegate:"$FG_PID" nutcracker:"$NC_PID"; do
+    kill -0 "${name#*:}" 2>/dev/null || die "${name%%:*} (pid ${name#*:}) died during the benchmark"
+  done
+}
+
+# bench TARGET CMD PIPELINE N -> prints ops/s
+bench() {
+  local target=$1 cmd=$2 pipe=$3 n=$4 out before after rps
+  local -a pargs=()
+  [ "$pipe" -gt 1 ] && pargs=(-P "$pipe")
+  before=$(redis_calls "$cmd")
+  if ! out=$(timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" \
+        -q -t "$cmd" -c "$CLIENTS" -n "$n" "${pargs[@]}" --csv 2>"$TMPDIR_BENCH/bench.err"); then
+    all_alive
+    cat "$TMPDIR_BENCH/bench.err" >&2
+    die "redis-benchmark against $target failed or timed out (${RUN_TIMEOUT}s)"
+  fi
+  all_alive
+  after=$(redis_calls "$cmd")
+  # CSV: header line, then "GET","43554.01",...
+  rps=$(printf '%s\n' "$out" | awk -F'"' -v c="${cmd^^}" '$2 == c {print $4; exit}')
+  case "$rps" in ''|*[!0-9.]*)
+    printf '%s\n' "$out" >&2; die "could not parse redis-benchmark output for $target" ;;
+  esac
+  if [ $((after - before)) -lt "$n" ]; then
+    echo "$target ${cmd^^} P=$pipe: Redis counted $((after - before)) of $n requests" >>"$CHECK_FILE"
+  fi
+  printf '%s\n' "$rps"
+}
+
+median() {  # median of the arguments (numeric)
+  printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2]+v[NR/2+1])/2}'
+}
+
+# ---------------------------------------------------------------- header
+NPROC=$(nproc)
+echo "fencegate proxy benchmark  ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+echo "  host:            $(uname -srm), nproc=$NPROC"
+echo "  redis-server:    $(redis-server --version | head -n1)"
+echo "  redis-benchmark: $(redis-benchmark --version 2>&1 | head -n1)"
+echo "  nutcracker:      $(nutcracker --version 2>&1 | head -n1) (server_connections: $NC_SERVER_CONNECTIONS, preconnect: true)"
+echo "  fencegate:       $BIN ($(timeout 5 "$BIN" --version 2>&1 | head -n1 || true))"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "  loadavg at start: $LOAD_START$(awk -v l="${LOAD_START%% *}" -v n="$NPROC" 'BEGIN {if (l > n / 2) printf "  (WARNING: machine busy, numbers will be noisy)"}')"
+echo "  load:            redis-benchmark -c $CLIENTS -n $REQUESTS [-P $PIPELINE], $REPS runs per cell (interleaved), median shown"
+echo "  fencegate idle RSS after start-up: ${FG_RSS_IDLE_START} KiB"
+echo
+
+# Warm-up (not measured): creates the benchmark key so GETs hit, opens connections,
+# and faults in the proxies' buffers once.
+log "warm-up"
+for t in direct fencegate twemproxy; do
+  bench "$t" set 1 "$(( REQUESTS < 20000 ? REQUESTS : 20000 ))" >/dev/null
+  bench "$t" get "$PIPELINE" "$(( REQUESTS < 20000 ? REQUESTS : 20000 ))" >/dev/null
+done
+
+# ---------------------------------------------------------------- measurements
+WORKLOADS=("get 1" "set 1" "get $PIPELINE" "set $PIPELINE")
+TARGETS=(direct fencegate twemproxy)
+declare -A MED
+start_time=$SECONDS
+for w in "${WORKLOADS[@]}"; do
+  read -r cmd pipe <<<"$w"
+  declare -A samples=([direct]="" [fencegate]="" [twemproxy]="")
+  for ((r = 0; r < REPS; r++)); do
+    # rotate the order each repetition so slow drift (thermal, page cache, other
+    # tenants) does not always hit the same target
+    for ((i = 0; i < ${#TARGETS[@]}; i++)); do
+      t=${TARGETS[$(( (i + r) % ${#TARGETS[@]} ))]}
+      v=$(bench "$t" "$cmd" "$pipe" "$REQUESTS")
+      log "$(printf '%-4s P=%-2s run %d/%d %-9s %12s ops/s' "${cmd^^}" "$pipe" $((r + 1)) "$REPS" "$t" "$v")"
+      samples[$t]+="$v "
+    done
+  done
+  for t in "${TARGETS[@]}"; do
+    # shellcheck disable=SC2086
+    MED["$w/$t"]=$(median ${samples[$t]})
+  done
+  unset samples
+done
+elapsed=$((SECONDS - start_time))
+
+# Idle RSS after the load, once every benchmark client has disconnected.
+sleep 1
+FG_RSS_IDLE_END=$(rss_kib "$FG_PID")
+FG_HWM=$(hwm_kib "$FG_PID")
+NC_RSS_END=$(rss_kib "$NC_PID")
+
+# ---------------------------------------------------------------- report
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}'; }
+ge()    { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a >= b)}'; }
+
+printf '%-22s | %12s | %15s | %8s | %15s | %8s | %s\n' \
+  "workload" "direct ops/s" "fencegate ops/s" "fg/dir" "twemproxy ops/s" "tw/dir" "fg >= tw?"
+printf '%s\n' "-----------------------+--------------+-----------------+----------+-----------------+----------+----------"
+pass_unpiped=PASS; pass_piped=PASS; pass_tw=PASS
+for w in "${WORKLOADS[@]}"; do
+  read -r cmd pipe <<<"$w"
+  d=${MED["$w/direct"]}; f=${MED["$w/fencegate"]}; n=${MED["$w/twemproxy"]}
+  rf=$(ratio "$f" "$d"); rn=$(ratio "$n" "$d")
+  if ge "$f" "$n"; then beat=yes; else beat=no; pass_tw=FAIL; fi
+  if [ "$pipe" -gt 1 ]; then
+    label="${cmd^^} -c$CLIENTS -P $pipe"
+    ge "$rf" 0.75 || pass_piped=FAIL
+  else
+    label="${cmd^^} -c$CLIENTS unpipelined"
+    ge "$rf" 0.90 || pass_unpiped=FAIL
+  fi
+  printf '%-22s | %12.0f | %15.0f | %8s | %15.0f | %8s | %s\n' "$label" "$d" "$f" "$rf" "$n" "$rn" "$beat"
+done
+echo
+echo "targets:"
+echo "  GET/SET -c$CLIENTS unpipelined: fencegate/direct >= 0.90   $pass_unpiped"
+echo "  GET/SET -c$CLIENTS with -P $PIPELINE:  fencegate/direct >= 0.75   $pass_piped"
+echo "  fencegate >= twemproxy on every row             $pass_tw"
+rss_status() { if [ "$1" != "?" ] && [ "$1" -le "$IDLE_RSS_TARGET_KIB" ]; then echo PASS; else echo FAIL; fi; }
+printf '  fencegate idle RSS after start-up:  %6s KiB (%s MiB) <= 4 MiB   %s\n' \
+  "$FG_RSS_IDLE_START" "$(awk -v k="$FG_RSS_IDLE_START" 'BEGIN {printf "%.2f", k/1024}')" "$(rss_status "$FG_RSS_IDLE_START")"
+printf '  fencegate idle RSS after the load:  %6s KiB (%s MiB) <= 4 MiB   %s\n' \
+  "$FG_RSS_IDLE_END" "$(awk -v k="$FG_RSS_IDLE_END" 'BEGIN {printf "%.2f", k/1024}')" "$(rss_status "$FG_RSS_IDLE_END")"
+echo "  (info) fencegate peak RSS (VmHWM): $FG_HWM KiB; nutcracker RSS after the load: $NC_RSS_END KiB"
+echo
+if [ ! -s "$CHECK_FILE" ]; then
+  echo "request check: every run's requests were counted by Redis (INFO commandstats)"
+else
+  echo "request check: WARNING - some runs did not reach Redis in full; their ops/s are not trustworthy:"
+  sed 's/^/  /' "$CHECK_FILE"
+fi
+echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "measured in ${elapsed}s; redis-server, the proxies and redis-benchmark all share $NPROC CPU(s)"
+exit 0
