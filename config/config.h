@@ -25,16 +25,17 @@ enum cfg_url_kind {
 };
 
 /* A parsed URL. redis://[user[:password]@]host:port[/db]; etcd://host:port[,host:port...];
- * postgresql://... (kept verbatim for libpq, host/port parsed for checks); http://host:port[/path]. */
+ * postgresql://... (kept verbatim for libpq, host/port parsed for checks); http://host:port[/path].
+ */
 struct cfg_url {
     enum cfg_url_kind kind;
-    char raw[CFG_MAX_STR];            /* the URL as given */
+    char raw[CFG_MAX_STR];                /* the URL as given */
     struct cfg_addr hosts[CFG_MAX_HOSTS]; /* etcd may list several; others have exactly one */
     int nhosts;
-    int db;                           /* redis: database number, default 0 */
-    char user[128];                   /* redis ACL user, may be empty */
-    char password[256];               /* redis password, may be empty */
-    char path[CFG_MAX_STR];           /* http: path prefix ("" or "/..."); postgres: database */
+    int db;                 /* redis: database number, default 0 */
+    char user[128];         /* redis ACL user, may be empty */
+    char password[256];     /* redis password, may be empty */
+    char path[CFG_MAX_STR]; /* http: path prefix ("" or "/..."); postgres: database */
 };
 
 struct cfg_store {
@@ -43,7 +44,7 @@ struct cfg_store {
 };
 
 struct cfg_protect {
-    char store[128]; /* names a store */
+    char store[128];        /* names a store */
     char keys[CFG_MAX_STR]; /* glob: '*' matches any run, '?' one byte */
     char lock[CFG_MAX_STR]; /* lock name template; "$1".."$9" = what the n-th '*' matched */
 };
@@ -51,22 +52,24 @@ struct cfg_protect {
 enum cfg_log_level { CFG_LOG_ERROR = 0, CFG_LOG_WARN, CFG_LOG_INFO, CFG_LOG_DEBUG };
 
 struct cfg {
-    struct cfg_addr listen_resp;  /* default 127.0.0.1:6380 */
-    struct cfg_addr listen_http;  /* default 127.0.0.1:8380 */
-    struct cfg_url upstream;      /* the RESP endpoint's upstream: --upstream, else the first redis
-                                   * store, else redis://127.0.0.1:6379 */
-    struct cfg_url backend;       /* default redis://127.0.0.1:6379 */
-    char backend_prefix[256];     /* default "/fencegate/locks/" */
-    long long session_ttl_ms;     /* default 10000; 500..3600000 */
+    struct cfg_addr listen_resp; /* default 127.0.0.1:6380 */
+    struct cfg_addr listen_http; /* default 127.0.0.1:8380 */
+    struct cfg_url upstream;     /* the RESP endpoint's upstream: --upstream, else the first redis
+                                  * store, else redis://127.0.0.1:6379 */
+    struct cfg_url backend;      /* default redis://127.0.0.1:6379 */
+    char backend_prefix[256];    /* default "/fencegate/locks/" */
+    long long session_ttl_ms;    /* default 10000; 500..3600000 */
     struct cfg_store stores[CFG_MAX_STORES];
-    int nstores;                  /* after cfg_finish(): the upstream is always a store */
+    int nstores; /* after cfg_finish(): the upstream is always a store */
     struct cfg_protect protect[CFG_MAX_PROTECT];
     int nprotect;
     /* limits: */
-    int max_clients;              /* default 10000; 1..1000000 */
-    long long max_request_bytes;  /* largest single request, default 512 MiB + 64 KiB; 1 KiB.. 4 GiB */
-    long long max_pending_bytes;  /* back-pressure watermark per direction, default 1 MiB; 4 KiB..1 GiB */
-    long long max_args;           /* largest argument count, default 8388608 (8 Mi); 1..INT_MAX */
+    int max_clients; /* default 10000; 1..1000000 */
+    long long
+        max_request_bytes; /* largest single request, default 512 MiB + 64 KiB; 1 KiB.. 4 GiB */
+    long long
+        max_pending_bytes; /* back-pressure watermark per direction, default 1 MiB; 4 KiB..1 GiB */
+    long long max_args;    /* largest argument count, default 8388608 (8 Mi); 1..INT_MAX */
     long long shutdown_grace_ms;  /* SIGTERM drain time, default 10000; 0..600000 */
     enum cfg_log_level log_level; /* default info */
 };
@@ -96,7 +99,8 @@ int cfg_parse_yaml(struct cfg *cfg, const char *text, size_t len, const char *so
 int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err) FG_MUST_CHECK;
 
 /* Applies command-line flags (argv[1..argc-1]); sets *action for --help/--version. --config is
- * accepted and ignored here (see cfg_config_path()). Unknown flags and missing values are errors. */
+ * accepted and ignored here (see cfg_config_path()). Unknown flags and missing values are errors.
+ */
 int cfg_apply_args(struct cfg *cfg, int argc, char *const argv[], enum cfg_action *action,
                    struct cfg_error *err) FG_MUST_CHECK;
 

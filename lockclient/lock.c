@@ -283,7 +283,8 @@ static void lock_note_run(struct lock_client *c, struct lock_note *n)
         n->acquire_cb(n->arg, n->status, n->token, n->text);
         break;
     case LOCK_NOTE_RELEASE:
-        n->release_cb(n->arg, n->status, n->text);
+        if (n->release_cb) /* a caller that does not care may pass NULL */
+            n->release_cb(n->arg, n->status, n->text);
         break;
     case LOCK_NOTE_LOST:
         n->lost_cb(n->arg, n->text, n->token, n->text + n->name_len + 1);

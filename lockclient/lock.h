@@ -21,11 +21,11 @@ struct lock_session;
 
 enum lock_status {
     LOCK_OK = 0,
-    LOCK_BUSY = 1,         /* held by another owner when the wait ran out */
-    LOCK_UNAVAILABLE = 2,  /* the backend could not be reached or answered an error */
-    LOCK_NOT_HELD = 3,     /* release of a lock this session does not hold */
-    LOCK_CANCELLED = 4,    /* the session was closed while the call was pending */
-    LOCK_INVALID = 5,      /* bad arguments (empty or too long name, ttl out of range) */
+    LOCK_BUSY = 1,        /* held by another owner when the wait ran out */
+    LOCK_UNAVAILABLE = 2, /* the backend could not be reached or answered an error */
+    LOCK_NOT_HELD = 3,    /* release of a lock this session does not hold */
+    LOCK_CANCELLED = 4,   /* the session was closed while the call was pending */
+    LOCK_INVALID = 5,     /* bad arguments (empty or too long name, ttl out of range) */
 };
 
 enum lock_flag {
@@ -49,9 +49,9 @@ typedef void (*lock_fence_hook)(void *arg, const char *name, uint64_t token, loc
                                 void *ctx);
 
 struct lock_options {
-    char prefix[256];      /* key prefix; default per backend ("fencegate:" for Redis) */
+    char prefix[256];        /* key prefix; default per backend ("fencegate:" for Redis) */
     long long op_timeout_ms; /* every backend call times out after this; default 2000 */
-    lock_fence_hook fence; /* may be NULL */
+    lock_fence_hook fence;   /* may be NULL */
     void *fence_arg;
 };
 
@@ -66,7 +66,8 @@ void lock_client_free(struct lock_client *c);
 int lock_client_ready(const struct lock_client *c);
 
 /* Opens a session whose locks without their own TTL get a lease of ttl_ms (500..3600000). lost
- * is called for each lock the session loses. Returns NULL when out of memory. */
+ * is called for each lock the session loses. Returns NULL when out of memory or ttl_ms is out of
+ * range. */
 struct lock_session *lock_session_new(struct lock_client *c, long long ttl_ms, lock_lost_cb lost,
                                       void *arg);
 /* Releases every lock of the session (best effort: leases expire anyway), cancels pending calls
@@ -80,8 +81,9 @@ void lock_session_free(struct lock_session *s);
 int lock_acquire(struct lock_session *s, const char *name, size_t len, long long ttl_ms,
                  long long wait_ms, unsigned flags, lock_acquire_cb cb, void *arg);
 
-/* Releases name. Calls cb exactly once (unless the session is freed first); the lock is dropped
- * from the session at once, so writes under it are refused from now on. Returns 0 or -1. */
+/* Releases name. Calls cb (which may be NULL) exactly once (unless the session is freed first); the
+ * lock is dropped from the session at once, so writes under it are refused from now on. Returns 0
+ * or -1. */
 int lock_release(struct lock_session *s, const char *name, size_t len, lock_release_cb cb,
                  void *arg);
 

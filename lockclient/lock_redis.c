@@ -911,7 +911,7 @@ static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
         return;
     }
     if (reply == NULL)
-        rd_conn_lost(&rc->main, ac, NULL);
+        rd_conn_lost(&rc->main, ac, ac->errstr && ac->errstr[0] ? ac->errstr : "connection closed");
     if (k->timer)
         evtimer_del(k->timer);
     if (reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 &&
@@ -1148,7 +1148,6 @@ static void rd_op_renew(struct lock_session *s, int64_t now_ms)
         return;
     }
     k->s = s;
-    (void)now_ms;
     rd_call_submit(k);
 }
 

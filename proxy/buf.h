@@ -23,7 +23,8 @@ static inline char *buf_head(const struct buf *b)
     return b->data + b->start;
 }
 
-/* Makes room for n more bytes at the tail (compacting or growing). Returns FG_OK or FG_ERR_NOMEM. */
+/* Makes room for n more bytes at the tail (compacting or growing). Returns FG_OK or FG_ERR_NOMEM.
+ */
 int buf_reserve(struct buf *b, size_t n) FG_MUST_CHECK;
 /* Appends n bytes. Returns FG_OK or FG_ERR_NOMEM. */
 int buf_append(struct buf *b, const void *p, size_t n) FG_MUST_CHECK;

@@ -40,11 +40,10 @@ enum op_flag {
     OPF_TXN_CHECK = 1 << 7,     /* the fence check before a transaction: it decides the commit */
 };
 
-
 struct op {
     uint8_t kind;
     uint8_t flags;
-    uint8_t txn_exec; /* EXEC of a fenced transaction: a null reply means a mark moved */
+    uint8_t txn_exec;  /* EXEC of a fenced transaction: a null reply means a mark moved */
     uint32_t nreplies; /* replies still expected (UNSUBSCRIBE a b c expects three) */
     uint64_t t0_us;    /* when it was forwarded, for the latency histogram */
     char *reply;       /* OP_LOCAL: the reply; OPF_FENCED: the request sent */
@@ -56,8 +55,8 @@ enum up_state { U_DOWN = 0, U_CONNECTING, U_READY };
 /* How replies are paired with requests. */
 enum conn_mode {
     MODE_NORMAL = 0, /* one op per request */
-    MODE_PUBSUB,     /* RESP2 subscribed: replies flow unpaired until a barrier PING says otherwise */
-    MODE_MONITOR,    /* MONITOR: everything flows unpaired until the connection ends */
+    MODE_PUBSUB,  /* RESP2 subscribed: replies flow unpaired until a barrier PING says otherwise */
+    MODE_MONITOR, /* MONITOR: everything flows unpaired until the connection ends */
 };
 
 struct span {
@@ -104,17 +103,17 @@ struct client {
     unsigned marker_wait : 1; /* pub/sub barrier PING in flight */
     unsigned pass_once : 1;   /* forward the held request as is (still subscribed) */
     unsigned dead : 1;
-    unsigned processing : 1; /* inside req_process: callbacks must not re-enter it */
+    unsigned processing : 1;    /* inside req_process: callbacks must not re-enter it */
     unsigned script_loaded : 1; /* the fence script was loaded on this upstream connection */
     char marker[48];
     size_t marker_len;
 
-    struct lock_session *sess; /* created by the first FENCE.ACQUIRE */
-    uint64_t wait_t0_us;       /* when the pending FENCE.ACQUIRE started */
-    struct fencing_held *held; /* when each lock was granted (fencing.c) */
-    struct fencing_txn *txn;   /* a MULTI held back until EXEC, to fence it as a whole */
+    struct lock_session *sess;        /* created by the first FENCE.ACQUIRE */
+    uint64_t wait_t0_us;              /* when the pending FENCE.ACQUIRE started */
+    struct fencing_held *held;        /* when each lock was granted (fencing.c) */
+    struct fencing_txn *txn;          /* a MULTI held back until EXEC, to fence it as a whole */
     struct fencing_txn *txn_checking; /* its check is in flight */
-    unsigned client_watched : 1; /* the application's own WATCH is active */
+    unsigned client_watched : 1;      /* the application's own WATCH is active */
 };
 
 struct server {
@@ -131,9 +130,9 @@ struct server {
     void (*drained)(void *arg);
     void *drained_arg;
 
-    struct lock_client *locks;  /* the lock backend */
-    struct fence_rules *rules;  /* protect rules for the upstream store */
-    char write_sha[41];         /* SHA-1 of fence_write_script() */
+    struct lock_client *locks; /* the lock backend */
+    struct fence_rules *rules; /* protect rules for the upstream store */
+    char write_sha[41];        /* SHA-1 of fence_write_script() */
 };
 
 /* What to do with one request. */

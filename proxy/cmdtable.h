@@ -1,4 +1,5 @@
-/* cmdtable.h — command metadata (key positions, write flags) read from the upstream's COMMAND reply. */
+/* cmdtable.h — command metadata (key positions, write flags) read from the upstream's COMMAND
+ * reply. */
 #ifndef FG_CMDTABLE_H
 #define FG_CMDTABLE_H
 

@@ -370,6 +370,7 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
             break;
         case FENCE_LOST:
             fence_refuse(out, FENCE_LOCKLOST, k, name, len);
+            out->offending.token = token; /* the token the session had: the error names it */
             return;
         case FENCE_NOT_HELD:
         default:

@@ -8,9 +8,10 @@
 
 #include "fg_error.h"
 
-#define FENCE_MAX_LOCK   512 /* longest lock name a rule may produce */
-#define FENCE_MAX_LOCKS  8   /* distinct locks one command may touch */
-#define FENCE_HWM_PREFIX "fencegate:hwm:" /* store key of a lock's mark: prefix + "{" + lock + "}" */
+#define FENCE_MAX_LOCK  512 /* longest lock name a rule may produce */
+#define FENCE_MAX_LOCKS 8   /* distinct locks one command may touch */
+#define FENCE_HWM_PREFIX                                                                           \
+    "fencegate:hwm:" /* store key of a lock's mark: prefix + "{" + lock + "}" */
 
 /* One protect rule: keys matching glob (with '*' and '?') are guarded by the lock named by
  * template, where "$1".."$9" stand for what the n-th '*' matched. */
@@ -40,14 +41,14 @@ enum fence_lock_state { FENCE_NOT_HELD = 0, FENCE_HELD, FENCE_LOST };
 
 /* Looks up a lock in the caller's session. */
 typedef enum fence_lock_state (*fence_lookup_fn)(void *arg, const char *lock, size_t len,
-                                                  uint64_t *token);
+                                                 uint64_t *token);
 
 enum fence_verdict {
-    FENCE_PASS = 0,  /* not fenced: forward unchanged */
-    FENCE_APPLY,     /* fence with the locks in the decision */
-    FENCE_NOLOCK,    /* a protected key and the session does not hold its lock */
-    FENCE_LOCKLOST,  /* the session held the lock but lost it */
-    FENCE_TOOMANY,   /* more than FENCE_MAX_LOCKS distinct locks */
+    FENCE_PASS = 0, /* not fenced: forward unchanged */
+    FENCE_APPLY,    /* fence with the locks in the decision */
+    FENCE_NOLOCK,   /* a protected key and the session does not hold its lock */
+    FENCE_LOCKLOST, /* the session held the lock but lost it */
+    FENCE_TOOMANY,  /* more than FENCE_MAX_LOCKS distinct locks */
 };
 
 struct fence_lock_ref {
@@ -70,10 +71,10 @@ struct fence_decision {
  * lock the session holds → that lock joins the decision; lost → FENCE_LOCKLOST; not held →
  * FENCE_NOLOCK — except for a key claimed only by its hash tag, which a session that neither holds
  * nor lost that lock treats as unclaimed (tags also place keys in Cluster slots, and such keys
- * must keep working for connections that never use locks). No claimed key → FENCE_PASS. Never allocates. Keys are judged in order and the
- * first refusal wins; a lock name longer than FENCE_MAX_LOCK fails closed as FENCE_NOLOCK
- * (offending = its first FENCE_MAX_LOCK bytes); FENCE_TOOMANY also fills key_index and
- * offending. */
+ * must keep working for connections that never use locks). No claimed key → FENCE_PASS. Never
+ * allocates. Keys are judged in order and the first refusal wins; a lock name longer than
+ * FENCE_MAX_LOCK fails closed as FENCE_NOLOCK (offending = its first FENCE_MAX_LOCK bytes);
+ * FENCE_TOOMANY also fills key_index and offending. */
 void fence_decide(const struct fence_rules *r, const char *const *argv, const size_t *lens,
                   const size_t *key_idx, size_t nkeys, const struct fence_lock_ref *only_lock,
                   fence_lookup_fn lookup, void *lookup_arg, struct fence_decision *out);

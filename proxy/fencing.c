@@ -68,7 +68,8 @@ static void held_begin(struct client *c, const char *name, size_t len)
     *held_list(c) = h;
 }
 
-/* ---- FENCE.* ----------------------------------------------------------------------------------- */
+/* ---- FENCE.* -----------------------------------------------------------------------------------
+ */
 
 static void fencing_on_lost(void *arg, const char *name, uint64_t token, const char *why)
 {
@@ -188,7 +189,7 @@ static int fencing_parse_ms(const char *p, size_t n, long long min, long long ma
     return 0;
 }
 
-#define ARG(i) (m + r->argv[i].off)
+#define ARG(i)  (m + r->argv[i].off)
 #define ALEN(i) (r->argv[i].len)
 
 static void fencing_acquire(struct client *c, const char *m, const struct resp_request *r)
@@ -249,18 +250,27 @@ static void fencing_acquire(struct client *c, const char *m, const struct resp_r
     c->wait_t0_us = now_us();
     if (lock_acquire(c->sess, a->name, a->len, ttl, wait, flags, fencing_on_acquired, a) < 0) {
         free(a);
-        fencing_fill(c, "-UNAVAILABLE lock backend: cannot queue the request (lock %.*s not "
-                        "acquired; retry)",
+        fencing_fill(c,
+                     "-UNAVAILABLE lock backend: cannot queue the request (lock %.*s not "
+                     "acquired; retry)",
                      (int)ALEN(1), ARG(1));
     }
 }
 
 static void fencing_on_released(void *arg, int status, const char *msg)
 {
+    struct client *c = arg;
+
     if (status == LOCK_UNAVAILABLE)
-        log_warn("release: %s (the lease will run out by itself)", msg ? msg : "backend error");
+        log_warn("client %" PRIu64 " %s: release: %s (the lease will run out by itself)", c->id,
+                 c->peer, msg ? msg : "backend error");
+    fencing_fill(c, ":1");
+    if (!c->processing)
+        cl_update(c);
 }
 
+/* Answers once the backend has let go, so "1" means another holder can take the lock now. The
+ * lock stops fencing writes of this connection at once. */
 static void fencing_release(struct client *c, const char *m, const struct resp_request *r)
 {
     uint64_t token;
@@ -273,14 +283,19 @@ static void fencing_release(struct client *c, const char *m, const struct resp_r
     if (!c->sess || lock_state(c->sess, ARG(1), ALEN(1), &token, &rem) != 1) {
         /* A lost lock is not held either; forget it so it stops refusing writes. */
         if (c->sess)
-            (void)lock_release(c->sess, ARG(1), ALEN(1), fencing_on_released, NULL);
+            (void)lock_release(c->sess, ARG(1), ALEN(1), NULL, NULL);
         cl_reply_local(c, ":0\r\n", 4);
         return;
     }
     held_end(c, ARG(1), ALEN(1));
     metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
-    (void)lock_release(c->sess, ARG(1), ALEN(1), fencing_on_released, NULL);
-    cl_reply_local(c, ":1\r\n", 4);
+    if (!op_push(c, OP_LOCAL)) {
+        c->dead = 1;
+        return;
+    }
+    c->blocked = 1;
+    if (lock_release(c->sess, ARG(1), ALEN(1), fencing_on_released, c) < 0)
+        fencing_fill(c, ":1");
 }
 
 static void fencing_token(struct client *c, const char *m, const struct resp_request *r)
@@ -379,7 +394,8 @@ enum req_action fencing_command(struct client *c, const char *m, const struct re
 
 /* The EVAL form of an encoded "EVALSHA <sha> ..." request: writes into head the array header
  * and "EVAL <body length>" (cap >= 64), and returns how many bytes of enc to skip before the rest
- * of the arguments; the script body and CRLF go between. Returns 0 when enc is not such a request. */
+ * of the arguments; the script body and CRLF go between. Returns 0 when enc is not such a request.
+ */
 static size_t fencing_eval_form(const char *enc, size_t len, char *head, size_t *hlen)
 {
     static const char sha_head[] = "$7\r\nEVALSHA\r\n$40\r\n";
@@ -402,7 +418,8 @@ struct fencing_txn;
 static void fencing_txn_add(struct client *c, const struct fence_decision *d, const char *enc,
                             size_t len);
 
-/* ---- fenced writes ---------------------------------------------------------------------------- */
+/* ---- fenced writes ----------------------------------------------------------------------------
+ */
 
 /* Keys of commands whose key positions depend on their arguments (COMMAND flags them
  * "movablekeys"). Returns the number of keys, or -1 when fencegate cannot tell. */
@@ -597,9 +614,9 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
         }
     } else {
         size_t total = cmd_keys(ci, r->argc, keys,
-                                r->argc < FENCING_STACK_ARGS  ? FENCING_STACK_ARGS
+                                r->argc < FENCING_STACK_ARGS ? FENCING_STACK_ARGS
                                 : r->argc < FENCING_MAX_KEYS ? r->argc
-                                                              : FENCING_MAX_KEYS);
+                                                             : FENCING_MAX_KEYS);
         if (total > FENCING_MAX_KEYS) {
             cl_reply_error(c, "ERR fencegate fences writes of at most %d keys; refused, not sent",
                            FENCING_MAX_KEYS);
@@ -617,8 +634,8 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
         /* Re-check every lock now: a lease may have run out without its timer having fired yet
          * (a process frozen and resumed). */
         for (size_t i = 0; i < d.nlocks; i++) {
-            if (fencing_lookup(c, d.locks[i].name, d.locks[i].len, &d.locks[i].token) !=
-                FENCE_HELD) {
+            uint64_t now_token;
+            if (fencing_lookup(c, d.locks[i].name, d.locks[i].len, &now_token) != FENCE_HELD) {
                 fencing_refuse_lost(c, &d.locks[i]);
                 goto out;
             }
@@ -664,8 +681,8 @@ out:
     return act;
 }
 
-
-/* ---- transactions ------------------------------------------------------------------------------ */
+/* ---- transactions ------------------------------------------------------------------------------
+ */
 
 /* A MULTI block held back until EXEC. Sent as: WATCH <marks>; a check that every token is still
  * current; then MULTI, the commands (fenced ones as scripts), EXEC. A mark that moves after the
@@ -673,8 +690,8 @@ out:
 struct fencing_txn {
     struct buf cmds; /* the commands, as they will be sent */
     size_t count;
-    int dirty;       /* a command was refused: EXEC answers EXECABORT, as Redis does */
-    int fenced_now;  /* the request being queued went in as a fenced script */
+    int dirty;      /* a command was refused: EXEC answers EXECABORT, as Redis does */
+    int fenced_now; /* the request being queued went in as a fenced script */
     struct fence_lock_ref locks[FENCE_MAX_LOCKS];
     size_t nlocks;
 };

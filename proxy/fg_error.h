@@ -16,7 +16,7 @@ enum fg_err {
 };
 
 #if defined(__GNUC__)
-#define FG_MUST_CHECK __attribute__((warn_unused_result))
+#define FG_MUST_CHECK   __attribute__((warn_unused_result))
 #define FG_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define FG_MUST_CHECK

@@ -25,7 +25,7 @@
 #define HTTP_MAX_BODY    (1024 * 1024)
 #define HTTP_TIMEOUT_S   30
 
-#define HTTP_LOCKS_PREFIX "/v1/locks"
+#define HTTP_LOCKS_PREFIX  "/v1/locks"
 #define HTTP_BUSY_RETRY_MS 25
 
 /* A lock the sidecar's session holds for HTTP clients: its lease and when it was granted. */
@@ -45,6 +45,7 @@ struct http_acquire {
     struct event *retry; /* the lock is held by this very sidecar: poll until it is free */
     long long ttl_ms, wait_ms;
     uint64_t deadline_ms;
+    uint64_t token; /* a release: the token being given back */
     size_t len;
     char name[];
 };
@@ -112,11 +113,18 @@ static void http_readyz(struct http_api *h, struct evhttp_request *req)
     http_json(req, 503, "Service Unavailable", body);
 }
 
-static void http_metrics(struct evhttp_request *req)
+static void http_metrics(struct http_api *h, struct evhttp_request *req)
 {
     size_t cap = 16384, need;
     char *text = NULL;
     struct evbuffer *b;
+    struct lock_stats st;
+
+    /* Counters the lock client keeps itself. */
+    lock_client_stats(h->locks, &st);
+    fg_metrics.counter[M_LOCK_RENEWALS] = st.renewals;
+    fg_metrics.counter[M_LOCK_RENEWAL_TRIPS] = st.renewal_round_trips;
+    fg_metrics.counter[M_TOKEN_REPAIRS] = st.token_repairs;
 
     for (;;) {
         char *p = realloc(text, cap);
@@ -144,7 +152,6 @@ static void http_metrics(struct evhttp_request *req)
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);
 }
-
 
 static uint64_t http_now_ms(void)
 {
@@ -219,12 +226,6 @@ static void http_on_conn_close(struct evhttp_connection *conn, void *arg)
             a->req = NULL;
 }
 
-static void http_on_released(void *arg, int status, const char *msg)
-{
-    if (status == LOCK_UNAVAILABLE)
-        log_warn("http release: %s (the lease will run out by itself)", msg ? msg : "error");
-}
-
 static void http_on_acquired(void *arg, int status, uint64_t token, const char *msg)
 {
     struct http_acquire *a = arg;
@@ -234,7 +235,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
 
     if (status == LOCK_OK && !a->req) {
         /* Nobody is there to learn the token: give the lock back at once. */
-        (void)lock_release(h->sess, a->name, a->len, http_on_released, NULL);
+        (void)lock_release(h->sess, a->name, a->len, NULL, NULL);
         http_acquire_free(a);
         return;
     }
@@ -329,8 +330,8 @@ static void http_lock_post(struct http_api *h, struct evhttp_request *req, const
                    "wait_ms: expected milliseconds in 0..86400000");
         return;
     }
-    if (!h->sess && !(h->sess = lock_session_new(h->locks, h->cfg->session_ttl_ms, http_on_lost,
-                                                 h))) {
+    if (!h->sess &&
+        !(h->sess = lock_session_new(h->locks, h->cfg->session_ttl_ms, http_on_lost, h))) {
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
         return;
     }
@@ -354,18 +355,48 @@ static void http_lock_post(struct http_api *h, struct evhttp_request *req, const
     http_acquire_start(a);
 }
 
+static void http_on_deleted(void *arg, int status, const char *msg)
+{
+    struct http_acquire *a = arg;
+    char body[1200], esc[1100];
+
+    if (status == LOCK_UNAVAILABLE)
+        log_warn("http release of %s: %s (the lease will run out by itself)", a->name,
+                 msg ? msg : "backend error");
+    if (a->req) {
+        json_escape(esc, sizeof(esc), a->name);
+        snprintf(body, sizeof(body), "{\"name\":\"%s\",\"released\":true,\"token\":%" PRIu64 "}",
+                 esc, a->token);
+        http_json(a->req, 200, "OK", body);
+    }
+    http_acquire_free(a);
+}
+
+/* Answers once the backend has let go, so 200 means another holder can take the lock now. A
+ * "Fencing-Token" header (fencectl sends one) must match: a client whose lock was lost must not
+ * release the lock a newer holder took under the same name. */
 static void http_lock_delete(struct http_api *h, struct evhttp_request *req, const char *name,
                              size_t len)
 {
     uint64_t token;
     long long rem;
-    char body[1200], esc[1100];
+    char body[1400], esc[1100];
+    const char *want = evhttp_find_header(evhttp_request_get_input_headers(req), "Fencing-Token");
     int st = h->sess ? lock_state(h->sess, name, len, &token, &rem) : 0;
+    struct http_acquire *a;
 
     json_escape(esc, sizeof(esc), name);
+    if (st == 1 && want && strtoull(want, NULL, 10) != token) {
+        snprintf(body, sizeof(body),
+                 "{\"error\":\"token_mismatch\",\"message\":\"lock %s is held under token %" PRIu64
+                 ", not %" PRIu64 "; not released\"}",
+                 esc, token, (uint64_t)strtoull(want, NULL, 10));
+        http_json(req, 409, "Conflict", body);
+        return;
+    }
     if (st != 1) {
         if (st < 0) /* lost: forget it */
-            (void)lock_release(h->sess, name, len, http_on_released, NULL);
+            (void)lock_release(h->sess, name, len, NULL, NULL);
         http_grant_end(h, name, len);
         snprintf(body, sizeof(body),
                  "{\"error\":\"not_held\",\"message\":\"lock %s is not held by this sidecar%s\"}",
@@ -375,10 +406,24 @@ static void http_lock_delete(struct http_api *h, struct evhttp_request *req, con
     }
     http_grant_end(h, name, len);
     metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
-    (void)lock_release(h->sess, name, len, http_on_released, NULL);
-    snprintf(body, sizeof(body), "{\"name\":\"%s\",\"released\":true,\"token\":%" PRIu64 "}", esc,
-             token);
-    http_json(req, 200, "OK", body);
+    a = calloc(1, sizeof(*a) + len + 1);
+    if (!a) {
+        (void)lock_release(h->sess, name, len, NULL, NULL);
+        http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
+        return;
+    }
+    a->h = h;
+    a->req = req;
+    a->token = token;
+    a->len = len;
+    memcpy(a->name, name, len);
+    a->next = h->pending;
+    if (h->pending)
+        h->pending->prev = a;
+    h->pending = a;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), http_on_conn_close, h);
+    if (lock_release(h->sess, name, len, http_on_deleted, a) < 0)
+        http_on_deleted(a, LOCK_UNAVAILABLE, "cannot queue the release");
 }
 
 struct http_list {
@@ -494,7 +539,7 @@ static void http_dispatch(struct evhttp_request *req, void *arg)
     else if (!strcmp(path, "/readyz"))
         http_readyz(h, req);
     else
-        http_metrics(req);
+        http_metrics(h, req);
 }
 
 struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
@@ -526,8 +571,7 @@ struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct
     evhttp_set_max_body_size(h->http, HTTP_MAX_BODY);
     evhttp_set_timeout(h->http, HTTP_TIMEOUT_S);
     evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                            EVHTTP_REQ_PATCH);
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h->http, http_dispatch, h);
     return h;
 }

@@ -221,8 +221,8 @@ int main(int argc, char **argv)
     evsignal_add(sigint, NULL);
 
     log_info("fencegate %s: resp %s:%d, http %s:%d, upstream %s, backend %s", FG_VERSION,
-             cfg.listen_resp.host, cfg.listen_resp.port, cfg.listen_http.host,
-             cfg.listen_http.port, upstream_name(up), main_url_shown(&cfg.backend));
+             cfg.listen_resp.host, cfg.listen_resp.port, cfg.listen_http.host, cfg.listen_http.port,
+             upstream_name(up), main_url_shown(&cfg.backend));
     event_base_dispatch(m.base);
 
     server_free(m.srv);

@@ -20,17 +20,17 @@ enum metric_counter {
     M_UPSTREAM_DROPS,          /* upstream connections lost while in use */
     M_UNAVAILABLE_REPLIES,     /* commands answered -UNAVAILABLE */
     M_HTTP_REQUESTS,
-    M_LOCKS_ACQUIRED,       /* FENCE.ACQUIRE / POST /v1/locks granted */
-    M_LOCKS_BUSY,           /* acquisitions refused: held by another after the wait */
-    M_LOCKS_RELEASED,       /* released by the application or at session end */
-    M_LOCKS_LOST,           /* renewal refused or late, lease ran out */
-    M_LOCK_RENEWALS,        /* lock leases extended (from the lock client) */
-    M_LOCK_RENEWAL_TRIPS,   /* renewal round trips (one per session per TTL/3) */
-    M_TOKEN_REPAIRS,        /* token counters raised past a store's mark */
-    M_FENCED_WRITES,        /* writes sent as fenced scripts */
-    M_STALE_REFUSED,        /* fenced writes the store refused: token older than its mark */
-    M_NOLOCK_REFUSED,       /* writes to protected keys without their lock */
-    M_LOCKLOST_REFUSED,     /* writes under a lock the session lost */
+    M_LOCKS_ACQUIRED,     /* FENCE.ACQUIRE / POST /v1/locks granted */
+    M_LOCKS_BUSY,         /* acquisitions refused: held by another after the wait */
+    M_LOCKS_RELEASED,     /* released by the application or at session end */
+    M_LOCKS_LOST,         /* renewal refused or late, lease ran out */
+    M_LOCK_RENEWALS,      /* lock leases extended (from the lock client) */
+    M_LOCK_RENEWAL_TRIPS, /* renewal round trips (one per session per TTL/3) */
+    M_TOKEN_REPAIRS,      /* token counters raised past a store's mark */
+    M_FENCED_WRITES,      /* writes sent as fenced scripts */
+    M_STALE_REFUSED,      /* fenced writes the store refused: token older than its mark */
+    M_NOLOCK_REFUSED,     /* writes to protected keys without their lock */
+    M_LOCKLOST_REFUSED,   /* writes under a lock the session lost */
     M_COUNTER_MAX
 };
 

@@ -14,8 +14,8 @@ struct net_addr {
 
 /* Resolves host:port (numeric or a name) to its first address. Returns FG_OK, or FG_ERR_NOTFOUND
  * with a reason in err. */
-int net_resolve(const char *host, int port, struct net_addr *out, char *err, size_t errlen)
-    FG_MUST_CHECK;
+int net_resolve(const char *host, int port, struct net_addr *out, char *err,
+                size_t errlen) FG_MUST_CHECK;
 
 /* A non-blocking listening socket on host:port with SO_REUSEADDR. Returns the fd, or -1 with the
  * reason in err. */

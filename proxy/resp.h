@@ -11,13 +11,13 @@
 #define RESP_DEFAULT_MAX_BULK   (512LL * 1024 * 1024)
 #define RESP_DEFAULT_MAX_ARGS   (1024 * 1024 * 8)
 #define RESP_DEFAULT_MAX_INLINE (64 * 1024)
-#define RESP_MAX_DEPTH          32 /* nesting depth the reply scanner follows */
+#define RESP_MAX_DEPTH          32          /* nesting depth the reply scanner follows */
 #define RESP_MAX_LINE           (64 * 1024) /* a header line ("*123\r\n") longer than this is an error */
 
 struct resp_limits {
-    long long max_bulk;   /* largest bulk string in a request */
-    size_t max_args;      /* largest multibulk count in a request */
-    size_t max_inline;    /* longest inline request line */
+    long long max_bulk; /* largest bulk string in a request */
+    size_t max_args;    /* largest multibulk count in a request */
+    size_t max_inline;  /* longest inline request line */
 };
 
 /* A slice of the caller's buffer, as an offset from the start of the current message. */
@@ -74,10 +74,10 @@ void resp_parser_reset(struct resp_parser *p);
  * presented again. The struct is public so callers can embed it; initialise with
  * resp_scanner_init(). */
 struct resp_scanner {
-    int depth;                          /* open aggregates */
+    int depth;                           /* open aggregates */
     long long remaining[RESP_MAX_DEPTH]; /* elements still expected per open aggregate */
-    long long bulk_left;                /* payload bytes (+CRLF) still expected of a bulk */
-    char top_type; /* first byte of the current top-level reply, 0 if none */
+    long long bulk_left;                 /* payload bytes (+CRLF) still expected of a bulk */
+    char top_type;                       /* first byte of the current top-level reply, 0 if none */
     size_t line_seen; /* bytes of an unfinished header line already searched for its CR */
 };
 /* A RESP3 attribute ("|n") annotates the element after it: the scanner treats it as an aggregate
@@ -96,7 +96,8 @@ void resp_scanner_init(struct resp_scanner *s);
  * one complete top-level reply (the scanner is reset for the next, and s->top_type still names
  * the finished reply's type until the next call); on RESP_SCAN_MORE every byte that could be
  * consumed (an incomplete header line is left unconsumed and must be passed again). */
-int resp_scan_reply(struct resp_scanner *s, const char *buf, size_t len, size_t *used) FG_MUST_CHECK;
+int resp_scan_reply(struct resp_scanner *s, const char *buf, size_t len,
+                    size_t *used) FG_MUST_CHECK;
 
 /* ---- Reading whole replies element by element (for small control replies) ------------------ */
 

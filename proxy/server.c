@@ -1,11 +1,11 @@
-/* server.c — the RESP endpoint: application connections, each paired with its own upstream connection.
+/* server.c — the RESP endpoint: client connections, each with its own upstream connection.
  *
  * A client connection owns one upstream connection, so every piece of Redis connection state
  * (SELECT, MULTI, WATCH, subscriptions, CLIENT SETNAME, RESP3) lives where Redis keeps it. Requests
  * are parsed only to classify them; their bytes are forwarded as received. Replies are scanned only
  * to find their boundaries, so each can be matched to the request that caused it: a queue of
- * pending operations ("ops") keeps replies fencegate writes itself (errors, later FENCE.* replies)
- * in the exact order of the pipeline. */
+ * pending operations ("ops") keeps replies fencegate writes itself (errors, FENCE.* replies) in
+ * the exact order of the pipeline. Lock commands and fenced writes live in fencing.c. */
 #include "server.h"
 
 #include <errno.h>
@@ -643,15 +643,14 @@ static void up_on_write(evutil_socket_t fd, short what, void *arg)
 
 /* ---- requests -------------------------------------------------------------------------------- */
 
-
 /* Sends the pub/sub barrier: a PING whose echo tells whether the connection is still subscribed. */
 static void cl_send_marker(struct client *c)
 {
     char cmd[128];
     int n;
 
-    c->marker_len = (size_t)snprintf(c->marker, sizeof(c->marker), "fencegate-barrier-%" PRIu64,
-                                     c->id);
+    c->marker_len =
+        (size_t)snprintf(c->marker, sizeof(c->marker), "fencegate-barrier-%" PRIu64, c->id);
     n = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nPING\r\n$%zu\r\n%s\r\n", c->marker_len, c->marker);
     up_send(c, cmd, (size_t)n);
     c->marker_wait = 1;
@@ -660,8 +659,7 @@ static void cl_send_marker(struct client *c)
 
 static int is_subscribe(const char *p, size_t n)
 {
-    return name_is(p, n, "subscribe") || name_is(p, n, "psubscribe") ||
-           name_is(p, n, "ssubscribe");
+    return name_is(p, n, "subscribe") || name_is(p, n, "psubscribe") || name_is(p, n, "ssubscribe");
 }
 
 static int is_unsubscribe(const char *p, size_t n)
@@ -835,8 +833,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             }
             if (c->ustate == U_DOWN) {
                 if (!upstream_is_up(c->srv->up))
-                    snprintf(c->down_why, sizeof(c->down_why), "%s",
-                             upstream_error(c->srv->up));
+                    snprintf(c->down_why, sizeof(c->down_why), "%s", upstream_error(c->srv->up));
                 cl_reply_unavailable(c);
                 pos += r.len;
                 continue;
@@ -937,7 +934,8 @@ void cl_update(struct client *c)
     idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial;
     if (s->draining && (idle || c->mode != MODE_NORMAL))
         c->closing = 1;
-    if (c->dead || (c->closing && buf_len(&c->out) == 0 && (c->ops_count == 0 || c->ustate == U_DOWN))) {
+    if (c->dead ||
+        (c->closing && buf_len(&c->out) == 0 && (c->ops_count == 0 || c->ustate == U_DOWN))) {
         cl_close(c);
         return;
     }
@@ -1056,7 +1054,8 @@ static int srv_load_rules(struct server *s, char *err, size_t errlen)
         for (int j = 0; j < cfg->nstores; j++) {
             const struct cfg_url *su = &cfg->stores[j].url;
             if (strcmp(cfg->stores[j].name, cfg->protect[i].store) != 0 ||
-                su->kind != CFG_URL_REDIS || su->db != u->db || su->hosts[0].port != u->hosts[0].port ||
+                su->kind != CFG_URL_REDIS || su->db != u->db ||
+                su->hosts[0].port != u->hosts[0].port ||
                 strcmp(su->hosts[0].host, u->hosts[0].host) != 0)
                 continue;
             rules[n].glob = cfg->protect[i].keys;

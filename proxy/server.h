@@ -1,4 +1,4 @@
-/* server.h — the RESP endpoint: application connections, each paired with its own upstream connection. */
+/* server.h — the RESP endpoint: client connections, each with its own upstream connection. */
 #ifndef FG_SERVER_H
 #define FG_SERVER_H
 

@@ -156,8 +156,7 @@ static void sm_on_timeout(evutil_socket_t fd, short what, void *arg)
     sm_finish(c, -1, 0, "the store did not answer in time while raising the fence mark");
 }
 
-void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done,
-                      void *ctx)
+void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done, void *ctx)
 {
     struct store_marks *m = arg;
     struct sm_call *c;

@@ -21,8 +21,7 @@ void store_marks_free(struct store_marks *m);
  * calls done(ctx, 0, 0, NULL) when raised, done(ctx, 1, mark, msg) when the store's mark is
  * already >= token (the token counter went backwards), done(ctx, -1, 0, msg) when the store
  * could not be reached in time. arg is the struct store_marks. */
-void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done,
-                      void *ctx);
+void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done, void *ctx);
 
 /* Raises that happened, and raises that found the mark at or above the token. */
 uint64_t store_marks_raised(const struct store_marks *m);

@@ -46,9 +46,9 @@ struct upstream {
     struct buf in;
     struct resp_scanner scan;
     size_t scanned;
-    int expect;          /* replies still expected in this round */
-    int reply_index;     /* index of the next reply in this round */
-    int want_commands;   /* this round asked for COMMAND */
+    int expect;        /* replies still expected in this round */
+    int reply_index;   /* index of the next reply in this round */
+    int want_commands; /* this round asked for COMMAND */
     int backoff_ms;
 };
 
@@ -158,8 +158,7 @@ static int up_on_reply(struct upstream *u, const char *r, size_t len)
     }
     if (idx == u->prelude_replies) { /* PING */
         if (r[0] != '+') {
-            snprintf(why, sizeof(why), "PING answered %.*s", (int)(len > 200 ? 200 : len - 2),
-                     r);
+            snprintf(why, sizeof(why), "PING answered %.*s", (int)(len > 200 ? 200 : len - 2), r);
             up_fail(u, why);
             return -1;
         }

@@ -414,6 +414,25 @@ static long long key_exists(int port, const char *name)
     return admin_int(port, "EXISTS " TEST_PREFIX "lock:{%s}", name);
 }
 
+/* Subscribers of name's release channel. */
+static long long numsub(int port, const char *name)
+{
+    char ch[128];
+    snprintf(ch, sizeof(ch), TEST_PREFIX "released:{%s}", name);
+    redisContext *ctx = admin_connect(port);
+    if (ctx == NULL)
+        return -1000;
+    redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s", ch);
+    long long v = -1000;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        v = r->element[1]->integer;
+    if (r)
+        freeReplyObject(r);
+    redisFree(ctx);
+    return v;
+}
+
 /* Waits (bounded) until the lock key of name exists (want 1) or not (want 0). */
 static int wait_key(int port, const char *name, int want, int timeout_ms)
 {
@@ -511,6 +530,17 @@ static void test_invalid_arguments(void **state)
     assert_int_equal(release_sync(s, "never-taken", &r), LOCK_NOT_HELD);
     assert_non_null(strstr(r.msg, "never-taken"));
     assert_int_equal(lock_acquire(NULL, "x", 1, 0, 0, 0, acq_cb, &a), -1);
+    client_free(c);
+
+    /* Calls made before the client connected wait for the connection. */
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", g_redis.port);
+    c = client_new_url(url, NULL);
+    assert_non_null(c);
+    assert_false(lock_client_ready(c));
+    s = lock_session_new(c, 2000, NULL, NULL);
+    assert_int_equal(acquire_sync(s, "early-1", 0, 0, 0, &a), LOCK_OK);
+    assert_true(lock_client_ready(c));
     client_free(c);
 }
 
@@ -635,6 +665,7 @@ static void test_waiter_woken_by_release(void **state)
         assert_int_equal(lock_acquire(sw, "wake-1", 6, 0, 2000, 0, acq_cb, &w), 0);
         run_for(150 + 37 * round); /* the waiter is queued, subscribed and sleeping */
         assert_int_equal(w.done, 0);
+        assert_int_equal(numsub(g_redis.port, "wake-1"), 1);
         memset(&r, 0, sizeof(r));
         int64_t t0 = now_ms();
         assert_int_equal(lock_release(sh, "wake-1", 6, rel_cb, &r), 0);
@@ -648,6 +679,11 @@ static void test_waiter_woken_by_release(void **state)
         assert_true(run_until(&r.done, 1, 2000));
         assert_int_equal(r.status, LOCK_OK);
         assert_int_equal(release_sync(sw, "wake-1", &r), LOCK_OK);
+        /* Nobody waits any more: the client unsubscribed. */
+        int64_t end = now_ms() + 1000;
+        while (numsub(g_redis.port, "wake-1") != 0 && now_ms() < end)
+            run_for(10);
+        assert_int_equal(numsub(g_redis.port, "wake-1"), 0);
     }
     client_free(ch);
     client_free(cw);
@@ -1156,6 +1192,93 @@ static void test_redis_stopped_times_out(void **state)
     redis_destroy(&rp);
 }
 
+/* Random acquires, releases and session churn over two clients: at no moment do two sessions
+ * hold one lock, and the tokens of a lock only grow in the order the grants are reported. */
+enum { SOAK_C = 2, SOAK_S = 4, SOAK_N = 5 };
+
+struct soak_req {
+    int pending;
+    int ni;
+};
+
+static uint64_t soak_last[SOAK_N];
+static int soak_bad_tokens, soak_grants, soak_busy, soak_errors;
+
+static void soak_cb(void *arg, int status, uint64_t token, const char *msg)
+{
+    struct soak_req *q = arg;
+    q->pending = 0;
+    if (status == LOCK_OK) {
+        if (token < soak_last[q->ni])
+            soak_bad_tokens++;
+        soak_last[q->ni] = token;
+        soak_grants++;
+    } else if (status == LOCK_BUSY) {
+        soak_busy++;
+    } else {
+        print_error("soak: status %d: %s\n", status, msg);
+        soak_errors++;
+    }
+}
+
+static void test_random_operations_keep_exclusion(void **state)
+{
+    static struct soak_req req[SOAK_C][SOAK_S][SOAK_N];
+    struct lock_client *c[SOAK_C];
+    struct lock_session *s[SOAK_C][SOAK_S];
+    char names[SOAK_N][16];
+    unsigned seed = (unsigned)time(NULL);
+    int overlaps = 0, frees = 0;
+    print_message("soak seed %u\n", seed);
+    srand(seed);
+    memset(req, 0, sizeof(req));
+    for (int n = 0; n < SOAK_N; n++)
+        snprintf(names[n], sizeof(names[n]), "soak-%d", n);
+    for (int i = 0; i < SOAK_C; i++) {
+        c[i] = client_new(g_redis.port, NULL);
+        assert_non_null(c[i]);
+        for (int j = 0; j < SOAK_S; j++)
+            s[i][j] = lock_session_new(c[i], 600, NULL, NULL);
+    }
+    int64_t end = now_ms() + 3000;
+    while (now_ms() < end) {
+        int ci = rand() % SOAK_C, si = rand() % SOAK_S, ni = rand() % SOAK_N, op = rand() % 40;
+        struct soak_req *q = &req[ci][si][ni];
+        if (op < 20 && !q->pending) {
+            static const long long waits[] = {0, 0, 50, 300, 1000};
+            q->pending = 1;
+            q->ni = ni;
+            assert_int_equal(lock_acquire(s[ci][si], names[ni], strlen(names[ni]),
+                                          rand() % 2 ? 0 : 800, waits[rand() % 5],
+                                          rand() % 4 ? 0 : LOCK_NORENEW, soak_cb, q),
+                             0);
+        } else if (op < 38) {
+            assert_int_equal(lock_release(s[ci][si], names[ni], strlen(names[ni]), NULL, NULL), 0);
+        } else if (op == 39) {
+            lock_session_free(s[ci][si]); /* its pending acquires end silently */
+            frees++;
+            for (int n = 0; n < SOAK_N; n++)
+                req[ci][si][n].pending = 0;
+            s[ci][si] = lock_session_new(c[ci], 600, NULL, NULL);
+        }
+        event_base_loop(g_base, EVLOOP_ONCE);
+        for (int n = 0; n < SOAK_N; n++) {
+            int holders = 0;
+            for (int i = 0; i < SOAK_C; i++)
+                for (int j = 0; j < SOAK_S; j++)
+                    holders += lock_state(s[i][j], names[n], strlen(names[n]), NULL, NULL) == 1;
+            overlaps += holders > 1;
+        }
+    }
+    print_message("soak: %d grants, %d busy, %d session frees\n", soak_grants, soak_busy, frees);
+    assert_int_equal(overlaps, 0);
+    assert_int_equal(soak_bad_tokens, 0);
+    assert_int_equal(soak_errors, 0);
+    assert_true(soak_grants > 100);
+    for (int i = 0; i < SOAK_C; i++)
+        client_free(c[i]);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1177,6 +1300,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_url_auth_and_db, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_frozen_process_sees_expiry, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_memory_per_lock, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_random_operations_keep_exclusion, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_killed_and_restarted, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_stopped_times_out, test_setup, test_teardown),
     };

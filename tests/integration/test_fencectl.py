@@ -1,0 +1,463 @@
+"""test_fencectl.py — fencectl against a fake sidecar: the HTTP exchange, the command's
+environment and exit status, signal forwarding, and the lost-lock and unreachable paths.
+
+The fake sidecar is a small http.server on a free 127.0.0.1 port that answers with the JSON
+shapes of the sidecar's HTTP lock API (DESIGN.md §3), so these tests need no Redis or etcd.
+"""
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+
+from harness import FENCEGATE_BIN, clean_env, free_port, wait_until
+
+FENCECTL = os.path.join(os.path.dirname(FENCEGATE_BIN), "fencectl")
+RUN_TIMEOUT = 20.0  # seconds any fencectl run may take before the test fails
+
+
+class FakeSidecar:
+    """The sidecar's lock API, in memory. `post_answer` (status, body) overrides the answer to
+    POST; `locks` maps a name to its entry in GET /v1/locks; every request is recorded."""
+
+    def __init__(self):
+        self.mu = threading.Lock()
+        self.requests = []  # dicts: method, path, name, headers, body, t
+        self.locks = {}
+        self.next_token = 41
+        self.reply_ttl = 600
+        self.post_answer = None
+        self.raw_answer = None  # bytes sent instead of an HTTP reply
+        self.chunked = False
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _record(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                name = None
+                if self.path.startswith("/v1/locks/"):
+                    name = urllib.parse.unquote(self.path[len("/v1/locks/"):], errors="strict")
+                req = {"method": self.command, "path": self.path, "name": name,
+                       "headers": dict(self.headers), "body": body, "t": time.time()}
+                with fake.mu:
+                    fake.requests.append(req)
+                return req
+
+            def _send(self, status, obj):
+                if fake.raw_answer is not None:
+                    self.wfile.write(fake.raw_answer)
+                    self.close_connection = True
+                    return
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                if fake.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(data), 7):  # many small chunks
+                        part = data[i:i + 7]
+                        self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
+                    self.wfile.write(b"0\r\nX-Trailer: 1\r\n\r\n")
+                else:
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+
+            def do_POST(self):
+                req = self._record()
+                with fake.mu:
+                    if fake.post_answer is not None:
+                        status, obj = fake.post_answer
+                    else:
+                        token = fake.next_token
+                        fake.next_token += 1
+                        fake.locks[req["name"]] = {"name": req["name"], "token": token,
+                                                   "ttl_ms": fake.reply_ttl,
+                                                   "remaining_ms": fake.reply_ttl,
+                                                   "state": "held"}
+                        status, obj = 200, {"name": req["name"], "token": token,
+                                            "ttl_ms": fake.reply_ttl}
+                self._send(status, obj)
+
+            def do_GET(self):
+                self._record()
+                if self.path != "/v1/locks":
+                    self._send(404, {"error": "not_found", "message": self.path})
+                    return
+                with fake.mu:
+                    locks = [dict(v) for v in fake.locks.values()]
+                self._send(200, {"locks": locks})
+
+            def do_DELETE(self):
+                req = self._record()
+                with fake.mu:
+                    held = fake.locks.pop(req["name"], None)
+                if held is None:
+                    self._send(404, {"error": "not_held", "message": "not held"})
+                else:
+                    self._send(200, {"released": True})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.stopped = False
+
+    @property
+    def addr(self):
+        return "127.0.0.1:%d" % self.port
+
+    def stop(self):
+        if not self.stopped:
+            self.stopped = True
+            self.server.shutdown()
+            self.server.server_close()
+
+    def of(self, method):
+        with self.mu:
+            return [r for r in self.requests if r["method"] == method]
+
+    def set_lock(self, name, **kw):
+        with self.mu:
+            self.locks[name].update(kw)
+
+
+class FencectlTest(unittest.TestCase):
+
+    def setUp(self):
+        if not os.access(FENCECTL, os.X_OK):
+            self.fail("fencectl not found at %s (set FENCEGATE_BIN to build/bin/fencegate)"
+                      % FENCECTL)
+        self.fake = FakeSidecar()
+        self.addCleanup(self.fake.stop)
+        self.tmp = tempfile.TemporaryDirectory(prefix="fg-fencectl-")
+        self.addCleanup(self.tmp.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, name)
+
+    def env(self, extra=None):
+        return clean_env(extra)
+
+    def run_ctl(self, args, http=True, env=None, timeout=RUN_TIMEOUT):
+        argv = [FENCECTL] + (["--http", self.fake.addr] if http else []) + list(args)
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=timeout, env=env or self.env(), cwd=self.tmp.name)
+        return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+    def start_ctl(self, args):
+        argv = [FENCECTL, "--http", self.fake.addr] + list(args)
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=self.env(), cwd=self.tmp.name)
+
+        def reap():
+            if p.poll() is None:
+                p.kill()
+            p.communicate(timeout=10)
+        self.addCleanup(reap)
+        return p
+
+    def finish(self, p, timeout=RUN_TIMEOUT):
+        out, err = p.communicate(timeout=timeout)
+        return p.returncode, out.decode(), err.decode()
+
+    # ---- the command line ---------------------------------------------------------------
+
+    def test_help_documents_behaviour_and_exit_codes(self):
+        rc, out, err = self.run_ctl(["--help"], http=False)
+        self.assertEqual(rc, 0, err)
+        for phrase in ["lock NAME [--ttl MS] [--wait MS] -- COMMAND", "FENCE_TOKEN", "FENCE_LOCK",
+                       "FENCEGATE_HTTP", "127.0.0.1:8380", "SIGTERM", "SIGKILL",
+                       "sidecar's own", "released", "128+N", "127", "409", "503", "400",
+                       "status 3"]:
+            self.assertIn(phrase, out)
+        for code in ("1 ", "2 ", "3 ", "4 ", "5 "):
+            self.assertIn("\n  " + code, out)
+        rc, out, _ = self.run_ctl(["--version"], http=False)
+        self.assertEqual(rc, 0)
+        self.assertRegex(out, r"^fencectl \S+\n$")
+        self.assertEqual(self.fake.requests, [])
+
+    def test_usage_errors_exit_2_without_asking_for_the_lock(self):
+        cases = [
+            [],
+            ["lock"],
+            ["lock", "L"],
+            ["lock", "L", "--"],
+            ["lock", "L", "true"],
+            ["lock", "L", "--ttl", "abc", "--", "true"],
+            ["lock", "L", "--ttl", "-5", "--", "true"],
+            ["lock", "L", "--wait", "1.5", "--", "true"],
+            ["lock", "L", "--wait", "--", "true"],
+            ["lock", "L", "--bogus", "--", "true"],
+            ["unlock", "L", "--", "true"],
+            ["--http", "nohostport", "lock", "L", "--", "true"],
+            ["--http", "127.0.0.1:99999", "lock", "L", "--", "true"],
+        ]
+        for args in cases:
+            rc, out, err = self.run_ctl(args)
+            self.assertEqual(rc, 2, "%r: %s" % (args, err))
+            self.assertIn("usage: fencectl", err, args)
+        rc, _, err = self.run_ctl(["lock", "L", "--", "true"], http=False,
+                                  env=self.env({"FENCEGATE_HTTP": "bad"}))
+        self.assertEqual(rc, 2, err)
+        self.assertIn("FENCEGATE_HTTP", err)
+        self.assertEqual(self.fake.requests, [])
+
+    # ---- the request --------------------------------------------------------------------
+
+    def test_ttl_and_wait_are_sent_in_the_body(self):
+        for args, want in [
+            (["--ttl", "1500", "--wait", "250"], {"ttl_ms": 1500, "wait_ms": 250}),
+            (["--wait=0"], {"wait_ms": 0}),
+            (["--ttl", "7000"], {"ttl_ms": 7000}),
+            ([], {}),
+        ]:
+            with self.fake.mu:
+                self.fake.requests.clear()
+            rc, _, err = self.run_ctl(["lock", "job"] + args + ["--", "true"])
+            self.assertEqual(rc, 0, err)
+            post = self.fake.of("POST")
+            self.assertEqual(len(post), 1)
+            self.assertEqual(post[0]["path"], "/v1/locks/job")
+            self.assertEqual(json.loads(post[0]["body"]), want)
+            self.assertEqual(post[0]["headers"].get("Content-Type"), "application/json")
+
+    def test_name_is_percent_encoded(self):
+        name = "a b/c:d%e?f#\u00e9"
+        out = self.path("env")
+        rc, _, err = self.run_ctl(["lock", name, "--", "sh", "-c",
+                                   'printf %s "$FENCE_LOCK" > "$0"; sleep 0.8', out])
+        self.assertEqual(rc, 0, err)
+        post = self.fake.of("POST")[0]
+        self.assertEqual(post["path"], "/v1/locks/a%20b%2Fc%3Ad%25e%3Ff%23%C3%A9")
+        self.assertEqual(post["name"], name)
+        with open(out, encoding="utf-8") as f:
+            self.assertEqual(f.read(), name)
+        # The lock was found by its decoded name on every check (none reported it missing) and
+        # released under the same encoded path.
+        self.assertGreaterEqual(len(self.fake.of("GET")), 2)
+        self.assertNotIn("lost", err)
+        self.assertEqual([r["path"] for r in self.fake.of("DELETE")], [post["path"]])
+
+    # ---- the command --------------------------------------------------------------------
+
+    def test_exit_status_is_passed_through_and_lock_released(self):
+        for script, want in [("exit 0", 0), ("exit 7", 7), ("exit 255", 255),
+                             ("kill -KILL $$", 128 + signal.SIGKILL),
+                             ("kill -TERM $$", 128 + signal.SIGTERM)]:
+            with self.fake.mu:
+                self.fake.requests.clear()
+            rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c", script])
+            self.assertEqual(rc, want, "%s: %s" % (script, err))
+            self.assertEqual(len(self.fake.of("DELETE")), 1, script)
+            self.assertEqual(self.fake.locks, {})
+
+    def test_token_and_name_in_the_command_environment(self):
+        out = self.path("env")
+        rc, _, err = self.run_ctl(["lock", "wallet:7", "--", "sh", "-c",
+                                   'printf "%s|%s" "$FENCE_TOKEN" "$FENCE_LOCK" > "$0"', out])
+        self.assertEqual(rc, 0, err)
+        with open(out) as f:
+            self.assertEqual(f.read(), "41|wallet:7")
+
+    def test_delete_is_sent_after_the_command_ends(self):
+        marker = self.path("done")
+        rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c",
+                                   'sleep 0.3; : > "$0"', marker])
+        self.assertEqual(rc, 0, err)
+        deletes = self.fake.of("DELETE")
+        self.assertEqual(len(deletes), 1)
+        self.assertGreaterEqual(deletes[0]["t"], os.stat(marker).st_mtime - 0.01)
+        self.assertEqual(deletes[0]["path"], "/v1/locks/job")
+        self.assertEqual(deletes[0]["headers"].get("Fencing-Token"), "41")
+        # Only one POST, and it came before the command ran.
+        self.assertLess(self.fake.of("POST")[0]["t"], os.stat(marker).st_mtime)
+
+    def test_release_failure_is_only_a_warning(self):
+        # ttl 30000: no check happens before the command ends, so when the lock disappears
+        # meanwhile, only the DELETE notices (404).
+        self.fake.reply_ttl = 30000
+
+        def drop():
+            wait_until(lambda: self.fake.locks, 5, what="the lock to be taken")
+            with self.fake.mu:
+                self.fake.locks.clear()
+        t = threading.Thread(target=drop)
+        t.start()
+        rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c", "sleep 0.5; exit 6"])
+        t.join()
+        self.assertEqual(rc, 6, err)
+        self.assertIn("warning", err)
+        self.assertIn("no longer held", err)
+        self.assertEqual(len(self.fake.of("DELETE")), 1)
+
+    def test_command_not_found_is_127(self):
+        rc, _, err = self.run_ctl(["lock", "job", "--", "/nonexistent/fencectl-no-such-cmd"])
+        self.assertEqual(rc, 127, err)
+        self.assertIn("command not found", err)
+        self.assertEqual(len(self.fake.of("DELETE")), 1)
+        rc, _, err = self.run_ctl(["lock", "job", "--", "fencectl-no-such-command-xyz"])
+        self.assertEqual(rc, 127, err)
+
+    def test_signals_are_forwarded_to_the_command(self):
+        for sig, code in [(signal.SIGTERM, 9), (signal.SIGINT, 10)]:
+            ready = self.path("ready-%d" % sig)
+            got = self.path("got-%d" % sig)
+            script = ('trap \'echo got > "$1"; exit %d\' TERM INT; : > "$0"; '
+                      'i=0; while [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 99'
+                      % code)
+            p = self.start_ctl(["lock", "job", "--", "sh", "-c", script, ready, got])
+            wait_until(lambda: os.path.exists(ready), 10, what="the command to start")
+            p.send_signal(sig)
+            rc, _, err = self.finish(p)
+            self.assertEqual(rc, code, err)
+            self.assertTrue(os.path.exists(got))
+            self.assertEqual(self.fake.locks, {})  # released afterwards
+
+    # ---- answers of the sidecar ---------------------------------------------------------
+
+    def test_locked_is_1(self):
+        self.fake.post_answer = (409, {"error": "locked", "message": "held by another holder"})
+        rc, _, err = self.run_ctl(["lock", "job", "--wait", "100", "--", "sh", "-c",
+                                   ': > "$0"', self.path("ran")])
+        self.assertEqual(rc, 1, err)
+        self.assertIn("held by someone else", err)
+        self.assertIn("held by another holder", err)
+        self.assertFalse(os.path.exists(self.path("ran")))
+        self.assertEqual(self.fake.of("DELETE"), [])
+
+    def test_backend_unavailable_is_4(self):
+        self.fake.post_answer = (503, {"error": "unavailable", "message": "etcd is down"})
+        rc, _, err = self.run_ctl(["lock", "job", "--", "true"])
+        self.assertEqual(rc, 4, err)
+        self.assertIn("etcd is down", err)
+
+    def test_connection_refused_is_4(self):
+        port = free_port()  # nothing listens there
+        rc, _, err = self.run_ctl(["--http", "127.0.0.1:%d" % port, "lock", "job", "--", "true"],
+                                  http=False)
+        self.assertEqual(rc, 4, err)
+        self.assertIn("Connection refused", err)
+
+    def test_bad_request_is_5(self):
+        self.fake.post_answer = (400, {"error": "bad_request",
+                                       "message": "ttl_ms: expected a non-negative integer"})
+        rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c", ': > "$0"',
+                                   self.path("ran")])
+        self.assertEqual(rc, 5, err)
+        self.assertIn("rejected", err)
+        self.assertIn("ttl_ms: expected a non-negative integer", err)
+        self.assertFalse(os.path.exists(self.path("ran")))
+
+    def test_unexpected_answers_are_5(self):
+        for answer in [(500, {"error": "internal", "message": "boom"}),
+                       (200, {"name": "job"}),  # no token
+                       (200, {"name": "job", "token": "41"})]:
+            self.fake.post_answer = answer
+            rc, _, err = self.run_ctl(["lock", "job", "--", "true"])
+            self.assertEqual(rc, 5, "%r: %s" % (answer, err))
+        self.fake.post_answer = None
+        self.fake.raw_answer = b"SSH-2.0-OpenSSH\r\n\r\n"
+        rc, _, err = self.run_ctl(["lock", "job", "--", "true"])
+        self.assertEqual(rc, 5, err)
+        self.assertIn("not HTTP", err)
+
+    def test_env_overrides_default_and_flag_overrides_env(self):
+        rc, _, err = self.run_ctl(["lock", "job", "--", "true"], http=False,
+                                  env=self.env({"FENCEGATE_HTTP": self.fake.addr}))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(self.fake.of("POST")), 1)
+        refused = "127.0.0.1:%d" % free_port()
+        rc, _, err = self.run_ctl(["lock", "job", "--", "true"], http=True,
+                                  env=self.env({"FENCEGATE_HTTP": refused}))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(self.fake.of("POST")), 2)
+
+    def test_chunked_replies_are_read(self):
+        self.fake.chunked = True
+        rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c", "sleep 0.7; exit 3"])
+        self.assertEqual(rc, 3, err)  # the command's own 3: the lock was never lost
+        self.assertNotIn("lost", err)
+        self.assertGreaterEqual(len(self.fake.of("GET")), 2)
+        self.assertEqual(len(self.fake.of("DELETE")), 1)
+
+    # ---- losing the lock ----------------------------------------------------------------
+
+    def _run_until_lost(self, lose, ignore_term=False, ttl=600):
+        """Starts a long command under the lock, calls lose() once it runs, and returns
+        (exit code, stderr, seconds from lose() to fencectl's exit, whether the command saw
+        SIGTERM)."""
+        self.fake.reply_ttl = ttl
+        ready, got = self.path("ready"), self.path("got")
+        trap = "trap '' TERM" if ignore_term else 'trap \'echo TERM > "$1"; exit 0\' TERM'
+        script = (trap + '; : > "$0"; i=0; while [ $i -lt 400 ]; do sleep 0.05; '
+                  'i=$((i+1)); done; exit 99')
+        p = self.start_ctl(["lock", "job", "--", "sh", "-c", script, ready, got])
+        wait_until(lambda: os.path.exists(ready), 10, what="the command to start")
+        wait_until(lambda: len(self.fake.of("GET")) >= 1, 10, what="a first lock check")
+        t0 = time.monotonic()
+        lose()
+        rc, _, err = self.finish(p)
+        return rc, err, time.monotonic() - t0, os.path.exists(got)
+
+    def test_lost_state_stops_the_command_and_exits_3(self):
+        rc, err, took, termed = self._run_until_lost(
+            lambda: self.fake.set_lock("job", state="lost"))
+        self.assertEqual(rc, 3, err)
+        self.assertTrue(termed, "the command did not get SIGTERM")
+        self.assertLess(took, 0.6 + 1.0)  # ttl/3 per check, plus slack
+        self.assertIn("fencectl: lock job (token 41) was lost; stopping sh", err)
+        # A lost lock is not released: the name may belong to a newer holder by now.
+        self.assertEqual(self.fake.of("DELETE"), [])
+
+    def test_missing_lock_counts_as_lost(self):
+        def drop():
+            with self.fake.mu:
+                self.fake.locks.clear()
+        rc, err, took, termed = self._run_until_lost(drop)
+        self.assertEqual(rc, 3, err)
+        self.assertTrue(termed)
+        self.assertIn("was lost", err)
+
+    def test_other_token_counts_as_lost(self):
+        rc, err, took, termed = self._run_until_lost(
+            lambda: self.fake.set_lock("job", token=42))
+        self.assertEqual(rc, 3, err)
+        self.assertTrue(termed)
+        self.assertIn("token 42", err)
+
+    def test_unreachable_sidecar_longer_than_ttl_counts_as_lost(self):
+        rc, err, took, termed = self._run_until_lost(self.fake.stop, ttl=900)
+        self.assertEqual(rc, 3, err)
+        self.assertTrue(termed)
+        self.assertGreater(took, 0.9 - 0.35)  # not before the ttl has run out since the last ok
+        self.assertLess(took, 0.9 + 1.5)
+        self.assertIn("longer than its ttl", err)
+        self.assertIn("was lost", err)
+
+    def test_command_ignoring_sigterm_is_killed_after_5s(self):
+        rc, err, took, _ = self._run_until_lost(
+            lambda: self.fake.set_lock("job", state="lost"), ignore_term=True)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("SIGKILL", err)
+        self.assertGreater(took, 5.0)
+        self.assertLess(took, 5.0 + 2.0)
+
+
+if __name__ == "__main__":
+    unittest.main()

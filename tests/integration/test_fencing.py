@@ -1,0 +1,343 @@
+"""Fenced writes on the RESP endpoint (DESIGN.md §1 safety model, §2 "Which writes are fenced"):
+a paused former holder cannot write after a newer holder took the lock, even before the newer
+holder writes; protected keys need their lock; hash tags and the one-lock rule pick the fencing
+lock; MULTI/EXEC is all-or-nothing against the fence; a flushed script cache, a lost Redis and
+a lost lease never let a write through unfenced."""
+
+import signal
+import time
+import unittest
+
+import harness
+from harness import Err, FgTestCase, encode
+
+PROTECT = 'protect:\n  - { store: redis, keys: "wallet:*", lock: "wallet:$1" }\n'
+
+
+def lock_key(name):
+    return "fencegate:lock:{%s}" % name
+
+
+def hwm_key(name):
+    return "fencegate:hwm:{%s}" % name
+
+
+def metric(fg, name):
+    return fg.metrics().get(name, 0.0)
+
+
+class FencingCase(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.direct = self.redis.client()
+        self.addCleanup(self.direct.close)
+
+    def fencegate(self, *extra, **kw):
+        cfg = self.write_file("fencegate-%d.yaml" % len(self._fg_procs), PROTECT)
+        return self.start_fencegate(self.redis, args=list(extra) + ["--config", cfg], **kw)
+
+    def acquire(self, conn, name, *opts, timeout=None):
+        r = conn.call("FENCE.ACQUIRE", name, *opts, timeout=timeout)
+        self.assertIsInstance(r, int, "FENCE.ACQUIRE %s %s got %r" % (name, opts, r))
+        return r
+
+    def hwm(self, name):
+        v = self.direct.get(hwm_key(name))
+        return None if v is None else int(v)
+
+    def assert_refused(self, reply, *prefixes):
+        self.assertIsInstance(reply, Err, "expected a refusal (%s), got %r" % (
+            "/".join(prefixes), reply))
+        self.assertTrue(reply.startswith(tuple(p + " " for p in prefixes)),
+                        "expected %s, got %r" % ("/".join(prefixes), reply))
+
+    def monitor(self):
+        """A MONITOR stream straight on Redis: returns (conn, stop) where stop() returns every
+        command line Redis saw until then."""
+        mon = self.raw(self.redis.port)
+        self.assertEqual(mon.call("MONITOR"), "OK")
+        marker = "fg-monitor-end-%d" % time.monotonic_ns()
+
+        def stop():
+            self.direct.echo(marker)
+            seen = []
+            deadline = time.monotonic() + 5
+            while True:
+                self.assertLess(time.monotonic(), deadline, "MONITOR marker never arrived")
+                line = mon.read_reply(timeout=5)
+                if marker in line:
+                    return seen
+                seen.append(str(line))
+        return mon, stop
+
+
+class Freeze(FencingCase):
+    """The scenario fencing exists for: a holder paused past its lease."""
+
+    def test_frozen_sidecar_resumed_after_takeover_is_refused(self):
+        a = self.fencegate("--session-ttl-ms", "600")
+        b = self.fencegate("--session-ttl-ms", "600")
+        ca = self.raw(a.resp_port, timeout=10)
+        cb = self.raw(b.resp_port, timeout=10)
+        ta = self.acquire(ca, "wallet:1")
+        self.assertEqual(ca.call("SET", "wallet:1", "A-1"), "OK")
+        self.assertEqual(self.hwm("wallet:1"), ta)
+
+        self.freeze(a)
+        # A's client writes while A is frozen: the request waits in the socket.
+        ca.cmd("SET", "wallet:1", "A-frozen")
+        harness.wait_until(lambda: self.direct.exists(lock_key("wallet:1")) == 0, 5, 0.02,
+                           "A's lease to run out while A is frozen")
+        tb = self.acquire(cb, "wallet:1", "WAIT", 3000, timeout=6)
+        self.assertGreater(tb, ta)
+        self.assertEqual(self.hwm("wallet:1"), tb,
+                         "fence on acquire: the mark must be raised before the token is given")
+
+        a.signal(signal.SIGCONT)
+        r1 = ca.read_reply(timeout=5)
+        self.assert_refused(r1, "STALE", "LOCKLOST")
+        r2 = ca.call("SET", "wallet:1", "A-after-resume")
+        self.assert_refused(r2, "STALE", "LOCKLOST")
+        self.assertEqual(self.direct.get("wallet:1"), b"A-1", "the former holder's write applied")
+        self.assertEqual(self.hwm("wallet:1"), tb, "the stale write moved the mark")
+        m = a.metrics()
+        self.assertGreaterEqual(m.get("fencegate_stale_writes_refused_total", 0) +
+                                m.get("fencegate_locklost_refused_total", 0), 2)
+
+        self.assertEqual(cb.call("SET", "wallet:1", "B-1"), "OK")
+        self.assertEqual(self.direct.get("wallet:1"), b"B-1")
+        self.assertEqual(self.hwm("wallet:1"), tb)
+        # A knows it lost the lock.
+        locks = ca.call("FENCE.LOCKS")
+        self.assertEqual([(x[0], x[1], x[3]) for x in locks], [(b"wallet:1", ta, b"lost")], locks)
+        for r in (r1, r2):  # the refusal names the lock and A's token
+            if r.startswith("LOCKLOST"):
+                self.assertTrue(r.startswith("LOCKLOST lock wallet:1 (token %d)" % ta), r)
+            else:
+                self.assertTrue(r.startswith("STALE lock wallet:1 token %d < high-water mark %d"
+                                             % (ta, tb)), r)
+
+    def test_backend_forgets_lease_while_holder_thinks_it_holds(self):
+        a = self.fencegate()
+        b = self.fencegate()
+        ca = self.raw(a.resp_port)
+        cb = self.raw(b.resp_port)
+        ta = self.acquire(ca, "wallet:2")
+        self.assertEqual(ca.call("SET", "wallet:2", "A-1"), "OK")
+        harness.redis_cli(self.redis.port, "DEL", lock_key("wallet:2"))
+        tb = self.acquire(cb, "wallet:2", "WAIT", 0)
+        self.assertGreater(tb, ta)
+        self.assertEqual(ca.call("FENCE.TOKEN", "wallet:2"), ta, "A should not know yet")
+
+        stale0 = metric(a, "fencegate_stale_writes_refused_total")
+        r = ca.call("SET", "wallet:2", "A-2")
+        self.assert_refused(r, "STALE")
+        self.assertTrue(r.startswith("STALE lock wallet:2 token %d < high-water mark %d"
+                                     % (ta, tb)), r)
+        self.assertEqual(self.direct.get("wallet:2"), b"A-1")
+        self.assertEqual(self.hwm("wallet:2"), tb)
+        self.assertEqual(metric(a, "fencegate_stale_writes_refused_total"), stale0 + 1)
+        # Other write commands too, including multi-key ones.
+        self.assert_refused(ca.call("DEL", "wallet:2"), "STALE")
+        self.assert_refused(ca.call("MSET", "wallet:2", "x", "plain:k", "y"), "STALE")
+        self.assertEqual(self.direct.get("wallet:2"), b"A-1")
+        self.assertEqual(self.direct.exists("plain:k"), 0, "half of a refused MSET applied")
+        self.assertEqual(cb.call("SET", "wallet:2", "B-1"), "OK")
+        self.assertEqual(self.direct.get("wallet:2"), b"B-1")
+
+
+class WhichWrites(FencingCase):
+
+    def setUp(self):
+        super().setUp()
+        self.fg = self.fencegate()
+        self.c = self.raw(self.fg.resp_port)
+
+    def test_protected_key_without_lock_is_nolock_and_never_sent(self):
+        c = self.c
+        nolock0 = metric(self.fg, "fencegate_nolock_refused_total")
+        self.assertEqual(c.call("SET", "plain:ok", "1"), "OK")  # unprotected: a plain write
+        mon, stop = self.monitor()
+        r = c.call("SET", "wallet:7", "x")
+        self.assert_refused(r, "NOLOCK")
+        self.assertIn("wallet:7", r)
+        r = c.call("MSET", "plain:m", "1", "wallet:8", "2")
+        self.assert_refused(r, "NOLOCK")
+        self.assertIn("wallet:8", r)
+        self.assertIsNone(c.call("GET", "wallet:7"), "a read needs no lock")
+        seen = stop()
+        leaked = [s for s in seen if ("wallet:7" in s and '"GET"' not in s.upper())
+                  or "wallet:8" in s or "plain:m" in s]
+        self.assertFalse(leaked, "a refused write reached Redis: %r" % leaked)
+        self.assertEqual(self.direct.exists("wallet:7", "wallet:8", "plain:m"), 0)
+        self.assertEqual(metric(self.fg, "fencegate_nolock_refused_total"), nolock0 + 2)
+        # Holding another wallet's lock does not help.
+        self.acquire(c, "wallet:9")
+        self.assert_refused(c.call("SET", "wallet:7", "x"), "NOLOCK")
+        self.assertEqual(self.direct.exists("wallet:7"), 0)
+
+    def test_hash_tag_keys_fenced_only_when_the_lock_is_held(self):
+        c = self.c
+        self.assertEqual(c.call("SET", "{job}x", "1"), "OK")
+        self.assertEqual(self.direct.exists(hwm_key("job")), 0, "an unheld tag was fenced")
+        fenced0 = metric(self.fg, "fencegate_fenced_writes_total")
+        t = self.acquire(c, "job")
+        self.assertEqual(c.call("SET", "{job}x", "2"), "OK")
+        self.assertEqual(self.hwm("job"), t)
+        self.assertEqual(metric(self.fg, "fencegate_fenced_writes_total"), fenced0 + 1)
+        # Proof that the write is checked against the mark: a newer token's mark refuses it.
+        self.direct.set(hwm_key("job"), t + 100)
+        r = c.call("SET", "{job}x", "3")
+        self.assert_refused(r, "STALE")
+        self.assertEqual(self.direct.get("{job}x"), b"2")
+        # Another connection without the lock still writes tagged keys freely.
+        other = self.raw(self.fg.resp_port)
+        self.assertEqual(other.call("SET", "{job}y", "free"), "OK")
+
+    def test_one_lock_rule_fences_unprotected_keys_only_with_exactly_one_lock(self):
+        c = self.c
+        t = self.acquire(c, "solo")
+        self.assertEqual(c.call("SET", "plain:k", "v1"), "OK")
+        self.assertEqual(self.hwm("solo"), t)
+        self.direct.set(hwm_key("solo"), t + 100)
+        self.assert_refused(c.call("SET", "plain:k", "v2"), "STALE")
+        self.assertEqual(self.direct.get("plain:k"), b"v1")
+        self.acquire(c, "second")
+        self.assertEqual(c.call("SET", "plain:k", "v3"), "OK",
+                         "with two locks an unclaimed key is not fenced")
+        self.assertEqual(self.direct.get("plain:k"), b"v3")
+        self.assertEqual(self.hwm("solo"), t + 100)
+
+
+class Transactions(FencingCase):
+
+    def test_multi_exec_with_current_token_gives_normal_reply(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:3")
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SET", "wallet:3", "a"), "QUEUED")
+        self.assertEqual(c.call("INCR", "plain:n"), "QUEUED")
+        self.assertEqual(c.call("APPEND", "wallet:3", "b"), "QUEUED")
+        self.assertEqual(c.call("GET", "wallet:3"), "QUEUED")
+        self.assertEqual(c.call("EXEC"), ["OK", 1, 2, b"ab"])
+        self.assertEqual(self.hwm("wallet:3"), t)
+        self.assertEqual(c.call("PING"), "PONG")
+
+    def _stale_multi(self, extra_lock):
+        a = self.fencegate()
+        b = self.fencegate()
+        ca = self.raw(a.resp_port)
+        cb = self.raw(b.resp_port)
+        self.direct.set("wallet:4", "orig")
+        ta = self.acquire(ca, "wallet:4")
+        if extra_lock:
+            # Two locks held: the one-lock rule is off, so INCR/RPUSH of plain keys are plain,
+            # unfenced writes inside the same transaction.
+            self.acquire(ca, "unrelated")
+        self.assertEqual(ca.call("MULTI"), "OK")
+        self.assertEqual(ca.call("INCR", "plain:count"), "QUEUED")
+        self.assertEqual(ca.call("SET", "wallet:4", "from-A"), "QUEUED")
+        self.assertEqual(ca.call("RPUSH", "plain:log", "A"), "QUEUED")
+        # The lock is taken over before EXEC.
+        harness.redis_cli(self.redis.port, "DEL", lock_key("wallet:4"))
+        tb = self.acquire(cb, "wallet:4", "WAIT", 0)
+        self.assertGreater(tb, ta)
+        reply = ca.call("EXEC")
+
+        wallet = self.direct.get("wallet:4")
+        count = self.direct.get("plain:count")
+        log = self.direct.lrange("plain:log", 0, -1)
+        applied = (wallet == b"from-A", count == b"1", log == [b"A"])
+        self.assertIn(applied, [(True, True, True), (False, False, False)],
+                      "MULTI/EXEC applied partially: wallet=%r count=%r log=%r, EXEC -> %r"
+                      % (wallet, count, log, reply))
+        self.assertEqual(applied, (False, False, False),
+                         "a stale transaction applied: EXEC -> %r" % (reply,))
+        self.assertIn("STALE", repr(reply), "EXEC must say why: %r" % (reply,))
+        self.assertEqual(self.hwm("wallet:4"), tb)
+        self.assertEqual(ca.call("PING"), "PONG", "the connection must stay usable")
+
+    def test_multi_stale_all_or_nothing_with_unfenced_writes_in_the_block(self):
+        self._stale_multi(extra_lock=True)
+
+    def test_multi_stale_all_or_nothing_one_lock(self):
+        self._stale_multi(extra_lock=False)
+
+
+class ScriptCache(FencingCase):
+
+    def test_fenced_writes_survive_script_flush(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:5")
+        self.assertEqual(c.call("SET", "wallet:5", "a"), "OK")
+        self.direct.script_flush()
+        self.assertEqual(c.call("SET", "wallet:5", "b"), "OK")
+        self.assertEqual(self.direct.get("wallet:5"), b"b")
+        self.assertEqual(self.hwm("wallet:5"), t)
+
+        # A pipeline of fenced writes right after a flush: all applied, in order.
+        q = self.acquire(c, "q", "WAIT", 0)  # now two locks: {q} keys are fenced by tag
+        self.direct.script_flush()
+        c.send(b"".join(encode("RPUSH", "{q}list", i) for i in range(10)))
+        replies = [c.read_reply() for _ in range(10)]
+        self.assertEqual(replies, list(range(1, 11)))
+        self.assertEqual(self.direct.lrange("{q}list", 0, -1),
+                         [str(i).encode() for i in range(10)])
+        self.assertEqual(self.hwm("q"), q)
+        # And the fence still refuses after a flush (the script is not skipped).
+        self.direct.set(hwm_key("q"), q + 1)
+        self.direct.script_flush()
+        self.assert_refused(c.call("RPUSH", "{q}list", "late"), "STALE")
+        self.assertEqual(self.direct.llen("{q}list"), 10)
+
+
+class RedisLost(FencingCase):
+
+    def test_redis_killed_while_lock_held_fails_closed_then_recovers(self):
+        fg = self.fencegate("--session-ttl-ms", "600")
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:6")
+        self.assertEqual(c.call("SET", "wallet:6", "before"), "OK")
+        self.redis.kill()
+
+        def refused(conn):
+            try:
+                r = conn.call("SET", "wallet:6", "during", timeout=5)
+            except (EOFError, OSError):
+                return None  # the connection closed: nothing applied either
+            self.assert_refused(r, "UNAVAILABLE", "LOCKLOST")
+            return r
+        refused(c)
+        fresh = self.raw(fg.resp_port)
+        r = fresh.call("FENCE.ACQUIRE", "wallet:other", "WAIT", 0, timeout=5)
+        self.assert_refused(r, "UNAVAILABLE")
+        time.sleep(1.5)  # well past the 600 ms lease: the lock is gone with the backend
+        if not c.eof:
+            refused(c)
+        self.redis.start()  # same port, empty
+        if not c.eof:
+            # The old session's lock died with the backend: its writes stay refused, never sent
+            # (the new Redis has no mark that could stop them).
+            for _ in range(3):
+                r = c.call("SET", "wallet:6", "old-holder", timeout=5)
+                self.assertIsInstance(r, Err, "old holder's write went through: %r" % (r,))
+                time.sleep(0.2)
+        self.assertIsNone(self.direct.get("wallet:6"), "a write from the outage applied")
+
+        n = self.raw(fg.resp_port)
+
+        def acquired():
+            r = n.call("FENCE.ACQUIRE", "wallet:6", "WAIT", 0)
+            return r if isinstance(r, int) else None
+        t2 = harness.wait_until(acquired, 10, 0.2, "FENCE.ACQUIRE to work after Redis restart")
+        self.assertEqual(n.call("SET", "wallet:6", "after"), "OK")
+        self.assertEqual(self.direct.get("wallet:6"), b"after")
+        self.assertEqual(self.hwm("wallet:6"), t2)
+        self.assertGreater(t, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

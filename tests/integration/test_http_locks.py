@@ -1,0 +1,255 @@
+"""The HTTP lock API (DESIGN.md §3) and fencectl (§5): status codes and JSON shapes, waiting,
+locks belonging to the sidecar's session (renewed while it runs, released on SIGTERM), the
+backend being down, the lock metrics, and fencectl running a command under a lock."""
+
+import json
+import os
+import subprocess
+import threading
+import time
+import unittest
+
+import harness
+from harness import Err, FgTestCase
+
+
+def lock_key(name):
+    return "fencegate:lock:{%s}" % name
+
+
+def hwm_key(name):
+    return "fencegate:hwm:{%s}" % name
+
+
+class HttpCase(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.direct = self.redis.client()
+        self.addCleanup(self.direct.close)
+
+    def req(self, fg, method, path, body=None, timeout=10.0):
+        """Returns (status, parsed JSON body)."""
+        status, headers, data = harness.http_request(fg.http_port, method, path, body,
+                                                     timeout=timeout)
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            self.fail("%s %s -> %d with a body that is not JSON: %r" % (method, path, status,
+                                                                        data[:300]))
+        self.assertTrue(headers.get("content-type", "").startswith("application/json"),
+                        "%s %s: content-type %r" % (method, path, headers.get("content-type")))
+        return status, doc
+
+    def assert_error(self, got, status, code=None):
+        st, doc = got
+        self.assertEqual(st, status, doc)
+        self.assertIsInstance(doc.get("error"), str, doc)
+        self.assertIsInstance(doc.get("message"), str, doc)
+        if code:
+            self.assertEqual(doc["error"], code, doc)
+
+
+class HttpApi(HttpCase):
+
+    def setUp(self):
+        super().setUp()
+        self.fg = self.start_fencegate(self.redis, args=["--session-ttl-ms", "800"])
+
+    def test_acquire_list_conflict_release(self):
+        fg = self.fg
+        st, doc = self.req(fg, "POST", "/v1/locks/job", {})
+        self.assertEqual(st, 200, doc)
+        self.assertEqual(set(doc), {"name", "token", "ttl_ms"}, doc)
+        self.assertEqual(doc["name"], "job")
+        self.assertEqual(doc["ttl_ms"], 800, "default lease is session_ttl_ms")
+        t = doc["token"]
+        self.assertIsInstance(t, int)
+        self.assertGreater(t, 0)
+        self.assertEqual(self.direct.exists(lock_key("job")), 1, "not taken in the backend")
+        self.assertEqual(int(self.direct.get(hwm_key("job"))), t, "no fence on acquire")
+
+        st, doc = self.req(fg, "GET", "/v1/locks")
+        self.assertEqual(st, 200)
+        self.assertEqual(list(doc), ["locks"])
+        self.assertEqual(len(doc["locks"]), 1, doc)
+        entry = doc["locks"][0]
+        self.assertEqual(set(entry), {"name", "token", "ttl_ms", "remaining_ms", "state"})
+        self.assertEqual((entry["name"], entry["token"], entry["ttl_ms"], entry["state"]),
+                         ("job", t, 800, "held"))
+        self.assertTrue(0 < entry["remaining_ms"] <= 800, entry)
+
+        # A second HTTP client of the same sidecar: 409; a RESP client: LOCKED.
+        self.assert_error(self.req(fg, "POST", "/v1/locks/job", {"wait_ms": 0}), 409, "locked")
+        c = self.raw(fg.resp_port)
+        r = c.call("FENCE.ACQUIRE", "job", "WAIT", 0)
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKED"), r)
+        t0 = time.monotonic()
+        self.assert_error(self.req(fg, "POST", "/v1/locks/job", {"wait_ms": 300}), 409, "locked")
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25, "did not wait")
+
+        st, doc = self.req(fg, "DELETE", "/v1/locks/job")
+        self.assertEqual(st, 200, doc)
+        self.assertEqual(self.direct.exists(lock_key("job")), 0, "not released in the backend")
+        self.assert_error(self.req(fg, "DELETE", "/v1/locks/job"), 404)
+        self.assert_error(self.req(fg, "DELETE", "/v1/locks/never-taken"), 404)
+        self.assertEqual(self.req(fg, "GET", "/v1/locks"), (200, {"locks": []}))
+
+        st, doc = self.req(fg, "POST", "/v1/locks/job", {"ttl_ms": 1500, "wait_ms": 0})
+        self.assertEqual(st, 200, doc)
+        self.assertGreater(doc["token"], t)
+        self.assertEqual(doc["ttl_ms"], 1500)
+        pttl = self.direct.pttl(lock_key("job"))
+        self.assertTrue(800 < pttl <= 1500, "lease PTTL %d for ttl_ms 1500" % pttl)
+
+    def test_bad_requests_are_400(self):
+        fg = self.fg
+        for body in ("{", "not json", "[1]", '{"ttl_ms": -5}', '{"wait_ms": -1}',
+                     '{"ttl_ms": "10"}', '{"ttl_ms": 1.5}', '{"foo": 1}',
+                     '{"ttl_ms": 100, "extra": true}'):
+            got = self.req(fg, "POST", "/v1/locks/bad", body)
+            self.assert_error(got, 400)
+            self.assertEqual(got[1]["error"], "bad_request", (body, got))
+        self.assertEqual(self.direct.exists(lock_key("bad")), 0, "a bad request took the lock")
+        self.assertEqual(self.req(fg, "GET", "/v1/locks"), (200, {"locks": []}))
+
+    def test_post_waits_and_is_granted_when_resp_holder_releases(self):
+        fg = self.fg
+        c = self.raw(fg.resp_port)
+        t1 = c.call("FENCE.ACQUIRE", "hand")
+        self.assertIsInstance(t1, int)
+        out = {}
+
+        def post():
+            out["got"] = self.req(fg, "POST", "/v1/locks/hand", {"wait_ms": 3000})
+            out["at"] = time.monotonic()
+        th = threading.Thread(target=post, daemon=True)
+        th.start()
+        time.sleep(0.4)
+        self.assertNotIn("got", out, "granted while held: %r" % (out.get("got"),))
+        released = time.monotonic()
+        self.assertEqual(c.call("FENCE.RELEASE", "hand"), 1)
+        th.join(6)
+        self.assertFalse(th.is_alive(), "POST still waiting")
+        st, doc = out["got"]
+        self.assertEqual(st, 200, doc)
+        self.assertGreater(doc["token"], t1)
+        self.assertLess(out["at"] - released, 1.0, "hand-over took too long")
+
+    def test_http_lock_is_renewed_while_the_sidecar_runs(self):
+        fg = self.fg
+        st, doc = self.req(fg, "POST", "/v1/locks/renewed", {})
+        self.assertEqual(st, 200, doc)
+        deadline = time.monotonic() + 2.6  # > 3 session TTLs
+        while time.monotonic() < deadline:
+            self.assertEqual(self.direct.exists(lock_key("renewed")), 1, "the lease lapsed")
+            time.sleep(0.05)
+        st, doc2 = self.req(fg, "GET", "/v1/locks")
+        self.assertEqual([(e["name"], e["token"], e["state"]) for e in doc2["locks"]],
+                         [("renewed", doc["token"], "held")])
+
+    def test_metrics_move(self):
+        fg = self.fg
+        m0 = fg.metrics()
+        self.assertEqual(self.req(fg, "POST", "/v1/locks/m", {})[0], 200)
+        self.assertEqual(self.req(fg, "POST", "/v1/locks/m", {"wait_ms": 0})[0], 409)
+        time.sleep(1.0)  # renewals of an 800 ms lease
+        self.assertEqual(self.req(fg, "DELETE", "/v1/locks/m")[0], 200)
+        m = fg.metrics()
+
+        def delta(name):
+            return m.get(name, 0.0) - m0.get(name, 0.0)
+        self.assertEqual(delta("fencegate_locks_acquired_total"), 1)
+        self.assertEqual(delta("fencegate_locks_busy_total"), 1)
+        self.assertEqual(delta("fencegate_locks_released_total"), 1)
+        self.assertGreaterEqual(delta("fencegate_lock_renewals_total"), 1)
+
+
+class HttpSession(HttpCase):
+
+    def test_sigterm_releases_http_locks(self):
+        fg = self.start_fencegate(self.redis)
+        for n in ("a", "b"):
+            st, doc = self.req(fg, "POST", "/v1/locks/" + n, {})
+            self.assertEqual(st, 200, doc)
+        self.assertEqual(self.direct.exists(lock_key("a"), lock_key("b")), 2)
+        fg.stop(expect_rc=0)
+        self.assertEqual(self.direct.exists(lock_key("a"), lock_key("b")), 0,
+                         "the sidecar exited and left its HTTP locks held")
+        # Another sidecar takes them at once.
+        fg2 = self.start_fencegate(self.redis)
+        st, doc = self.req(fg2, "POST", "/v1/locks/a", {"wait_ms": 0})
+        self.assertEqual(st, 200, doc)
+
+    def test_backend_down_is_503(self):
+        fg = self.start_fencegate(self.redis)
+        self.redis.kill()
+        t0 = time.monotonic()
+        self.assert_error(self.req(fg, "POST", "/v1/locks/down", {"wait_ms": 0}), 503,
+                          "unavailable")
+        self.assertLess(time.monotonic() - t0, 5.0)
+        self.assertTrue(fg.alive())
+        self.redis.start()
+
+        def ok():
+            return self.req(fg, "POST", "/v1/locks/down", {"wait_ms": 0})[0] == 200
+        harness.wait_until(ok, 10, 0.2, "POST to succeed once Redis is back")
+
+
+class Fencectl(HttpCase):
+
+    def setUp(self):
+        super().setUp()
+        if not os.access(harness.FENCECTL_BIN, os.X_OK):
+            self.fail("fencectl not found at %s" % harness.FENCECTL_BIN)
+        self.fg = self.start_fencegate(self.redis)
+        self.where = "127.0.0.1:%d" % self.fg.http_port
+
+    def fencectl(self, *args, timeout=15):
+        return subprocess.run([harness.FENCECTL_BIN, "--http", self.where] + list(args),
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                              env=harness.clean_env())
+
+    def test_runs_command_with_token_and_passes_exit_status(self):
+        p = self.fencectl("lock", "job", "--ttl", "2000", "--", "sh", "-c", "echo $FENCE_TOKEN")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        tok = p.stdout.decode().strip()
+        self.assertRegex(tok, r"^[1-9][0-9]*$", p.stdout)
+        self.assertEqual(int(self.direct.get(hwm_key("job"))), int(tok))
+        self.assertEqual(self.direct.exists(lock_key("job")), 0, "fencectl left the lock held")
+        self.assertEqual(self.req(self.fg, "GET", "/v1/locks"), (200, {"locks": []}))
+
+        p = self.fencectl("lock", "job", "--", "sh", "-c", "exit 7")
+        self.assertEqual(p.returncode, 7, p.stderr)
+        p = self.fencectl("lock", "job", "--", "sh", "-c", "echo $FENCE_TOKEN")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertGreater(int(p.stdout.decode().strip()), int(tok))
+
+    def test_second_fencectl_with_wait0_exits_1(self):
+        err_path = self.write_file("fencectl-first.err", "")
+        with open(err_path, "wb") as err:
+            first = subprocess.Popen([harness.FENCECTL_BIN, "--http", self.where, "lock", "job",
+                                      "--", "sleep", "3"], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=err,
+                                     env=harness.clean_env())
+        self.addCleanup(lambda: first.poll() is None and (first.kill(), first.wait(5)))
+
+        def holding():
+            if first.poll() is not None:
+                with open(err_path, "rb") as f:
+                    raise AssertionError("the first fencectl exited with %s before holding the "
+                                         "lock: %r" % (first.returncode, f.read()[-500:]))
+            return self.direct.exists(lock_key("job")) == 1
+        deadline = time.monotonic() + 5
+        while not holding():
+            self.assertLess(time.monotonic(), deadline, "the first fencectl never held the lock")
+            time.sleep(0.02)
+        p = self.fencectl("lock", "job", "--wait", "0", "--", "sh", "-c", "echo ran")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn(b"ran", p.stdout, "the command ran without the lock")
+        self.assertEqual(first.wait(10), 0)
+        self.assertEqual(self.direct.exists(lock_key("job")), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,344 @@
+"""Locks on the RESP endpoint (DESIGN.md §1 "Token", "No token regression"; §2 "Lock commands"):
+tokens strictly increase across holders, connections, sidecars and restarts; WAIT hands a lock
+over as soon as it is free; a connection is a session; leases expire or are renewed; a lost
+token counter is repaired past the store's mark; pipelined lock commands keep their order."""
+
+import time
+import unittest
+
+import harness
+from harness import Err, FgTestCase, encode
+
+PROTECT = 'protect:\n  - { store: redis, keys: "wallet:*", lock: "wallet:$1" }\n'
+
+
+def lock_key(name):
+    return "fencegate:lock:{%s}" % name
+
+
+def token_key(name):
+    return "fencegate:token:{%s}" % name
+
+
+def hwm_key(name):
+    return "fencegate:hwm:{%s}" % name
+
+
+def metric(fg, name):
+    return fg.metrics().get(name, 0.0)
+
+
+class LockTestCase(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.direct = self.redis.client()
+        self.addCleanup(self.direct.close)
+
+    def fencegate(self, *extra, config=PROTECT, **kw):
+        args = list(extra)
+        if config:
+            args += ["--config", self.write_file("fencegate-%d.yaml" % len(self._fg_procs),
+                                                 config)]
+        return self.start_fencegate(self.redis, args=args, **kw)
+
+    def acquire(self, conn, name, *opts, timeout=None):
+        """FENCE.ACQUIRE that must succeed: returns the token."""
+        r = conn.call("FENCE.ACQUIRE", name, *opts, timeout=timeout)
+        self.assertIsInstance(r, int, "FENCE.ACQUIRE %s %s got %r" % (name, opts, r))
+        self.assertGreater(r, 0)
+        return r
+
+
+class Tokens(LockTestCase):
+
+    def test_token_strictly_increases_over_200_cycles_and_two_connections(self):
+        fg = self.fencegate()
+        a = self.raw(fg.resp_port)
+        b = self.raw(fg.resp_port)
+        last = 0
+        for i in range(200):
+            c = a if i % 3 else b  # holders alternate between connections
+            t = self.acquire(c, "cyc", "WAIT", 0)
+            self.assertGreater(t, last, "cycle %d: token %d after %d" % (i, t, last))
+            self.assertEqual(c.call("FENCE.TOKEN", "cyc"), t)
+            self.assertEqual(c.call("FENCE.RELEASE", "cyc"), 1, "cycle %d" % i)
+            self.assertIsNone(c.call("FENCE.TOKEN", "cyc"))
+            last = t
+        self.assertEqual(c.call("FENCE.RELEASE", "cyc"), 0, "released twice")
+        self.assertEqual(self.direct.exists(lock_key("cyc")), 0, "lock key left after release")
+
+    def test_token_increases_across_two_sidecars_on_one_redis(self):
+        f1 = self.fencegate()
+        f2 = self.fencegate()
+        c1 = self.raw(f1.resp_port)
+        c2 = self.raw(f2.resp_port)
+        last = 0
+        for i in range(30):
+            c, other = (c1, c2) if i % 2 == 0 else (c2, c1)
+            t = self.acquire(c, "shared", "WAIT", 2000, timeout=5)
+            self.assertGreater(t, last, "round %d" % i)
+            # The other sidecar sees it held.
+            r = other.call("FENCE.ACQUIRE", "shared", "WAIT", 0)
+            self.assertIsInstance(r, Err, "both sidecars granted 'shared' (round %d)" % i)
+            self.assertTrue(r.startswith("LOCKED"), r)
+            self.assertEqual(c.call("FENCE.RELEASE", "shared"), 1)
+            last = t
+
+    def test_release_reply_means_released_in_the_backend(self):
+        # After FENCE.RELEASE answers 1, a holder on another sidecar must get the lock at once.
+        f1 = self.fencegate()
+        f2 = self.fencegate()
+        c1 = self.raw(f1.resp_port)
+        c2 = self.raw(f2.resp_port)
+        for i in range(100):
+            c, other = (c1, c2) if i % 2 == 0 else (c2, c1)
+            self.acquire(c, "rel", "WAIT", 2000, timeout=5)
+            self.assertEqual(c.call("FENCE.RELEASE", "rel"), 1)
+            self.assertEqual(self.direct.exists(lock_key("rel")), 0,
+                             "round %d: FENCE.RELEASE answered 1 while the lock key was still in "
+                             "the backend" % i)
+            r = other.call("FENCE.ACQUIRE", "rel", "WAIT", 0)
+            self.assertIsInstance(r, int, "round %d: acquire right after a release got %r"
+                                  % (i, r))
+            self.assertEqual(other.call("FENCE.RELEASE", "rel"), 1)
+            harness.wait_until(lambda: self.direct.exists(lock_key("rel")) == 0, 2, 0.01,
+                               "the lock key to go")
+
+    def test_token_increases_after_sidecar_kill9_and_restart(self):
+        fg = self.fencegate("--session-ttl-ms", "1000")
+        c = self.raw(fg.resp_port)
+        t1 = self.acquire(c, "rs", "TTL", 800, "NORENEW")
+        t2_probe = self.acquire(c, "rs-other")
+        fg.proc.kill()  # kill -9: nothing released
+        fg.wait_exit(5)
+        self.assertEqual(self.direct.exists(lock_key("rs")), 1,
+                         "kill -9 cannot release; the lease must still be there")
+
+        fg2 = self.fencegate("--session-ttl-ms", "1000", resp_port=fg.resp_port,
+                             http_port=fg.http_port)
+        c2 = self.raw(fg2.resp_port)
+        t0 = time.monotonic()
+        t = self.acquire(c2, "rs", "WAIT", 5000, timeout=8)
+        self.assertGreater(t, t1, "token went backwards over a sidecar restart")
+        self.assertLess(time.monotonic() - t0, 3.0, "an 800 ms lease took too long to free")
+        # A lock on the default session lease also comes back with a larger token.
+        t2 = self.acquire(c2, "rs-other", "WAIT", 5000, timeout=8)
+        self.assertGreater(t2, t2_probe)
+
+
+class Waiting(LockTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.fg = self.fencegate()
+
+    def test_wait0_while_held_is_locked_at_once(self):
+        a = self.raw(self.fg.resp_port)
+        b = self.raw(self.fg.resp_port)
+        t = self.acquire(a, "busy")
+        t0 = time.monotonic()
+        r = b.call("FENCE.ACQUIRE", "busy", "WAIT", 0)
+        self.assertIsInstance(r, Err, "second holder granted: %r" % (r,))
+        self.assertTrue(r.startswith("LOCKED "), r)
+        self.assertLess(time.monotonic() - t0, 1.0, "WAIT 0 must try once, not wait")
+        self.assertIsNone(b.call("FENCE.TOKEN", "busy"))
+        self.assertEqual(b.call("FENCE.RELEASE", "busy"), 0, "a non-holder released it")
+        self.assertEqual(a.call("FENCE.TOKEN", "busy"), t, "the holder lost its lock")
+        # Also without WAIT from a different sidecar: the default is not to wait forever.
+        self.assertEqual(self.direct.exists(lock_key("busy")), 1)
+
+    def _handover(self, free_it):
+        a = self.raw(self.fg.resp_port)
+        b = self.raw(self.fg.resp_port, timeout=10)
+        ta = self.acquire(a, "ho")
+        b.cmd("FENCE.ACQUIRE", "ho", "WAIT", 2000)
+        time.sleep(0.3)
+        self.assertEqual(b.read_available(0.05), b"", "granted while still held")
+        t_free = time.monotonic()
+        free_it(a)
+        r = b.read_reply(timeout=5)
+        dt = time.monotonic() - t_free
+        self.assertIsInstance(r, int, "the waiter got %r" % (r,))
+        self.assertGreater(r, ta)
+        self.assertLess(dt, 0.8, "hand-over took %.2fs of a 2 s wait: it must be prompt" % dt)
+        self.assertEqual(b.call("FENCE.TOKEN", "ho"), r)
+
+    def test_wait_granted_soon_after_release(self):
+        self._handover(lambda a: self.assertEqual(a.call("FENCE.RELEASE", "ho"), 1))
+
+    def test_wait_granted_soon_after_holder_connection_closes(self):
+        self._handover(lambda a: a.close())
+
+    def test_wait_expires_with_locked(self):
+        a = self.raw(self.fg.resp_port)
+        b = self.raw(self.fg.resp_port)
+        self.acquire(a, "long")
+        t0 = time.monotonic()
+        r = b.call("FENCE.ACQUIRE", "long", "WAIT", 500, timeout=5)
+        dt = time.monotonic() - t0
+        self.assertIsInstance(r, Err)
+        self.assertTrue(r.startswith("LOCKED"), r)
+        self.assertGreaterEqual(dt, 0.45, "gave up before WAIT ran out")
+        self.assertLess(dt, 2.0, "WAIT 500 took %.2fs" % dt)
+
+    def test_closing_a_connection_releases_all_its_locks(self):
+        a = self.raw(self.fg.resp_port)
+        self.acquire(a, "s1")
+        self.acquire(a, "s2")
+        self.assertEqual(self.direct.exists(lock_key("s1"), lock_key("s2")), 2)
+        a.close()
+        harness.wait_until(lambda: self.direct.exists(lock_key("s1"), lock_key("s2")) == 0,
+                           1.0, 0.01, "the closed session's lock keys to go")
+        c = self.raw(self.fg.resp_port)
+        for n in ("s1", "s2"):
+            self.acquire(c, n, "WAIT", 0)
+        # A second sidecar sees the same: the release is in the backend, not only local.
+        f2 = self.fencegate()
+        d = self.raw(f2.resp_port)
+        r = d.call("FENCE.ACQUIRE", "s1", "WAIT", 0)
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKED"), r)
+
+    def test_fence_commands_inside_multi_are_errors(self):
+        c = self.raw(self.fg.resp_port)
+        self.assertEqual(c.call("MULTI"), "OK")
+        r = c.call("FENCE.ACQUIRE", "inmulti")
+        self.assertIsInstance(r, Err)
+        self.assertEqual(c.call("SET", "plain", "1"), "QUEUED")
+        r = c.call("EXEC")
+        # Either EXEC aborts or it runs without the FENCE command; the lock is never taken.
+        self.assertTrue(isinstance(r, Err) or r == ["OK"], r)
+        self.assertEqual(self.direct.exists(lock_key("inmulti")), 0)
+        self.assertIsNone(c.call("FENCE.TOKEN", "inmulti"))
+
+
+class Leases(LockTestCase):
+
+    def test_norenew_lease_expires_then_write_is_locklost(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:1", "TTL", 500, "NORENEW")
+        pttl = self.direct.pttl(lock_key("wallet:1"))
+        self.assertTrue(0 < pttl <= 500, "lease PTTL %d for TTL 500" % pttl)
+        self.assertEqual(c.call("SET", "wallet:1", "before"), "OK")
+        harness.wait_until(lambda: self.direct.exists(lock_key("wallet:1")) == 0, 3.0, 0.02,
+                           "the NORENEW lease to expire in the backend")
+        time.sleep(0.1)
+        lost_before = metric(fg, "fencegate_locklost_refused_total")
+        r = c.call("SET", "wallet:1", "after")
+        self.assertIsInstance(r, Err, "a write under an expired lease was accepted: %r" % (r,))
+        self.assertTrue(r.startswith("LOCKLOST lock wallet:1 "), r)
+        self.assertEqual(self.direct.get("wallet:1"), b"before", "the refused write applied")
+        self.assertEqual(metric(fg, "fencegate_locklost_refused_total"), lost_before + 1)
+        locks = c.call("FENCE.LOCKS")
+        self.assertEqual([[x[0], x[1], x[3]] for x in locks], [[b"wallet:1", t, b"lost"]],
+                         locks)
+        # Re-acquiring gives a fresh token and writes work again.
+        t2 = self.acquire(c, "wallet:1", "WAIT", 0)
+        self.assertGreater(t2, t)
+        self.assertEqual(c.call("SET", "wallet:1", "again"), "OK")
+        self.assertEqual(self.direct.get("wallet:1"), b"again")
+        self.assertTrue(r.startswith("LOCKLOST lock wallet:1 (token %d)" % t),
+                        "LOCKLOST must name the lock and its token: %r" % r)
+
+    def test_renewal_keeps_default_lease_alive_for_three_session_ttls(self):
+        fg = self.fencegate("--session-ttl-ms", "600")
+        c = self.raw(fg.resp_port)
+        other = self.raw(fg.resp_port)
+        renewals0 = metric(fg, "fencegate_lock_renewals_total")
+        t = self.acquire(c, "wallet:2")
+        pttl = self.direct.pttl(lock_key("wallet:2"))
+        self.assertTrue(0 < pttl <= 600, "default lease PTTL %d, session_ttl 600" % pttl)
+        deadline = time.monotonic() + 1.8
+        while time.monotonic() < deadline:
+            self.assertEqual(self.direct.exists(lock_key("wallet:2")), 1,
+                             "the lease lapsed while the connection lived")
+            time.sleep(0.05)
+        r = other.call("FENCE.ACQUIRE", "wallet:2", "WAIT", 0)
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKED"), r)
+        self.assertEqual(c.call("FENCE.TOKEN", "wallet:2"), t)
+        locks = c.call("FENCE.LOCKS")
+        self.assertEqual(len(locks), 1, locks)
+        name, tok, remaining, state = locks[0]
+        self.assertEqual((name, tok, state), (b"wallet:2", t, b"held"))
+        self.assertTrue(0 < remaining <= 600, remaining)
+        self.assertEqual(c.call("SET", "wallet:2", "v"), "OK")
+        self.assertEqual(self.direct.get("wallet:2"), b"v")
+        self.assertGreaterEqual(metric(fg, "fencegate_lock_renewals_total") - renewals0, 2)
+        self.assertGreaterEqual(metric(fg, "fencegate_lock_renewal_round_trips_total"), 2)
+
+
+class CounterRepair(LockTestCase):
+
+    def test_lost_counter_is_repaired_past_the_mark(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        for _ in range(5):
+            t = self.acquire(c, "wallet:rep")
+            self.assertEqual(c.call("SET", "wallet:rep", "v%d" % t), "OK")
+            self.assertEqual(c.call("FENCE.RELEASE", "wallet:rep"), 1)
+        self.assertEqual(int(self.direct.get(hwm_key("wallet:rep"))), t)
+        repairs0 = metric(fg, "fencegate_token_repairs_total")
+
+        # The counter vanishes (a failover lost it) while the store's mark stays at t.
+        harness.redis_cli(self.redis.port, "DEL", token_key("wallet:rep"))
+        t2 = self.acquire(c, "wallet:rep")
+        self.assertGreater(t2, t, "token regressed below the store's high-water mark")
+        self.assertGreaterEqual(int(self.direct.get(token_key("wallet:rep"))), t2,
+                                "the counter was not raised past the mark")
+        self.assertEqual(c.call("SET", "wallet:rep", "new"), "OK")
+        self.assertEqual(self.direct.get("wallet:rep"), b"new")
+        self.assertEqual(metric(fg, "fencegate_token_repairs_total"), repairs0 + 1)
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:rep"), 1)
+        t3 = self.acquire(c, "wallet:rep")
+        self.assertGreater(t3, t2)
+
+
+class Pipelining(LockTestCase):
+
+    def test_pipelined_acquire_then_fenced_writes_in_order(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        c.send(encode("FENCE.ACQUIRE", "wallet:p") + encode("SET", "wallet:p", "a") +
+               encode("APPEND", "wallet:p", "b") + encode("FENCE.TOKEN", "wallet:p") +
+               encode("GET", "wallet:p") + encode("INCR", "plain:n") +
+               encode("FENCE.RELEASE", "wallet:p") + encode("SET", "wallet:p", "z") +
+               encode("PING"))
+        replies = [c.read_reply() for _ in range(9)]
+        t = replies[0]
+        self.assertIsInstance(t, int, replies)
+        self.assertEqual(replies[1:7], ["OK", 2, t, b"ab", 1, 1], replies)
+        self.assertIsInstance(replies[7], Err, replies)
+        self.assertTrue(replies[7].startswith("NOLOCK"), replies[7])
+        self.assertEqual(replies[8], "PONG")
+        self.assertEqual(self.direct.get("wallet:p"), b"ab")
+        self.assertEqual(int(self.direct.get(hwm_key("wallet:p"))), t)
+
+    def test_metrics_count_acquired_busy_released(self):
+        fg = self.fencegate()
+        m0 = fg.metrics()
+        a = self.raw(fg.resp_port)
+        b = self.raw(fg.resp_port)
+        self.acquire(a, "m1")
+        self.acquire(a, "m2")
+        r = b.call("FENCE.ACQUIRE", "m1", "WAIT", 0)
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKED"), r)
+        self.assertEqual(a.call("FENCE.RELEASE", "m1"), 1)
+        a.close()  # releases m2
+        harness.wait_until(lambda: self.direct.exists(lock_key("m2")) == 0, 2, 0.02, "m2 freed")
+
+        def delta(name):
+            return fg.metrics().get(name, 0.0) - m0.get(name, 0.0)
+        self.assertEqual(delta("fencegate_locks_acquired_total"), 2)
+        self.assertEqual(delta("fencegate_locks_busy_total"), 1)
+        harness.wait_until(lambda: delta("fencegate_locks_released_total") == 2, 2, 0.05,
+                           "locks_released_total +2")
+        m = fg.metrics()
+        self.assertGreaterEqual(m.get("fencegate_lock_wait_seconds_count", 0) -
+                                m0.get("fencegate_lock_wait_seconds_count", 0), 2)
+        self.assertGreaterEqual(m.get("fencegate_lock_hold_seconds_count", 0) -
+                                m0.get("fencegate_lock_hold_seconds_count", 0), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
