@@ -226,6 +226,27 @@ static void http_on_conn_close(struct evhttp_connection *conn, void *arg)
             a->req = NULL;
 }
 
+/* A request that waits for the lock backend, tracked so that its connection closing early is
+ * noticed (req becomes NULL). Returns NULL when out of memory. */
+static struct http_acquire *http_pending_new(struct http_api *h, struct evhttp_request *req,
+                                             const char *name, size_t len)
+{
+    struct http_acquire *a = calloc(1, sizeof(*a) + len + 1);
+
+    if (!a)
+        return NULL;
+    a->h = h;
+    a->req = req;
+    a->len = len;
+    memcpy(a->name, name, len);
+    a->next = h->pending;
+    if (h->pending)
+        h->pending->prev = a;
+    h->pending = a;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), http_on_conn_close, h);
+    return a;
+}
+
 static void http_on_acquired(void *arg, int status, uint64_t token, const char *msg)
 {
     struct http_acquire *a = arg;
@@ -335,23 +356,14 @@ static void http_lock_post(struct http_api *h, struct evhttp_request *req, const
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
         return;
     }
-    a = calloc(1, sizeof(*a) + len + 1);
+    a = http_pending_new(h, req, name, len);
     if (!a) {
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
         return;
     }
-    a->h = h;
-    a->req = req;
     a->ttl_ms = ttl;
     a->wait_ms = wait < 0 ? 0 : wait;
     a->deadline_ms = http_now_ms() + (uint64_t)a->wait_ms;
-    a->len = len;
-    memcpy(a->name, name, len);
-    a->next = h->pending;
-    if (h->pending)
-        h->pending->prev = a;
-    h->pending = a;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), http_on_conn_close, h);
     http_acquire_start(a);
 }
 
@@ -406,22 +418,13 @@ static void http_lock_delete(struct http_api *h, struct evhttp_request *req, con
     }
     http_grant_end(h, name, len);
     metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
-    a = calloc(1, sizeof(*a) + len + 1);
+    a = http_pending_new(h, req, name, len);
     if (!a) {
         (void)lock_release(h->sess, name, len, NULL, NULL);
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
         return;
     }
-    a->h = h;
-    a->req = req;
     a->token = token;
-    a->len = len;
-    memcpy(a->name, name, len);
-    a->next = h->pending;
-    if (h->pending)
-        h->pending->prev = a;
-    h->pending = a;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), http_on_conn_close, h);
     if (lock_release(h->sess, name, len, http_on_deleted, a) < 0)
         http_on_deleted(a, LOCK_UNAVAILABLE, "cannot queue the release");
 }

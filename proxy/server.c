@@ -38,6 +38,19 @@ static char srv_scratch[SRV_READ_CHUNK];
 static void cl_close(struct client *c);
 static void cl_process_input(struct client *c);
 
+/* Reads what fd has: into the shared scratch space when b holds nothing (*scratch = 1), else
+ * onto the end of b, whose unfinished message the new bytes continue. Returns read()'s result,
+ * or -2 when b cannot grow. */
+static ssize_t srv_read(int fd, struct buf *b, int *scratch)
+{
+    *scratch = buf_len(b) == 0;
+    if (*scratch)
+        return read(fd, srv_scratch, sizeof(srv_scratch));
+    if (buf_reserve(b, SRV_READ_CHUNK) != FG_OK)
+        return -2;
+    return read(fd, b->data + b->end, b->cap - b->end);
+}
+
 uint64_t now_us(void)
 {
     struct timespec ts;
@@ -570,18 +583,13 @@ static void up_on_read(evutil_socket_t fd, short what, void *arg)
     struct client *c = arg;
     const char *src;
     size_t len;
-    ssize_t n;
     long done;
-    int scratch = buf_len(&c->uin) == 0;
+    int scratch;
+    ssize_t n = srv_read(c->ufd, &c->uin, &scratch);
 
-    if (scratch) {
-        n = read(c->ufd, srv_scratch, sizeof(srv_scratch));
-    } else {
-        if (buf_reserve(&c->uin, SRV_READ_CHUNK) != FG_OK) {
-            c->dead = 1;
-            goto out;
-        }
-        n = read(c->ufd, c->uin.data + c->uin.end, c->uin.cap - c->uin.end);
+    if (n == -2) {
+        c->dead = 1;
+        goto out;
     }
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -871,17 +879,12 @@ static void cl_process_input(struct client *c)
 static void cl_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
-    int scratch = buf_len(&c->in) == 0;
-    ssize_t n;
+    int scratch;
+    ssize_t n = srv_read(c->fd, &c->in, &scratch);
 
-    if (scratch) {
-        n = read(c->fd, srv_scratch, sizeof(srv_scratch));
-    } else {
-        if (buf_reserve(&c->in, SRV_READ_CHUNK) != FG_OK) {
-            c->dead = 1;
-            goto out;
-        }
-        n = read(c->fd, c->in.data + c->in.end, c->in.cap - c->in.end);
+    if (n == -2) {
+        c->dead = 1;
+        goto out;
     }
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
