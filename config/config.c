@@ -1569,7 +1569,6 @@ void cfg_defaults(struct cfg *cfg)
     cfg->listen_resp.port = 6380;
     cfg_copy(cfg->listen_http.host, sizeof cfg->listen_http.host, "127.0.0.1", 9);
     cfg->listen_http.port = 8380;
-    cfg_local_redis(&cfg->backend);
     cfg_copy(cfg->backend_prefix, sizeof cfg->backend_prefix, prefix, sizeof prefix - 1);
     cfg->session_ttl_ms = 10000;
     cfg->max_clients = 10000;
@@ -1648,6 +1647,11 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
     char shown[CFG_SHOW_BUF], list[600];
     int rc;
 
+    if (cfg->backend.kind == 0) { /* not given: the locks live in the upstream Redis */
+        if (cfg->upstream.kind == 0 && cfg_finish_upstream(cfg, err) != FG_OK)
+            return FG_ERR_CONFIG;
+        cfg->backend = cfg->upstream;
+    }
     if (cfg->backend.kind != CFG_URL_REDIS && cfg->backend.kind != CFG_URL_ETCD) {
         cfg_errf(err, "backend.url: bad URL '%s': the lock backend must be redis:// or etcd://",
                  cfg_show_url(shown, cfg->backend.raw));
@@ -1737,8 +1741,8 @@ const char *cfg_usage(void)
            "  --upstream URL            FENCEGATE_UPSTREAM           redis:// behind the Redis "
            "endpoint (default: first redis store, else redis://127.0.0.1:6379)\n"
            "  --backend URL             FENCEGATE_BACKEND            lock backend, redis:// or "
-           "etcd://H:P[,H:P...] (default redis://127.0.0.1:6379)\n"
-           "  --backend-prefix P        FENCEGATE_BACKEND_PREFIX     lock key prefix (default "
+           "etcd://H:P[,H:P...] (default: the upstream)\n"
+           "  --backend-prefix P        FENCEGATE_BACKEND_PREFIX     etcd lock key prefix (default "
            "/fencegate/locks/)\n"
            "  --session-ttl-ms N        FENCEGATE_SESSION_TTL_MS     session lease, 500..3600000 "
            "(default 10000)\n"

@@ -201,7 +201,7 @@ int main(int argc, char **argv)
     if (!locks) {
         fprintf(stderr, "fencegate: lock backend %s: %s\n", main_url_shown(&cfg.backend),
                 marks ? err : "out of memory");
-        return 1;
+        return 2; /* a backend this build cannot use is a configuration error */
     }
     m.srv = server_new(m.base, &cfg, up, locks, err, sizeof(err));
     if (!m.srv) {

@@ -1000,6 +1000,16 @@ static void test_finish_backend_checks(void **state)
     free(c);
 
     expect_yaml_err("backend: { prefix: '' }\n", "t.yaml:1:20: backend.prefix: empty prefix", NULL);
+
+    /* No backend given: the locks live in the upstream Redis, not in some other default. */
+    char *up_only[] = {"fencegate", "--upstream", "redis://10.1.2.3:7000/2", NULL};
+    c = new_cfg();
+    assert_int_equal(cfg_apply_args(c, 3, up_only, &action, &err), FG_OK);
+    finish_ok(c);
+    assert_int_equal(c->backend.kind, CFG_URL_REDIS);
+    assert_addr(&c->backend.hosts[0], "10.1.2.3", 7000);
+    assert_int_equal(c->backend.db, 2);
+    free(c);
 }
 
 /* ---- addresses and URLs ------------------------------------------------------------------- */
