@@ -461,8 +461,9 @@ static const char *cfg_host_list(const char *p, const char *end, int defport, st
     }
 }
 
-/* redis://[user[:password]@]host[:port][/db]. The user info ends at the last '@', so a password
- * may hold '/', '?' or '#' without escaping. */
+/* redis://[[user]:password@]host[:port][/db]. The user info ends at the last '@', so a password
+ * may hold '/', '?' or '#' without escaping. As redis-cli -u reads it (and the lock client too),
+ * user info without ':' is a password, not a user name. */
 static const char *cfg_url_redis(const char *p, const char *end, struct cfg_url *u)
 {
     const char *at = cfg_memrchr(p, '@', (size_t)(end - p));
@@ -471,12 +472,11 @@ static const char *cfg_url_redis(const char *p, const char *end, struct cfg_url 
 
     if (at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
-        const char *uend = colon ? colon : at;
+        const char *pstart = colon ? colon + 1 : p;
 
-        why = cfg_pct_decode(p, (size_t)(uend - p), u->user, sizeof u->user);
-        if (!why && colon)
-            why = cfg_pct_decode(colon + 1, (size_t)(at - colon - 1), u->password,
-                                 sizeof u->password);
+        why = colon ? cfg_pct_decode(p, (size_t)(colon - p), u->user, sizeof u->user) : NULL;
+        if (!why)
+            why = cfg_pct_decode(pstart, (size_t)(at - pstart), u->password, sizeof u->password);
         if (why)
             return why;
         p = at + 1;

@@ -1280,6 +1280,13 @@ static void test_parse_url_table(void **state)
         assert_int_equal(cfg_parse_url(s, u, &err), FG_ERR_CONFIG);
         assert_contains(err.msg, "too long (at most 1023 bytes)");
     }
+    /* User info without ':' is a password, as redis-cli -u and the lock client read it. */
+    assert_int_equal(cfg_parse_url("redis://s%40cret@h:1", u, &err), FG_OK);
+    assert_string_equal(u->user, "");
+    assert_string_equal(u->password, "s@cret");
+    assert_int_equal(cfg_parse_url("redis://bob:pw@h:1", u, &err), FG_OK);
+    assert_string_equal(u->user, "bob");
+    assert_string_equal(u->password, "pw");
     free(u);
 }
 
