@@ -156,8 +156,10 @@ static void fencing_on_acquired(void *arg, int status, uint64_t token, const cha
         break;
     case LOCK_BUSY:
         metrics_inc(&fg_metrics, M_LOCKS_BUSY, 1);
-        fencing_fill(c, "-LOCKED lock %.*s is held by another holder (%s)", len, a->name,
-                     msg ? msg : "wait ran out");
+        if (msg)
+            fencing_fill(c, "-LOCKED %s", msg);
+        else
+            fencing_fill(c, "-LOCKED lock %.*s is held by another holder", len, a->name);
         break;
     case LOCK_INVALID:
         fencing_fill(c, "-ERR %s", msg ? msg : "invalid lock request");
@@ -845,16 +847,26 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
     }
     if (tab) {
         ci = cmd_lookup(tab, name, nlen, NULL, 0);
-        if (!ci) {
+        if (!ci) { /* Redis's own wording, arguments and all */
+            char args[160];
+            size_t al = 0;
+            for (size_t i = 1; i < r->argc && al < 128; i++) {
+                int n = snprintf(args + al, sizeof(args) - al, "'%.*s' ",
+                                 (int)(ALEN(i) < 128 - al ? ALEN(i) : 128 - al), ARG(i));
+                if (n < 0 || (size_t)n >= sizeof(args) - al)
+                    break;
+                al += (size_t)n;
+            }
+            args[al] = '\0';
             t->dirty = 1;
-            cl_reply_error(c, "ERR unknown command '%.*s'", (int)(nlen > 128 ? 128 : nlen), name);
+            cl_reply_error(c, "ERR unknown command '%.*s', with args beginning with: %s",
+                           (int)(nlen > 128 ? 128 : nlen), name, args);
             return REQ_SKIP;
         }
         if ((ci->arity > 0 && r->argc != (size_t)ci->arity) ||
             (ci->arity < 0 && r->argc < (size_t)-ci->arity)) {
             t->dirty = 1;
-            cl_reply_error(c, "ERR wrong number of arguments for '%.*s' command",
-                           (int)(nlen > 128 ? 128 : nlen), name);
+            cl_reply_error(c, "ERR wrong number of arguments for '%s' command", ci->name);
             return REQ_SKIP;
         }
     }

@@ -4,9 +4,9 @@
 set -euo pipefail
 
 what=${1:-test}
-build_pkgs=(build-essential cmake pkg-config libevent-dev libyaml-dev libhiredis-dev libcmocka-dev python3)
+build_pkgs=(build-essential cmake pkg-config libevent-dev libyaml-dev libhiredis-dev libcmocka-dev python3 libssl-dev)
 run_pkgs=(redis-server redis-tools curl)
-test_pkgs=(python3-redis clang libclang-rt-14-dev clang-format nutcracker procps)
+test_pkgs=(python3-redis clang libclang-rt-14-dev clang-format nutcracker procps openssl nodejs)
 
 case "$what" in
 build) pkgs=("${build_pkgs[@]}") ;;
@@ -14,6 +14,12 @@ demo) pkgs=("${build_pkgs[@]}" "${run_pkgs[@]}") ;;
 test) pkgs=("${build_pkgs[@]}" "${run_pkgs[@]}" "${test_pkgs[@]}") ;;
 *) echo "usage: $0 [build|test|demo]" >&2; exit 2 ;;
 esac
+
+# Debian's nodejs comes without npm (a separate package); NodeSource's bundles it and conflicts
+# with Debian's npm. Ask for npm only when the npm command is missing.
+if [ "$what" = test ] && command -v node >/dev/null 2>&1 && ! command -v npm >/dev/null 2>&1; then
+    pkgs+=(npm)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -31,3 +37,7 @@ echo "installing: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ "$what" = test ] && ! command -v npm >/dev/null 2>&1; then
+    echo "installing: npm" >&2
+    apt-get install -y -qq --no-install-recommends npm >/dev/null
+fi
