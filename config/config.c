@@ -1726,6 +1726,8 @@ const char *cfg_usage(void)
            "                 [--upstream redis://HOST:PORT] [--backend redis://HOST:PORT | "
            "etcd://HOST:PORT[,HOST:PORT...]]\n"
            "       fencegate --version\n"
+           "       fencegate injector --listen HOST:PORT --cert FILE --key FILE   (admission "
+           "webhook; --help for more)\n"
            "\n"
            "Settings come from the config file, then FENCEGATE_* environment variables, then "
            "flags;\n"

@@ -161,6 +161,29 @@ static const char *main_url_shown(const struct cfg_url *u)
     return strchr(u->raw, '@') ? "(url with credentials)" : u->raw;
 }
 
+/* `fencegate injector ...` runs the admission webhook, a separate program next to this one: the
+ * sidecar itself stays free of TLS libraries (they would double its idle memory). */
+static int main_exec_injector(char **argv)
+{
+    char self[4096], path[4200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    char *slash;
+
+    if (n <= 0) {
+        fprintf(stderr, "fencegate: cannot find my own path: %s\n", strerror(errno));
+        return 1;
+    }
+    self[n] = '\0';
+    slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(path, sizeof(path), "%s/fencegate-injector", slash ? self : ".");
+    argv[1] = path; /* the injector sees argv = {path, flags...} */
+    execv(path, argv + 1);
+    fprintf(stderr, "fencegate: cannot run %s: %s\n", path, strerror(errno));
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     static struct cfg cfg;
@@ -172,8 +195,11 @@ int main(int argc, char **argv)
     struct lock_options lopt;
     struct event *sigterm, *sigint;
     char err[512];
-    int rc = main_configure(&cfg, argc, argv);
+    int rc;
 
+    if (argc > 1 && strcmp(argv[1], "injector") == 0)
+        return main_exec_injector(argv);
+    rc = main_configure(&cfg, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     log_set_level((enum log_level)cfg.log_level);
