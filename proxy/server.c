@@ -37,6 +37,7 @@ static char srv_scratch[SRV_READ_CHUNK];
 
 static void cl_close(struct client *c);
 static void cl_process_input(struct client *c);
+static void cl_flush(struct client *c);
 
 /* Reads what fd has: into the shared scratch space when b holds nothing (*scratch = 1), else
  * onto the end of b, whose unfinished message the new bytes continue. Returns read()'s result,
@@ -143,7 +144,7 @@ static void cl_send(struct client *c, const char *p, size_t n)
     if (n == 0 || c->dead)
         return;
     metrics_inc(&fg_metrics, M_BYTES_TO_CLIENTS, n);
-    if (buf_len(&c->out) == 0) {
+    if (buf_len(&c->out) == 0 && !c->processing) {
         ssize_t w = write(c->fd, p, n);
         if (w < 0 && errno != EAGAIN && errno != EINTR) {
             c->dead = 1; /* the client went away; closed once the callback unwinds */
@@ -862,6 +863,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
     }
     span_flush(c, &sp, 1);
     c->processing = 0;
+    cl_flush(c); /* replies fencegate wrote itself go out together, as Redis sends a pipeline's */
     return pos;
 }
 
@@ -906,11 +908,10 @@ out:
     cl_update(c);
 }
 
-static void cl_on_write(evutil_socket_t fd, short what, void *arg)
+/* Writes what is queued for the client, as far as the socket takes it. */
+static void cl_flush(struct client *c)
 {
-    struct client *c = arg;
-
-    while (buf_len(&c->out) > 0) {
+    while (buf_len(&c->out) > 0 && !c->dead) {
         ssize_t w = write(c->fd, buf_head(&c->out), buf_len(&c->out));
         if (w < 0) {
             if (errno != EAGAIN && errno != EINTR)
@@ -919,6 +920,13 @@ static void cl_on_write(evutil_socket_t fd, short what, void *arg)
         }
         buf_consume(&c->out, (size_t)w);
     }
+}
+
+static void cl_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct client *c = arg;
+
+    cl_flush(c);
     cl_update(c);
 }
 
