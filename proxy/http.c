@@ -59,6 +59,7 @@ struct http_api {
     struct lock_session *sess; /* the sidecar's own session: every HTTP-held lock */
     struct http_grant *grants;
     struct http_acquire *pending;
+    int stopping; /* SIGTERM: no new acquisitions */
 };
 
 /* Sends a JSON body with the given status. body must be a complete JSON document. */
@@ -337,6 +338,11 @@ static void http_lock_post(struct http_api *h, struct evhttp_request *req, const
     struct http_acquire *a;
     char *body = blen ? (char *)evbuffer_pullup(in, (ev_ssize_t)blen) : NULL;
 
+    if (h->stopping) {
+        http_error(req, 503, "Service Unavailable", "unavailable",
+                   "the sidecar is shutting down and takes no new locks");
+        return;
+    }
     if (json_parse_lock_request(body, blen, &ttl, &wait, err, sizeof(err)) != FG_OK) {
         http_error(req, 400, "Bad Request", "bad_request", err);
         return;
@@ -503,6 +509,7 @@ static void http_locks(struct http_api *h, struct evhttp_request *req, const cha
 
 void http_release_all(struct http_api *h)
 {
+    h->stopping = 1;
     while (h->grants) {
         metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
         http_grant_end(h, h->grants->name, h->grants->len);

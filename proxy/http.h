@@ -14,7 +14,7 @@ struct http_api;
  * sidecar's own. Returns NULL with a reason in err. cfg, up and locks must outlive it. */
 struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
                           struct lock_client *locks, char *err, size_t errlen);
-/* Releases every lock held over HTTP (on SIGTERM). */
+/* Releases every lock held over HTTP and refuses new ones from now on (on SIGTERM). */
 void http_release_all(struct http_api *h);
 /* Releases the locks, answers pending requests 503 and frees. NULL is a no-op. */
 void http_free(struct http_api *h);

@@ -181,6 +181,25 @@ class HttpSession(HttpCase):
         st, doc = self.req(fg2, "POST", "/v1/locks/a", {"wait_ms": 0})
         self.assertEqual(st, 200, doc)
 
+    def test_sigterm_releases_every_lock_within_the_grace_period(self):
+        """SIGTERM: HTTP and RESP locks are given back, a connection stuck in BLPOP does not hold
+        the exit past --shutdown-grace-ms, and the process exits 0."""
+        fg = self.start_fencegate(self.redis, args=["--shutdown-grace-ms", "1500"])
+        st, doc = self.req(fg, "POST", "/v1/locks/h", {})
+        self.assertEqual(st, 200, doc)
+        holder = self.raw(fg.resp_port)
+        self.assertIsInstance(holder.call("FENCE.ACQUIRE", "r"), int)
+        stuck = self.raw(fg.resp_port)
+        stuck.send(b"*3\r\n$5\r\nBLPOP\r\n$5\r\nnever\r\n$1\r\n0\r\n")
+        time.sleep(0.2)
+        self.assertEqual(self.direct.exists(lock_key("h"), lock_key("r")), 2)
+        t0 = time.monotonic()
+        fg.stop(expect_rc=0, timeout=10)
+        took = time.monotonic() - t0
+        self.assertLess(took, 1.5 + 1.5, "exit took %.2f s with a 1.5 s grace period" % took)
+        self.assertEqual(self.direct.exists(lock_key("h"), lock_key("r")), 0,
+                         "locks still held in the backend after the sidecar exited")
+
     def test_backend_down_is_503(self):
         fg = self.start_fencegate(self.redis)
         self.redis.kill()
