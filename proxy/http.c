@@ -97,21 +97,34 @@ static void json_escape(char *out, size_t cap, const char *s)
     out[o] = '\0';
 }
 
+/* Ready when the store (the upstream) answered its last probe and the lock backend is
+ * connected; not ready while shutting down. */
 static void http_readyz(struct http_api *h, struct evhttp_request *req)
 {
     char body[1024], why[512];
 
-    if (upstream_is_up(h->up)) {
-        snprintf(body, sizeof(body), "{\"status\":\"ready\",\"upstream\":\"%s\"}",
-                 upstream_name(h->up));
-        http_json(req, 200, "OK", body);
+    if (h->stopping) {
+        http_json(req, 503, "Service Unavailable",
+                  "{\"error\":\"unavailable\",\"message\":\"shutting down\"}");
         return;
     }
-    json_escape(why, sizeof(why), upstream_error(h->up));
-    snprintf(body, sizeof(body),
-             "{\"error\":\"unavailable\",\"message\":\"upstream %s is unreachable: %s\"}",
-             upstream_name(h->up), why);
-    http_json(req, 503, "Service Unavailable", body);
+    if (!upstream_is_up(h->up)) {
+        json_escape(why, sizeof(why), upstream_error(h->up));
+        snprintf(body, sizeof(body),
+                 "{\"error\":\"unavailable\",\"message\":\"upstream %s is unreachable: %s\"}",
+                 upstream_name(h->up), why);
+        http_json(req, 503, "Service Unavailable", body);
+        return;
+    }
+    if (!lock_client_ready(h->locks)) {
+        http_json(req, 503, "Service Unavailable",
+                  "{\"error\":\"unavailable\",\"message\":\"the lock backend is not "
+                  "connected\"}");
+        return;
+    }
+    snprintf(body, sizeof(body), "{\"status\":\"ready\",\"upstream\":\"%s\"}",
+             upstream_name(h->up));
+    http_json(req, 200, "OK", body);
 }
 
 static void http_metrics(struct http_api *h, struct evhttp_request *req)

@@ -15,6 +15,21 @@ def metric(fg, name):
 
 class UpstreamDown(FgTestCase):
 
+    def test_not_ready_while_the_lock_backend_is_down(self):
+        """Readiness covers the lock backend too: with the store up and the backend down the
+        sidecar is alive but not ready, and it becomes ready once the backend comes up."""
+        store = self.start_redis()
+        backend = self.make_redis()  # port reserved, not started
+        fg = self.start_fencegate(store, args=["--backend", backend.url], readyz=False)
+        self.assertEqual(fg.http("/healthz")[0], 200)
+        time.sleep(0.5)
+        status, body = fg.http("/readyz")
+        self.assertEqual(status, 503, body)
+        self.assertIn(b"lock backend", body if isinstance(body, bytes) else body.encode())
+        backend.start()
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 200, 10, 0.1,
+                           "/readyz to turn 200 once the lock backend is up")
+
     def test_upstream_down_at_start_then_recovers(self):
         redis_srv = self.make_redis()  # port reserved, not started
         fg = self.start_fencegate(redis_srv, readyz=False)
