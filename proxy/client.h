@@ -20,8 +20,9 @@ struct fence_rules;
 struct fencing_held;
 struct fencing_txn;
 
-#define SRV_READ_CHUNK 65536
-#define SRV_MAX_OPS    65536 /* pipelined commands awaiting replies before we stop reading */
+#define SRV_ACCEPT_PAUSE_MS 100 /* accept pause when out of descriptors */
+#define SRV_READ_CHUNK      65536
+#define SRV_MAX_OPS         65536 /* pipelined commands awaiting replies before we stop reading */
 
 enum op_kind {
     OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
@@ -122,6 +123,7 @@ struct server {
     struct upstream *up;
     int lfd;
     struct event *lev;
+    struct event *accept_timer; /* resumes accepting after running out of descriptors */
     struct client *clients;
     int nclients;
     uint64_t next_id;

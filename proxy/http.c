@@ -46,6 +46,7 @@ struct http_acquire {
     long long ttl_ms, wait_ms;
     uint64_t deadline_ms;
     uint64_t token; /* a release: the token being given back */
+    int inflight;   /* an acquisition the backend is working on */
     size_t len;
     char name[];
 };
@@ -310,8 +311,18 @@ static void http_on_retry(evutil_socket_t fd, short what, void *arg)
     http_acquire_start(arg);
 }
 
-/* Asks the backend, unless this sidecar itself holds the lock for another HTTP client: then the
- * request waits here, as it would for a holder elsewhere. */
+/* 1 when another HTTP client's acquisition of the same lock is with the backend now. */
+static int http_acquire_racing(const struct http_acquire *a)
+{
+    for (const struct http_acquire *b = a->h->pending; b; b = b->next)
+        if (b != a && b->inflight && b->len == a->len && memcmp(b->name, a->name, a->len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Asks the backend, unless this sidecar itself holds the lock for another HTTP client, or is
+ * acquiring it for one: then the request waits here, as it would for a holder elsewhere. All
+ * HTTP clients share the sidecar's session, so the session alone cannot tell them apart. */
 static void http_acquire_start(struct http_acquire *a)
 {
     struct http_api *h = a->h;
@@ -322,7 +333,7 @@ static void http_acquire_start(struct http_acquire *a)
         http_acquire_free(a);
         return;
     }
-    if (lock_state(h->sess, a->name, a->len, &token, &rem) == 1) {
+    if (lock_state(h->sess, a->name, a->len, &token, &rem) == 1 || http_acquire_racing(a)) {
         struct timeval tv = {0, HTTP_BUSY_RETRY_MS * 1000};
         if (now >= a->deadline_ms) {
             http_on_acquired(a, LOCK_BUSY, 0, "held by another client of this sidecar");
@@ -336,6 +347,7 @@ static void http_acquire_start(struct http_acquire *a)
         return;
     }
     wait = a->wait_ms <= 0 ? 0 : (long long)(a->deadline_ms > now ? a->deadline_ms - now : 0);
+    a->inflight = 1;
     if (lock_acquire(h->sess, a->name, a->len, a->ttl_ms > 0 ? a->ttl_ms : 0, wait, 0,
                      http_on_acquired, a) < 0)
         http_on_acquired(a, LOCK_UNAVAILABLE, 0, "cannot queue the request");

@@ -375,7 +375,16 @@ static int up_connect(struct client *c)
     }
     c->ufd = net_connect(a);
     if (c->ufd < 0) {
-        up_connect_failed(c, strerror(errno));
+        int e = errno;
+        if (e == EMFILE ||
+            e == ENFILE) { /* our shortage, not the upstream's: do not mark it down */
+            snprintf(c->down_why, sizeof(c->down_why), "fencegate is out of descriptors: %s",
+                     strerror(e));
+            c->ustate = U_DOWN;
+            ops_fail_upstream(c);
+            return -1;
+        }
+        up_connect_failed(c, strerror(e));
         return -1;
     }
     c->urev = event_new(c->srv->base, c->ufd, EV_READ | EV_PERSIST, up_on_read, c);
@@ -812,18 +821,20 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             break;
         }
         rc = resp_parse_request(c->parser, src + pos, len - pos, &r);
-        if (rc == RESP_PARTIAL) {
-            if (len - pos > (size_t)c->srv->cfg->max_request_bytes) {
-                char msg[160];
-                snprintf(msg, sizeof(msg),
-                         "Protocol error: request larger than max_request_bytes (%lld)",
-                         c->srv->cfg->max_request_bytes);
-                span_flush(c, &sp, 1);
-                cl_protocol_error(c, msg);
-                pos = len;
-            }
+        /* A request over the limit is refused whole or in part, whichever shows it first. */
+        if ((rc == RESP_PARTIAL && len - pos > (size_t)c->srv->cfg->max_request_bytes) ||
+            (rc == RESP_DONE && r.len > (size_t)c->srv->cfg->max_request_bytes)) {
+            char msg[160];
+            snprintf(msg, sizeof(msg),
+                     "Protocol error: request larger than max_request_bytes (%lld)",
+                     c->srv->cfg->max_request_bytes);
+            span_flush(c, &sp, 1);
+            cl_protocol_error(c, msg);
+            pos = len;
             break;
         }
+        if (rc == RESP_PARTIAL)
+            break;
         if (rc != RESP_DONE) {
             span_flush(c, &sp, 1);
             cl_protocol_error(c, resp_parser_error(c->parser));
@@ -993,6 +1004,14 @@ static void cl_close(struct client *c)
     }
 }
 
+static void srv_on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *s = arg;
+
+    if (s->lev)
+        event_add(s->lev, NULL);
+}
+
 static void srv_on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     struct server *s = arg;
@@ -1004,8 +1023,17 @@ static void srv_on_accept(evutil_socket_t lfd, short what, void *arg)
         int fd = accept(lfd, (struct sockaddr *)&ss, &sl);
 
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+            if (errno == EMFILE || errno == ENFILE) {
+                /* Out of descriptors: the pending connection stays in the backlog and the
+                 * listener would fire again at once. Pause accepting instead of spinning. */
+                struct timeval tv = {0, SRV_ACCEPT_PAUSE_MS * 1000};
+                log_warn("accept: %s; not accepting for %d ms (raise the descriptor limit)",
+                         strerror(errno), SRV_ACCEPT_PAUSE_MS);
+                event_del(s->lev);
+                evtimer_add(s->accept_timer, &tv);
+            } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
                 log_warn("accept: %s", strerror(errno));
+            }
             return;
         }
         if (net_prepare(fd) < 0) {
@@ -1113,7 +1141,8 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
         return NULL;
     }
     s->lev = event_new(base, s->lfd, EV_READ | EV_PERSIST, srv_on_accept, s);
-    if (!s->lev || event_add(s->lev, NULL) < 0) {
+    s->accept_timer = evtimer_new(base, srv_on_accept_resume, s);
+    if (!s->lev || !s->accept_timer || event_add(s->lev, NULL) < 0) {
         snprintf(err, errlen, "out of memory");
         server_free(s);
         return NULL;
@@ -1123,6 +1152,10 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
 
 static void srv_stop_listening(struct server *s)
 {
+    if (s->accept_timer) {
+        event_free(s->accept_timer);
+        s->accept_timer = NULL;
+    }
     if (s->lev) {
         event_free(s->lev);
         s->lev = NULL;
