@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every check CI runs: format, a -Werror build with unit and integration tests, the same
-# suite under ASan+UBSan, and each fuzz target for a bounded time.
+# Runs every check CI runs: format, a -Werror build with every ctest test (unit, integration,
+# safety, k8s), the unit and integration tests again under ASan+UBSan, and each fuzz target for a
+# bounded time.
 # usage: scripts/test.sh [--quick]   (--quick: skip the sanitizer and fuzz stages)
 # env:   FG_FUZZ_SECONDS (default 30) — seconds each fuzz target runs
 set -euo pipefail
