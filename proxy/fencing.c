@@ -807,6 +807,21 @@ static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
     o->txn_exec = t->nlocks > 0 && !c->client_watched;
 }
 
+/* A block that ends without reaching EXEC upstream (DISCARD, EXECABORT, a lost lock) must
+ * forget the application's WATCHes, as Redis does at the end of any transaction. */
+static void fencing_unwatch(struct client *c, struct span *sp)
+{
+    static const char unwatch[] = "*1\r\n$7\r\nUNWATCH\r\n";
+
+    if (!c->client_watched)
+        return;
+    span_flush(c, sp, 1);
+    up_send(c, unwatch, sizeof(unwatch) - 1);
+    if (!op_push(c, OP_HIDDEN))
+        c->dead = 1;
+    c->client_watched = 0;
+}
+
 enum req_action fencing_txn_queue(struct client *c, const char *m, const struct resp_request *r,
                                   struct span *sp)
 {
@@ -818,17 +833,10 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
     enum req_action act;
 
     if (name_is(name, nlen, "discard")) {
-        static const char unwatch[] = "*1\r\n$7\r\nUNWATCH\r\n";
         fencing_txn_free(t);
         c->txn = NULL;
         c->in_multi = 0;
-        if (c->client_watched) { /* DISCARD forgets the WATCHes, as in Redis */
-            span_flush(c, sp, 1);
-            up_send(c, unwatch, sizeof(unwatch) - 1);
-            if (!op_push(c, OP_HIDDEN))
-                c->dead = 1;
-            c->client_watched = 0;
-        }
+        fencing_unwatch(c, sp);
         cl_reply_local(c, "+OK\r\n", 5);
         return REQ_SKIP;
     }
@@ -905,9 +913,21 @@ void fencing_txn_exec(struct client *c, struct span *sp)
     c->txn = NULL;
     c->in_multi = 0;
     if (t->dirty) {
+        fencing_unwatch(c, sp);
         cl_reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
         fencing_txn_free(t);
         return;
+    }
+    /* A lease that ran out while the block was queued (or the sidecar was frozen) refuses it
+     * here, as it refuses a single write. */
+    for (size_t i = 0; i < t->nlocks; i++) {
+        uint64_t now_token;
+        if (fencing_lookup(c, t->locks[i].name, t->locks[i].len, &now_token) != FENCE_HELD) {
+            fencing_unwatch(c, sp);
+            fencing_refuse_lost(c, &t->locks[i]);
+            fencing_txn_free(t);
+            return;
+        }
     }
     span_flush(c, sp, 1);
     if (t->nlocks == 0) {

@@ -462,6 +462,17 @@ static void rep_pubsub(struct client *c, const char *r, size_t n, struct span *s
     span_add(c, sp, r, n, 0);
 }
 
+/* Pops the op a reply completed, then sends the replies of our own that were waiting behind it
+ * (after the bytes gathered so far, to keep the order). */
+static void rep_pop(struct client *c, struct span *sp)
+{
+    op_pop(c);
+    if (c->ops_count && op_at(c, 0)->kind == OP_LOCAL) {
+        span_flush(c, sp, 0);
+        ops_emit_ready(c);
+    }
+}
+
 /* A whole reply in normal mode: pairs it with the op at the head of the queue. Returns -1 when
  * the stream cannot be paired (the connection is then dropped). */
 static int rep_normal(struct client *c, const char *r, size_t n, char type, struct span *sp)
@@ -489,7 +500,7 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             ops_fail_upstream(c);
             return 0;
         }
-        op_pop(c);
+        rep_pop(c, sp);
         return 0;
     }
     if ((o->flags & OPF_TXN_CHECK) && fencing_txn_checked(c, r, n))
@@ -537,11 +548,7 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
     metrics_observe(&fg_metrics, H_COMMAND_LATENCY, now_us() - o->t0_us);
     if (o->flags & OPF_BARRIER)
         cl_unblock(c);
-    op_pop(c);
-    if (c->ops_count && op_at(c, 0)->kind == OP_LOCAL) {
-        span_flush(c, sp, 0);
-        ops_emit_ready(c);
-    }
+    rep_pop(c, sp);
     return 0;
 }
 

@@ -265,6 +265,34 @@ class Transactions(FencingCase):
     def test_multi_stale_all_or_nothing_one_lock(self):
         self._stale_multi(extra_lock=False)
 
+    def test_exec_after_the_lease_ran_out_is_locklost_and_applies_nothing(self):
+        # Found by the safety suite: EXEC checked the store's mark but not the sidecar's own
+        # lease, so a block queued under a lease that then ran out was applied.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:5", "TTL", "500", "NORENEW")
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SET", "wallet:5", "x"), "QUEUED")
+        self.assertEqual(c.call("RPUSH", "plain:log", "x"), "QUEUED")
+        time.sleep(0.7)
+        self.assert_refused(c.call("EXEC"), "LOCKLOST")
+        self.assertIsNone(self.direct.get("wallet:5"))
+        self.assertEqual(self.direct.llen("plain:log"), 0)
+        self.assertEqual(c.call("PING"), "PONG")  # the connection carries on
+
+    def test_replies_after_a_hidden_reply_are_not_stuck(self):
+        # Found by the safety suite: after a reply fencegate swallows (UNWATCH, WATCH), replies
+        # it wrote itself and queued behind it were never sent, and the connection hung.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:6")
+        self.assertEqual(c.call("WATCH", "wallet:6"), "OK")
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SET", "wallet:6", "2"), "QUEUED")
+        self.assertEqual(c.call("DISCARD", timeout=5), "OK")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:6", timeout=5), 1)
+        self.assertEqual(c.call("PING", timeout=5), "PONG")
+
 
 class ScriptCache(FencingCase):
 

@@ -348,7 +348,8 @@ class Soak(FgTestCase):
               "RSS %d -> %d KiB (%.1f KiB per idle connection)" % (
                   limit, n_idle, opened_s, fds_start, fds_idle, rss_start, rss_idle,
                   (rss_idle - rss_start) / n_idle), flush=True)
-        self.assertGreaterEqual(fds_idle, fds_start + 2 * n_idle,
+        # A probe or HTTP socket may be open at the first count and gone at the second.
+        self.assertGreaterEqual(fds_idle, fds_start + 2 * n_idle - 4,
                                 "each idle connection should hold a client and an upstream fd")
 
         # Warm-up: the same load, then closed; the steady state after it is the baseline.

@@ -1,0 +1,96 @@
+"""The safety suite, short form (CTest label `safety`): one test per nemesis and one mixed, each
+a workload.py run of FG_SAFETY_SECONDS (default 14; mixed 1.5 times that) against one Redis (AOF,
+fsync always) and two sidecars. Every test fails on any violation found by workload.check() and on a vacuous run: fewer
+than 3 faults, no write refused (STALE or LOCKLOST), no fault of the test's own kind that bit, or
+no acknowledged write after the last fault (no recovery)."""
+
+import os
+import sys
+import unittest
+
+import workload
+from workload import NetNS, Workload, schedule_for, scorecard
+
+SECONDS = float(os.environ.get("FG_SAFETY_SECONDS", "14"))
+_NETNS_WHY = []
+
+
+def netns_unavailable():
+    """Why a network namespace cannot be used here (None when it can); asked once."""
+    if not _NETNS_WHY:
+        _NETNS_WHY.append(NetNS.reason_unavailable())
+    return _NETNS_WHY[0]
+
+
+class Safety(unittest.TestCase):
+
+    def run_nemesis(self, name, bite_kinds, seconds=SECONDS, netns=False, **kw):
+        if netns and netns_unavailable():
+            sys.stderr.write("no network namespace (%s): the partition is a Redis SIGSTOP\n"
+                             % netns_unavailable())
+            netns = False
+        out = []
+
+        def log(s):
+            out.append(s)
+            sys.stderr.write(s + "\n")
+            sys.stderr.flush()
+
+        with Workload(netns=netns, log=log, hard_seconds=seconds + 200, **kw) as wl:
+            res = wl.run(schedule_for(name, wl.rng, netns), seconds=seconds)
+            card = scorecard(res)
+            sys.stderr.write(card + "\n")
+            if res["violations"]:
+                for s in wl.sidecars:
+                    sys.stderr.write(s.log_tail(40) + "\n")
+        self.assertEqual(res["violations"], [], "violations found:\n" + card)
+        self.assertEqual(res["stuck_workers"], [], "workers did not stop")
+        # Non-vacuity: the faults happened, they bit, the fence refused something, and the
+        # workload made progress after the last fault.
+        self.assertGreaterEqual(res["faults"], 3, "too few faults injected:\n" + card)
+        self.assertGreaterEqual(res["refused"], 1,
+                                "no write was refused: the faults never bit\n" + card)
+        bit = sum(res["by_kind"].get(k, {}).get("bit", 0) for k in bite_kinds)
+        self.assertGreaterEqual(bit, 1, "no %s fault bit:\n%s" % ("/".join(bite_kinds), card))
+        self.assertGreaterEqual(res["acknowledged"], 50, "hardly any progress:\n" + card)
+        self.assertGreaterEqual(res["acked_after_last_fault"], 1,
+                                "no acknowledged write after the last fault:\n" + card)
+        return res
+
+    def test_freeze_sidecar(self):
+        """SIGSTOP a sidecar past its lease while its worker is mid read-modify-write."""
+        self.run_nemesis("freeze", ["freeze"])
+
+    def test_stall_norenew_worker(self):
+        """A worker holding a NORENEW lease (TTL 500) stalls past it before writing."""
+        self.run_nemesis("stall", ["stall"])
+
+    def test_kill_sidecar(self):
+        """kill -9 a sidecar with a write in flight; restart it on the same ports."""
+        self.run_nemesis("kill-sidecar", ["kill-sidecar"])
+
+    def test_kill_redis(self):
+        """kill -9 Redis with a write in flight; restart it with its AOF."""
+        self.run_nemesis("kill-redis", ["kill-redis"])
+
+    @unittest.skipUnless(workload.FAKETIME_LIBS, "libfaketime is not installed "
+                         "(apt-get install libfaketime)")
+    def test_clock_skew(self):
+        """One sidecar restarted under libfaketime at x0.2..x0.3 (monotonic clock faked too);
+        the other runs at "+30s x1.5" the whole time."""
+        self.run_nemesis("clock", ["clock"], fast_clock_b="+30s x1.5")
+
+    def test_partition(self):
+        """A sidecar in a network namespace cut off from Redis (iptables) past its lease; Redis
+        SIGSTOPped instead when namespaces are not available."""
+        kinds = ["partition"] if not netns_unavailable() else ["pause-redis", "stall"]
+        self.run_nemesis("partition", kinds, netns=True)
+
+    def test_mixed(self):
+        """All of the above, picked at random."""
+        self.run_nemesis("mixed", list(workload.NEMESES) + ["pause-redis"],
+                         seconds=SECONDS * 1.5, netns=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,1367 @@
+#!/usr/bin/env python3
+"""workload.py — fencegate's safety workload (Jepsen's lock-set shape) with fault injection.
+
+One redis-server (AOF, fsync always, restartable on the same port with its data), two fencegate
+sidecars in front of it (both use it as upstream and lock backend, leases of 600 ms), and four
+worker threads per sidecar, each with its own RESP connection. Every worker loops:
+
+    FENCE.ACQUIRE L WAIT 2000 [TTL 500 NORENEW]  -> token T
+    GET counter                                  -> v
+    (a nemesis may stall the worker here, or freeze / kill / cut off / skew the sidecar)
+    SET counter v+1                              fenced: by the protect rule counter* -> L on
+    RPUSH counter:log "T:v+1"                    sidecar a, by the one-lock rule on sidecar b
+    FENCE.RELEASE L
+
+Worker i of a sidecar has role ROLES[i % 4]: a NORENEW lease or a renewed one, and plain writes
+or MULTI / SET / RPUSH / (stall point) / EXEC, whose two writes share EXEC's outcome. Every step is
+recorded with monotonic timestamps and its outcome: ok, stale, locklost, failed (an error saying
+nothing was applied) or unknown (connection lost, or -UNAVAILABLE for a command in flight). The
+checker then reads the final counter and log straight from Redis and checks the whole history
+(check()); each violation is tagged [safety], [contract] or [liveness]:
+
+  1. counter: acknowledged increments wrote distinct values; every value 1..final was written by
+     an acknowledged or in-doubt SET; acknowledged <= final <= acknowledged + unknown
+  2. log: tokens never go backwards, values strictly increase, every entry was an acknowledged or
+     in-doubt RPUSH (never a refused one), every acknowledged RPUSH is there exactly once; a
+     transaction's SET and RPUSH are applied both or neither
+  3. tokens: unique, and a grant that started after another completed has a larger token; the
+     final high-water mark is at least the largest token granted
+  4. reads: a GET never returns less than a SET acknowledged before the GET was sent
+  5. leases [contract]: a write sent after its NORENEW lease ran out (counted from the acquire's
+     reply) is never acknowledged; a write sent into a sidecar frozen longer than its lease is
+     never acknowledged
+  6. liveness: no command waits CALL_TIMEOUT (15 s) for its reply
+
+Nemeses (NEMESES): freeze, stall, kill-sidecar, kill-redis, clock, partition (a network namespace
+with a veth pair and iptables when running as root; otherwise Redis SIGSTOPped past the lease),
+and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh (long form):
+
+    workload.py --nemesis mixed --faults 200      # prints a scorecard; exit 1 on a violation
+
+Every process binds 127.0.0.1, or an address of a veth pair inside a network namespace the
+workload creates and deletes. Every loop is bounded in count and time; everything is torn down in
+a finally, even when a check fails.
+"""
+
+import argparse
+import collections
+import glob
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "integration")))
+import harness  # noqa: E402  (re-executes under /usr/bin/python3 when redis-py is missing)
+from harness import Err  # noqa: E402
+
+LOCK = "L"
+COUNTER = "counter"
+LOG = "counter:log"
+SESSION_TTL_MS = 600        # sidecar lease (renewed every 200 ms)
+NORENEW_TTL_MS = 500        # fixed lease of the NORENEW workers
+WAIT_MS = 2000
+CALL_TIMEOUT = 15.0         # no command waits this long unless something is wedged (the longest
+                            # legitimate wait: WAIT 2 s under a clock slowed x0.2 = 10 s)
+PROTECT = 'protect:\n  - { store: redis, keys: "counter*", lock: "L" }\n'
+REFUSED = ("stale", "locklost")
+MAX_WORKER_ITERATIONS = 1000000
+# (NORENEW lease, MULTI/EXEC) of worker i of a sidecar, cyclically.
+ROLES = ((True, False), (False, False), (False, True), (True, True))
+
+FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1") +
+                       glob.glob("/usr/lib/faketime/libfaketime.so.1"))
+
+
+def faketime_preload():
+    """LD_PRELOAD for a sidecar under libfaketime. An ASan build needs its runtime first in the
+    list, so it is named before libfaketime when the binary links it."""
+    libs = [FAKETIME_LIBS[0]]
+    try:
+        out = subprocess.run(["ldd", harness.FENCEGATE_BIN], capture_output=True,
+                             timeout=10).stdout.decode()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("libasan.so") and len(parts) >= 3:
+            libs.insert(0, parts[2])
+    return " ".join(libs)
+
+
+def now():
+    return time.monotonic()
+
+
+def _pdeathsig_prefix():
+    """setpriv(1) --pdeathsig KILL: a server started here dies with the workload even when the
+    workload itself is killed (SIGKILL by a ctest timeout), instead of lingering."""
+    for d in ("/usr/bin", "/bin"):
+        if os.access(os.path.join(d, "setpriv"), os.X_OK):
+            return [os.path.join(d, "setpriv"), "--pdeathsig", "KILL"]
+    return []
+
+
+DIE_WITH_US = _pdeathsig_prefix()
+
+
+def spin(seconds):
+    """Busy-waits (sub-millisecond delays that time.sleep() would round up)."""
+    end = now() + seconds
+    while now() < end:
+        pass
+
+
+# ---- Redis with an append-only file ---------------------------------------------------------
+
+class AofRedis(harness.RedisServer):
+    """harness.RedisServer with `--appendonly yes --appendfsync always` (an acknowledged write
+    survives kill -9), optionally also bound to a veth address, restartable on its port."""
+
+    def __init__(self, binds=("127.0.0.1",)):
+        super().__init__()
+        self.binds = list(binds)
+        self.paused = False
+        self.starts = 0
+
+    def url_for(self, host):
+        return "redis://%s:%d" % (host, self.port)
+
+    def start(self):
+        assert self.proc is None or self.proc.poll() is not None, "redis already running"
+        argv = [harness.REDIS_SERVER, "--save", "", "--appendonly", "yes",
+                "--appendfsync", "always", "--bind", " ".join(self.binds),
+                "--port", str(self.port), "--dir", self.dir, "--logfile", self.log_path,
+                "--daemonize", "no", "--maxmemory-policy", "noeviction"]
+        argv = DIE_WITH_US + argv
+        if len(self.binds) > 1:
+            # The second address is the host end of a veth pair the workload created; only the
+            # namespace at its other end can reach it.
+            argv += ["--protected-mode", "no"]
+        self.proc = subprocess.Popen(argv, cwd=self.dir, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=harness.clean_env())
+        self.starts += 1
+        deadline = now() + 20
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError("redis-server :%d exited with %s:\n%s" % (
+                    self.port, self.proc.returncode, harness._tail(self.log_path, 30)))
+            if harness._raw_ping(self.port):
+                return self
+            if now() >= deadline:
+                raise AssertionError("redis-server :%d not ready in 20 s" % self.port)
+            time.sleep(0.02)
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        if self.paused and self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def cleanup(self):
+        self.resume()
+        super().cleanup()
+
+
+# ---- network namespace ----------------------------------------------------------------------
+
+def _run(*argv, check=True):
+    p = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+    if check and p.returncode != 0:
+        raise RuntimeError("%s exited %d: %s" % (" ".join(argv), p.returncode,
+                                                 p.stderr.decode("utf-8", "replace").strip()))
+    return p
+
+
+class NetNS:
+    """A network namespace joined to the host by a veth pair on a private /30 picked at random in
+    10.213.0.0/16 (checked unused). The sidecar inside reaches Redis at host_ip; cut() drops the
+    traffic to and from Redis's port inside the namespace only (the workers' connections to the
+    sidecar stay up), heal() removes the rules. destroy() deletes the pair and the namespace."""
+
+    _seq = 0
+
+    def __init__(self):
+        NetNS._seq += 1
+        self.name = "fgsafe-%d-%d" % (os.getpid(), NetNS._seq)
+        tag = "%x%x" % (os.getpid() & 0xfffff, NetNS._seq)
+        self.veth_host = ("fsh" + tag)[:15]
+        self.veth_ns = ("fsn" + tag)[:15]
+        self.created = False
+        self.cut_port = None
+
+    @staticmethod
+    def reason_unavailable():
+        """None when network namespaces can be used here, else why not."""
+        if os.geteuid() != 0:
+            return "not root"
+        for tool in ("ip", "iptables"):
+            if not any(os.access(os.path.join(d, tool), os.X_OK)
+                       for d in os.environ.get("PATH", "").split(":") + ["/usr/sbin", "/sbin"]):
+                return "%s not found" % tool
+        probe = NetNS()
+        try:
+            probe.create()
+            probe.cut(1)
+            probe.heal()
+        except Exception as e:  # noqa: BLE001 - any failure means: fall back
+            return "cannot set up a network namespace: %s" % e
+        finally:
+            probe.destroy()
+        return None
+
+    @staticmethod
+    def remove_stale():
+        """Deletes namespaces an earlier, killed workload left behind (ours: fgsafe-PID-N with
+        PID no longer running)."""
+        p = _run("ip", "netns", "list", check=False)
+        for line in p.stdout.decode().splitlines():
+            name = line.split()[0] if line.split() else ""
+            parts = name.split("-")
+            if len(parts) == 3 and parts[0] == "fgsafe" and parts[1].isdigit():
+                if not os.path.exists("/proc/%s" % parts[1]):
+                    _run("ip", "netns", "del", name, check=False)
+
+    def create(self):
+        NetNS.remove_stale()
+        used = _run("ip", "-o", "-4", "addr", check=False).stdout.decode()
+        rng = random.Random()
+        for _ in range(100):
+            b, c = rng.randrange(0, 256), rng.randrange(0, 64) * 4
+            host_ip, ns_ip = "10.213.%d.%d" % (b, c + 1), "10.213.%d.%d" % (b, c + 2)
+            if (" %s/" % host_ip) not in used and (" %s/" % ns_ip) not in used:
+                break
+        else:
+            raise RuntimeError("no free /30 in 10.213.0.0/16")
+        self.host_ip, self.ns_ip = host_ip, ns_ip
+        _run("ip", "netns", "add", self.name)
+        self.created = True
+        _run("ip", "link", "add", self.veth_host, "type", "veth", "peer", "name", self.veth_ns)
+        _run("ip", "link", "set", self.veth_ns, "netns", self.name)
+        _run("ip", "addr", "add", host_ip + "/30", "dev", self.veth_host)
+        _run("ip", "link", "set", self.veth_host, "up")
+        _run("ip", "-n", self.name, "addr", "add", ns_ip + "/30", "dev", self.veth_ns)
+        _run("ip", "-n", self.name, "link", "set", self.veth_ns, "up")
+        _run("ip", "-n", self.name, "link", "set", "lo", "up")
+        return self
+
+    def exec_prefix(self):
+        return ["ip", "netns", "exec", self.name]
+
+    def cut(self, port):
+        ipt = self.exec_prefix() + ["iptables", "-w", "5"]
+        _run(*(ipt + ["-A", "OUTPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP"]))
+        _run(*(ipt + ["-A", "INPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"]))
+        self.cut_port = port
+
+    def heal(self):
+        if self.created:
+            _run(*(self.exec_prefix() + ["iptables", "-w", "5", "-F"]), check=False)
+        self.cut_port = None
+
+    def destroy(self):
+        if not self.created:
+            return
+        self.heal()
+        _run("ip", "link", "del", self.veth_host, check=False)
+        _run("ip", "netns", "del", self.name, check=False)
+        self.created = False
+
+
+# ---- sidecars -------------------------------------------------------------------------------
+
+class Conn(harness.RawConn):
+    """harness.RawConn to any host (the sidecar in a namespace listens on its veth address)."""
+
+    def __init__(self, host, port, timeout):  # noqa: D107 - same fields as RawConn
+        self.port = port
+        self.sock = socket.create_connection((host, port), timeout=min(timeout, 2.0))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = timeout
+        self.buf = bytearray()
+        self.eof = False
+
+    def abort(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class Sidecar:
+    """One fencegate on fixed ports, started again on the same ports after a kill; optionally
+    inside a network namespace, under libfaketime, with a protect-rule config."""
+
+    def __init__(self, wl, name, config=None, netns=None):
+        self.wl = wl
+        self.name = name
+        self.netns = netns
+        self.host = netns.ns_ip if netns else "127.0.0.1"
+        self.redis_host = netns.host_ip if netns else "127.0.0.1"
+        self.resp_port = harness.free_port()
+        self.http_port = harness.free_port()
+        self.config = config
+        self.fg = None
+        self.incarnations = []
+        self.frozen = False
+        self.faketime = None   # FAKETIME spec of the running incarnation, or None
+
+    def start(self, faketime=None):
+        args = ["--resp", "%s:%d" % (self.host, self.resp_port),
+                "--http", "%s:%d" % (self.host, self.http_port),
+                "--session-ttl-ms", str(SESSION_TTL_MS), "--shutdown-grace-ms", "2000"]
+        if self.config:
+            args += ["--config", self.config]
+        env = None
+        if faketime:
+            # CLOCK_MONOTONIC is faked too (FAKETIME_DONT_FAKE_MONOTONIC unset): leases and
+            # libevent timers follow the skewed clock.
+            env = {"LD_PRELOAD": faketime_preload(), "FAKETIME": faketime,
+                   "FAKETIME_NO_CACHE": "1"}
+        fg = harness.Fencegate(args=args, upstream=self.wl.redis.url_for(self.redis_host),
+                               resp_port=self.resp_port, http_port=self.http_port, env=env,
+                               with_ports=False)
+        # Neither `ip netns exec` nor setpriv may run under libfaketime (or an ASan preload): the
+        # variables are set by env(1), right before fencegate. Each program execs the next, so
+        # the pid is fencegate's.
+        pre = ["env"] + ["%s=%s" % kv for kv in sorted((env or {}).items())] if env else []
+        for k in env or {}:
+            fg.env.pop(k, None)
+        fg.argv = (self.netns.exec_prefix() if self.netns else []) + DIE_WITH_US + pre + fg.argv
+        fg.start()
+        self.fg = fg
+        self.incarnations.append(fg)
+        self.faketime = faketime
+        self.frozen = False
+        return self
+
+    def ready(self):
+        try:
+            with socket.create_connection((self.host, self.resp_port), timeout=0.5):
+                pass
+            c = http.client.HTTPConnection(self.host, self.http_port, timeout=1)
+            try:
+                c.request("GET", "/readyz")
+                return c.getresponse().status == 200
+            finally:
+                c.close()
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout=15.0):
+        deadline = now() + timeout
+        while not self.ready():
+            if not self.fg.alive():
+                self.fg._collect()
+                raise AssertionError("sidecar %s exited with %s:\n%s" % (
+                    self.name, self.fg.returncode, self.fg.stderr_text))
+            if now() >= deadline:
+                raise AssertionError("sidecar %s not ready in %.0f s:\n%s" % (
+                    self.name, timeout, harness._tail(self.fg.stderr_path, 40)))
+            time.sleep(0.03)
+        return self
+
+    def freeze(self):
+        self.fg.signal(signal.SIGSTOP)
+        self.frozen = True
+
+    def thaw(self):
+        if self.frozen and self.fg.alive():
+            self.fg.signal(signal.SIGCONT)
+        self.frozen = False
+
+    def kill(self):
+        self.thaw()
+        if self.fg.alive():
+            self.fg.proc.kill()
+            self.fg.proc.wait(15)
+        self.fg._collect()
+
+    def stop(self):
+        """SIGTERM and wait (SIGKILL after 15 s). Returns the exit code."""
+        self.thaw()
+        try:
+            return self.fg.stop(expect_rc=None)
+        except AssertionError:
+            return None
+
+    def metrics(self):
+        c = http.client.HTTPConnection(self.host, self.http_port, timeout=3)
+        try:
+            c.request("GET", "/metrics")
+            return harness.parse_metrics(c.getresponse().read().decode())
+        finally:
+            c.close()
+
+    def cleanup(self):
+        self.thaw()
+        for fg in self.incarnations:
+            fg.cleanup()
+
+    def log_tail(self, lines=60):
+        out = []
+        for i, fg in enumerate(self.incarnations[-3:]):
+            fg._collect()
+            out.append("-- sidecar %s incarnation %d (%s) --\n%s" % (
+                self.name, len(self.incarnations) - min(3, len(self.incarnations)) + i,
+                " ".join(fg.argv), harness._tail(fg.stderr_path, lines)))
+        return "\n".join(out)
+
+
+# ---- history --------------------------------------------------------------------------------
+
+def classify(reply):
+    """A reply (or an exception) -> outcome of a write or an acquire."""
+    if isinstance(reply, BaseException):
+        return "unknown"
+    if isinstance(reply, Err):
+        if reply.startswith("STALE"):
+            return "stale"
+        if reply.startswith("LOCKLOST"):
+            return "locklost"
+        if reply.startswith("NOLOCK"):
+            return "nolock"
+        if reply.startswith("LOCKED"):
+            return "locked"
+        if reply.startswith("UNAVAILABLE"):
+            # In-flight commands of a broken upstream connection may have been applied: unknown.
+            # The replies that say the command never reached the store are failures.
+            if any(s in reply for s in ("not applied", "not acquired", "has not read")):
+                return "failed"
+            return "unknown"
+        return "error"
+    return "ok"
+
+
+class Arm:
+    """A request from a nemesis to the next worker of `sidecar` that holds the lock and has read
+    the counter: 'sleep' (stall `seconds`) or 'rendezvous' (signal `reached`, wait for `go`)."""
+
+    def __init__(self, kind, sidecar, seconds=0.0, norenew=None):
+        self.kind = kind
+        self.sidecar = sidecar
+        self.seconds = seconds
+        self.norenew = norenew      # None: any worker; True/False: only that kind of worker
+        self.only = None            # or only this worker
+        self.reached = threading.Event()
+        self.go = threading.Event()
+        self.done = threading.Event()
+        self.sent = threading.Event()
+        self.worker = None
+        self.token = None
+        self.set_outcome = None
+        self.set_event = None
+
+
+class Worker(threading.Thread):
+
+    def __init__(self, wl, wid, sidecar, norenew, txn):
+        super().__init__(name="worker-%s" % wid, daemon=True)
+        self.wl = wl
+        self.wid = wid
+        self.sidecar = sidecar
+        self.norenew = norenew
+        self.txn = txn
+        self.conn = None
+        self.arm = None
+        self.iterations = 0
+        self.parked = False
+        self.rng = random.Random(wl.seed * 1000 + sum(map(ord, wid)))
+
+    def rec(self, **ev):
+        ev["w"] = self.wid
+        ev["sc"] = self.sidecar.name
+        self.wl.history.append(ev)
+        return ev
+
+    def drop(self):
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+
+    def call(self, *args):
+        return self.conn.call(*args, timeout=CALL_TIMEOUT)
+
+    def run(self):
+        deadline = self.wl.hard_deadline
+        while not self.wl.stop.is_set() and self.iterations < MAX_WORKER_ITERATIONS \
+                and now() < deadline:
+            if self.conn is None:
+                try:
+                    self.conn = Conn(self.sidecar.host, self.sidecar.resp_port, CALL_TIMEOUT)
+                except OSError:
+                    time.sleep(0.05)
+                    continue
+            self.iterations += 1
+            try:
+                self.iteration()
+            except (OSError, EOFError, ValueError):
+                self.drop()
+            finally:
+                if self.arm is not None:
+                    self.arm.done.set()
+                    self.arm = None
+        self.drop()
+
+    def iteration(self):
+        opts = ["TTL", NORENEW_TTL_MS, "NORENEW"] if self.norenew else []
+        if self.wl.solo is not None and self.wl.solo is not self:
+            self.parked = True
+            try:
+                self.wl.gate.wait(15)
+            finally:
+                self.parked = False
+        t0 = now()
+        try:
+            r = self.call("FENCE.ACQUIRE", LOCK, "WAIT", WAIT_MS, *opts)
+        except (OSError, EOFError, ValueError) as e:
+            self.rec(op="acquire", t0=t0, t1=now(), out="unknown", msg=repr(e),
+                     norenew=self.norenew)
+            raise
+        t1 = now()
+        out = "ok" if isinstance(r, int) else classify(r)
+        self.rec(op="acquire", t0=t0, t1=t1, out=out, token=r if out == "ok" else None,
+                 msg=None if out == "ok" else str(r)[:200], norenew=self.norenew)
+        if out != "ok":
+            if out != "locked":
+                time.sleep(0.05)
+            if out == "unknown":
+                self.drop()
+            return
+        token = r
+        t0 = now()
+        try:
+            r = self.call("GET", COUNTER)
+        except (OSError, EOFError, ValueError) as e:
+            self.rec(op="get", t0=t0, t1=now(), token=token, out="unknown", msg=repr(e))
+            raise
+        t1 = now()
+        if isinstance(r, Err):
+            self.rec(op="get", t0=t0, t1=t1, token=token, out=classify(r), msg=str(r)[:200])
+            self.drop()   # the sidecar closes a connection whose upstream broke
+            return
+        v = int(r) if r is not None else 0
+        self.rec(op="get", t0=t0, t1=t1, token=token, out="ok", value=v)
+        if self.txn:
+            if not self.transaction(token, v + 1):
+                return
+        else:
+            self.stall_point(token)
+            if not self.write("set", token, v + 1, "SET", COUNTER, str(v + 1)):
+                return
+            if not self.write("rpush", token, v + 1, "RPUSH", LOG, "%d:%d" % (token, v + 1)):
+                return
+        t0 = now()
+        try:
+            r = self.call("FENCE.RELEASE", LOCK)
+        except (OSError, EOFError, ValueError) as e:
+            self.rec(op="release", t0=t0, t1=now(), token=token, out="unknown", msg=repr(e))
+            raise
+        self.rec(op="release", t0=t0, t1=now(), token=token, out="ok" if r in (0, 1) else
+                 classify(r), value=r if isinstance(r, int) else None)
+        if self.wl.think_ms:
+            time.sleep(self.rng.uniform(0, self.wl.think_ms) / 1000.0)
+
+    def write(self, kind, token, value, *cmd):
+        """Sends one write; records it; returns False when the connection is gone."""
+        t0 = now()
+        try:
+            if kind == "set" and self.arm is not None:
+                self.conn.cmd(*cmd)
+                self.arm.sent.set()   # a nemesis may strike now: the write is in flight
+                r = self.conn.read_reply(CALL_TIMEOUT)
+            else:
+                r = self.call(*cmd)
+        except (OSError, EOFError, ValueError) as e:
+            ev = self.rec(op=kind, t0=t0, t1=now(), token=token, value=value, out="unknown",
+                          msg=repr(e)[:200])
+            self.note_arm(kind, ev)
+            self.drop()
+            return False
+        out = classify(r)
+        ev = self.rec(op=kind, t0=t0, t1=now(), token=token, value=value, out=out,
+                      msg=None if out == "ok" else str(r)[:200])
+        self.note_arm(kind, ev)
+        if out == "unknown":
+            self.drop()
+            return False
+        return True
+
+    def transaction(self, token, value):
+        """MULTI, SET, RPUSH (queued in the sidecar), then the stall point, then EXEC: both writes
+        are recorded with EXEC's send time and outcome. Returns False when the connection is
+        gone."""
+        push = "%d:%d" % (token, value)
+        queued = []
+        for cmd in (("MULTI",), ("SET", COUNTER, str(value)), ("RPUSH", LOG, push)):
+            t0 = now()
+            try:
+                queued.append(self.call(*cmd))
+            except (OSError, EOFError, ValueError) as e:
+                self.rec(op="queue", t0=t0, t1=now(), token=token, out="unknown",
+                         msg="%s: %r" % (cmd[0], e))
+                raise
+        self.stall_point(token)
+        t0 = now()
+        try:
+            self.conn.cmd("EXEC")
+            if self.arm is not None:
+                self.arm.sent.set()
+            r = self.conn.read_reply(CALL_TIMEOUT)
+        except (OSError, EOFError, ValueError) as e:
+            r = e
+        t1 = now()
+        if isinstance(r, list) and len(r) == 2:
+            outs = [classify(x) for x in r]
+        elif isinstance(r, Err) and r.startswith("EXECABORT"):
+            why = [classify(q) for q in queued[1:] if isinstance(q, Err)]
+            o = next((x for x in why if x in REFUSED), "failed")
+            outs = [o, o]
+        elif r is None:
+            outs = ["failed", "failed"]   # aborted by a WATCH (the workers never WATCH)
+        else:
+            o = classify(r)
+            outs = [o, o]
+        msg = None if outs == ["ok", "ok"] else repr(r)[:200]
+        evs = []
+        for (kind, out) in (("set", outs[0]), ("rpush", outs[1])):
+            evs.append(self.rec(op=kind, t0=t0, t1=t1, token=token, value=value, out=out,
+                                msg=msg, txn=True, queued=[str(q)[:80] for q in queued]))
+        self.note_arm("set", evs[0])
+        if "unknown" in outs:
+            self.drop()
+            return False
+        return True
+
+    def note_arm(self, kind, ev):
+        if kind == "set" and self.arm is not None:
+            self.arm.set_outcome = ev["out"]
+            self.arm.set_event = ev
+            ev["arm"] = self.arm.kind
+
+    def stall_point(self, token):
+        a = self.wl.take_arm(self)
+        if a is None:
+            return
+        self.arm = a
+        a.worker = self
+        a.token = token
+        if a.kind == "sleep":
+            time.sleep(a.seconds)
+        else:
+            a.reached.set()
+            a.go.wait(15)
+
+
+# ---- the workload ---------------------------------------------------------------------------
+
+class Fault:
+    def __init__(self, kind, target=None):
+        self.kind = kind
+        self.target = target
+        self.t0 = now()
+        self.t1 = None
+        self.bit = False
+        self.missed = False
+        self.detail = {}
+
+    def as_dict(self):
+        return dict(kind=self.kind, target=self.target, t0=self.t0, t1=self.t1, bit=self.bit,
+                    missed=self.missed, **self.detail)
+
+
+class Workload:
+    """The cluster, its workers, its nemeses and its history. Use as a context manager:
+    __exit__ tears everything down even when a check failed."""
+
+    def __init__(self, workers_per_sidecar=4, netns=False, seed=None, think_ms=0,
+                 log=None, hard_seconds=3600, fast_clock_b=None):
+        self.seed = seed if seed is not None else random.randrange(1 << 30)
+        self.rng = random.Random(self.seed)
+        self.workers_per_sidecar = workers_per_sidecar
+        self.want_netns = netns
+        self.think_ms = think_ms
+        self.history = []
+        self.faults = []
+        self.stop = threading.Event()
+        self.hard_deadline = now() + hard_seconds
+        self.arms = []
+        self.arm_lock = threading.Lock()
+        self.solo = None             # when set, every other worker parks before its acquire
+        self.gate = threading.Event()
+        self.gate.set()
+        self.log = log or (lambda s: None)
+        self.fast_clock_b = fast_clock_b
+        self.netns = None
+        self.redis = None
+        self.sidecars = []
+        self.workers = []
+        self.tmp = tempfile.mkdtemp(prefix="fg-safety-")
+        self.final = None
+
+    # -- set-up and tear-down --
+
+    def __enter__(self):
+        try:
+            self.setup()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.teardown()
+        return False
+
+    def setup(self):
+        binds = ["127.0.0.1"]
+        if self.want_netns:
+            self.netns = NetNS().create()
+            binds.append(self.netns.host_ip)
+        self.redis = AofRedis(binds)
+        self.redis.start()
+        cfg = os.path.join(self.tmp, "protect.yaml")
+        with open(cfg, "w") as f:
+            f.write(PROTECT)
+        # a: protect rule counter* -> L (in the namespace when there is one); b: one-lock rule.
+        a = Sidecar(self, "a", config=cfg, netns=self.netns)
+        b = Sidecar(self, "b")
+        self.sidecars = [a, b]
+        a.start()
+        b.start(faketime=self.fast_clock_b)
+        for s in self.sidecars:
+            s.wait_ready()
+        for s in self.sidecars:
+            for i in range(self.workers_per_sidecar):
+                norenew, txn = ROLES[i % len(ROLES)]
+                self.workers.append(Worker(self, "%s%d%s%s" % (s.name, i, "n" if norenew else "",
+                                                             "t" if txn else ""),
+                                           s, norenew=norenew, txn=txn))
+
+    def start_workers(self):
+        for w in self.workers:
+            w.start()
+
+    def heal_all(self):
+        if self.netns:
+            self.netns.heal()
+        if self.redis:
+            self.redis.resume()
+        for s in self.sidecars:
+            s.thaw()
+
+    def teardown(self):
+        self.stop.set()
+        with self.arm_lock:
+            for a in self.arms:
+                a.go.set()
+            self.arms = []
+        try:
+            self.heal_all()
+        except Exception:  # noqa: BLE001 - keep tearing down
+            pass
+        for w in self.workers:
+            if w.is_alive():
+                w.join(3)
+            if w.is_alive() and w.conn is not None:
+                w.conn.abort()
+                w.join(5)
+        for s in self.sidecars:
+            try:
+                s.cleanup()
+            except Exception:  # noqa: BLE001
+                pass
+        if self.redis:
+            self.redis.cleanup()
+        if self.netns:
+            self.netns.destroy()
+        import shutil
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def finish(self):
+        """Stops the workers and the sidecars (SIGTERM: replies drain), then reads the final
+        state straight from Redis."""
+        self.stop.set()
+        self.heal_all()
+        for w in self.workers:
+            w.join(CALL_TIMEOUT + 5)
+            if w.is_alive() and w.conn is not None:
+                w.conn.abort()
+                w.join(5)
+        stuck = [w.wid for w in self.workers if w.is_alive()]
+        for s in self.sidecars:
+            s.stop()
+        time.sleep(0.2)
+        c = self.redis.client()
+        try:
+            counter = c.get(COUNTER)
+            log = c.lrange(LOG, 0, -1)
+            hwm = c.get("fencegate:hwm:{%s}" % LOCK)
+            tok = c.get("fencegate:token:{%s}" % LOCK)
+        finally:
+            c.close()
+        self.final = dict(counter=int(counter or 0), log=[x.decode() for x in log],
+                          hwm=int(hwm or 0), token_counter=int(tok or 0), stuck_workers=stuck)
+        return self.final
+
+    # -- arms --
+
+    def post_arm(self, arm):
+        with self.arm_lock:
+            self.arms.append(arm)
+
+    def take_arm(self, worker):
+        with self.arm_lock:
+            for i, a in enumerate(self.arms):
+                if a.sidecar is worker.sidecar and (a.norenew is None or
+                                                    a.norenew == worker.norenew) and \
+                        (a.only is None or a.only is worker):
+                    return self.arms.pop(i)
+        return None
+
+    def cancel_arm(self, arm):
+        """True when the arm was still waiting (now withdrawn); False when a worker took it."""
+        with self.arm_lock:
+            if arm in self.arms:
+                self.arms.remove(arm)
+                return True
+        return False
+
+    def wait_reached(self, arm, timeout=8.0):
+        if arm.reached.wait(timeout):
+            return True
+        if self.cancel_arm(arm):
+            return False
+        return arm.reached.wait(5.0)
+
+    def acked_since(self, t):
+        return sum(1 for e in self.history if e["op"] == "set" and e["out"] == "ok"
+                   and e["t0"] >= t)
+
+    # -- nemeses --
+
+    def nem_freeze(self, target):
+        """SIGSTOP the sidecar while its worker is between GET and SET (or before EXEC), let the
+        worker send its SET (EXEC) into the frozen sidecar, keep it frozen 2-3 leases, SIGCONT.
+        The write must be refused: the lease ran out while frozen. In 30% of the faults every
+        other worker is parked, so no one takes the lock meanwhile and the mark does not move."""
+        f = Fault("freeze", target.name)
+        a = Arm("rendezvous", target)
+        solo = self.rng.random() < 0.3
+        try:
+            if solo:
+                self.go_solo(a, [w for w in self.workers if w.sidecar is target])
+            self.post_arm(a)
+            if not self.wait_reached(a):
+                f.missed = True
+                return f
+            target.freeze()
+            t_frozen = now()
+            a.go.set()
+            dur = self.rng.uniform(2.0, 3.0) * SESSION_TTL_MS / 1000.0
+            time.sleep(dur)
+            target.thaw()
+            a.done.wait(CALL_TIMEOUT + 5)
+        finally:
+            a.go.set()
+            self.end_solo()
+        f.detail.update(frozen_s=round(now() - t_frozen, 3), set=a.set_outcome, solo=solo,
+                        worker=a.worker.wid if a.worker else None)
+        if a.set_event is not None:
+            a.set_event["must_refuse"] = "sent into a sidecar frozen %.2f s (lease %d ms)" % (
+                dur, SESSION_TTL_MS)
+        f.bit = a.set_outcome in REFUSED
+        return f
+
+    def nem_stall(self, target):
+        """A NORENEW worker (TTL 500) stalls before its write (between GET and SET, or between
+        queueing MULTI ... and EXEC) for 450..650 ms (near the lease's end, where the backend
+        may not have handed the lock to anyone yet) or 500..900 ms (surely past it)."""
+        f = Fault("stall", target.name)
+        if self.rng.random() < 0.5:
+            ms = self.rng.uniform(NORENEW_TTL_MS - 50, NORENEW_TTL_MS + 150)
+        else:
+            ms = self.rng.uniform(NORENEW_TTL_MS, NORENEW_TTL_MS + 400)
+        a = Arm("sleep", target, seconds=ms / 1000.0, norenew=True)
+        solo = self.rng.random() < 0.4
+        if solo:
+            self.go_solo(a, [w for w in self.workers if w.sidecar is target and w.norenew])
+        try:
+            self.post_arm(a)
+            ok = self.wait_reached_done(a)
+        finally:
+            self.end_solo()
+        if not ok:
+            f.missed = True
+            return f
+        f.detail.update(stall_s=round(a.seconds, 3), set=a.set_outcome, solo=solo,
+                        worker=a.worker.wid if a.worker else None)
+        f.bit = a.set_outcome in REFUSED
+        return f
+
+    def go_solo(self, arm, candidates):
+        """Parks every worker but one (picked from candidates) before its next acquire, so that
+        nobody contends for the lock: when the lease ends the backend hands the lock to no one,
+        and only the sidecar's own lease accounting can refuse the late write."""
+        arm.only = self.rng.choice(candidates)
+        self.solo = arm.only
+        self.gate.clear()
+        others = [w for w in self.workers if w is not arm.only]
+        deadline = now() + WAIT_MS / 1000.0 + 3
+        while now() < deadline and not all(w.parked or not w.is_alive() for w in others):
+            time.sleep(0.02)
+
+    def end_solo(self):
+        self.solo = None
+        self.gate.set()
+
+    def wait_reached_done(self, a, timeout=8.0):
+        deadline = now() + timeout
+        while not a.done.is_set():
+            if a.worker is None and now() >= deadline:
+                if self.cancel_arm(a):
+                    return False
+            if now() >= deadline + CALL_TIMEOUT + 5:
+                return False
+            a.done.wait(0.05)
+        return True
+
+    def nem_kill_sidecar(self, target):
+        """kill -9 the sidecar right after its worker sent the SET (0..3 ms later, so the write is
+        in flight: before, inside or after Redis), then start it again on the same ports."""
+        f = Fault("kill-sidecar", target.name)
+        a = Arm("rendezvous", target)
+        self.post_arm(a)
+        if not self.wait_reached(a):
+            f.missed = True
+            return f
+        a.go.set()
+        a.sent.wait(5)
+        spin(self.rng.uniform(0, 0.0015))
+        target.kill()
+        t_kill = now()
+        time.sleep(self.rng.uniform(0.05, 0.4))
+        target.start(faketime=target.faketime)
+        target.wait_ready()
+        a.done.wait(CALL_TIMEOUT + 5)
+        f.detail.update(set=a.set_outcome, down_s=round(now() - t_kill, 3))
+        # It bit when the kill caught the write in flight: the worker cannot know its outcome.
+        f.bit = a.set_outcome in ("unknown", "failed")
+        return f
+
+    def nem_kill_redis(self, target=None):
+        """kill -9 Redis right after a worker sent its SET, restart it on the same port 0.2..1 s
+        later (AOF with fsync always: acknowledged writes, tokens and marks survive)."""
+        f = Fault("kill-redis", "redis")
+        sc = target or self.rng.choice(self.sidecars)
+        a = Arm("rendezvous", sc)
+        self.post_arm(a)
+        if not self.wait_reached(a):
+            f.missed = True
+            return f
+        a.go.set()
+        a.sent.wait(5)
+        spin(self.rng.uniform(0, 0.0015))
+        self.redis.kill()
+        t_kill = now()
+        time.sleep(self.rng.uniform(0.2, 1.0))
+        self.redis.start()
+        a.done.wait(CALL_TIMEOUT + 5)
+        f.detail.update(set=a.set_outcome, down_s=round(now() - t_kill, 3))
+        f.t_down = (t_kill, now())
+        bad = [e for e in self.history[-2000:] if e["t1"] >= t_kill and
+               e["out"] in ("unknown", "failed")]
+        f.bit = bool(bad)
+        f.detail["failed_or_unknown_during_outage"] = len(bad)
+        return f
+
+    def nem_partition(self, target=None):
+        """Cut the namespaced sidecar off from Redis (iptables DROP on Redis's port, both ways)
+        right after its worker got to the SET, for 2.5..4 leases, then heal. The SET is sent into
+        the cut link and reaches Redis by TCP retransmission after the heal, when another holder
+        has the lock: it must be refused."""
+        target = target or self.sidecars[0]
+        if not self.netns or target.netns is None:
+            return self.nem_pause_redis(target)
+        f = Fault("partition", target.name)
+        a = Arm("rendezvous", target)
+        self.post_arm(a)
+        if not self.wait_reached(a):
+            f.missed = True
+            return f
+        self.netns.cut(self.redis.port)
+        a.go.set()
+        dur = self.rng.uniform(2.5, 4.0) * SESSION_TTL_MS / 1000.0
+        time.sleep(dur)
+        self.netns.heal()
+        a.done.wait(CALL_TIMEOUT + 5)
+        f.detail.update(cut_s=round(dur, 3), set=a.set_outcome)
+        f.bit = a.set_outcome in REFUSED
+        return f
+
+    def nem_pause_redis(self, target=None):
+        """The fallback partition without a network namespace: SIGSTOP Redis for 2.5..4 leases
+        while a worker's SET is in flight. Nobody can take the lock while Redis is stopped, so this
+        bites only when another holder's acquire gets in before the SET once Redis resumes."""
+        f = Fault("pause-redis", "redis")
+        sc = target or self.rng.choice(self.sidecars)
+        a = Arm("rendezvous", sc)
+        self.post_arm(a)
+        if not self.wait_reached(a):
+            f.missed = True
+            return f
+        self.redis.pause()
+        a.go.set()
+        dur = self.rng.uniform(2.5, 4.0) * SESSION_TTL_MS / 1000.0
+        time.sleep(dur)
+        self.redis.resume()
+        a.done.wait(CALL_TIMEOUT + 5)
+        f.detail.update(paused_s=round(dur, 3), set=a.set_outcome)
+        f.bit = a.set_outcome in REFUSED
+        return f
+
+    def nem_clock(self, target=None):
+        """Restart a sidecar under libfaketime with its clock slowed to x0.2..x0.3 and shifted by
+        -60..+60 s (CLOCK_MONOTONIC faked too), let one of its renewing workers take 0.6..1.2 s
+        between GET and SET, then restart it with the real clock. At that rate renewals come
+        every ~0.8 s for a 0.6 s lease while the sidecar believes its lease is still valid, so the
+        other sidecar takes the lock and the slow write must be refused by the fence."""
+        target = target or self.sidecars[0]
+        f = Fault("clock", target.name)
+        if not FAKETIME_LIBS:
+            f.missed = True
+            f.detail["why"] = "libfaketime not installed"
+            return f
+        rate = self.rng.uniform(0.2, 0.3)
+        spec = "%+ds x%.2f" % (self.rng.randint(-60, 60), rate)
+        keep = target.faketime
+        target.stop()
+        target.start(faketime=spec)
+        target.wait_ready()
+        a = Arm("sleep", target, seconds=self.rng.uniform(0.6, 1.2), norenew=False)
+        self.post_arm(a)
+        ok = self.wait_reached_done(a)
+        target.stop()
+        target.start(faketime=keep)
+        target.wait_ready()
+        f.detail.update(faketime=spec, work_s=round(a.seconds, 3), set=a.set_outcome)
+        if not ok:
+            f.missed = True
+            return f
+        f.bit = a.set_outcome in REFUSED
+        return f
+
+    def inject(self, kind):
+        """Runs one fault of `kind` (a NEMESES key) against a sidecar picked at random."""
+        target = self.rng.choice(self.sidecars)
+        if kind == "freeze":
+            f = self.nem_freeze(target)
+        elif kind == "stall":
+            f = self.nem_stall(target)
+        elif kind == "kill-sidecar":
+            f = self.nem_kill_sidecar(target)
+        elif kind == "kill-redis":
+            f = self.nem_kill_redis()
+        elif kind == "partition":
+            f = self.nem_partition()
+        elif kind == "clock":
+            f = self.nem_clock(target)
+        else:
+            raise ValueError("unknown nemesis %r" % kind)
+        f.t1 = now()
+        self.faults.append(f)
+        self.log("fault %-12s %-5s bit=%-5s %s" % (f.kind, f.target, f.bit, f.detail
+                                                    if not f.missed else "MISSED"))
+        return f
+
+    def run(self, schedule, seconds=None, faults=None, settle=1.5):
+        """Starts the workers and injects faults from `schedule` (a function i -> kind) until
+        `seconds` pass or `faults` were injected, with 0.2..0.8 s of quiet between two. Then lets
+        the workload run `settle` seconds without faults (recovery), and finishes."""
+        self.start_workers()
+        t_end = now() + seconds if seconds else self.hard_deadline
+        time.sleep(0.5)
+        i = 0
+        while now() < t_end and now() < self.hard_deadline and (faults is None or i < faults):
+            self.inject(schedule(i))
+            i += 1
+            time.sleep(self.rng.uniform(0.2, 0.8))
+        self.t_quiet = now()
+        deadline = now() + settle + 10
+        time.sleep(settle)
+        while self.acked_since(self.t_quiet) == 0 and now() < deadline:
+            time.sleep(0.1)
+        self.finish()
+        return check(self)
+
+
+NEMESES = ("freeze", "stall", "kill-sidecar", "kill-redis", "clock", "partition")
+
+
+def schedule_for(name, rng, netns=True):
+    """i -> nemesis kind. Kill nemeses alternate with a worker stall: a killed sidecar or Redis
+    takes the connection of the writer with it, so nothing stale is left to send; the stalls keep
+    the fence exercised in those runs too. So does the partition without a network namespace
+    (a Redis SIGSTOP, which seldom lets another holder in before the stopped write)."""
+    if name == "mixed":
+        return lambda i: rng.choice(NEMESES)
+    if name in ("kill-sidecar", "kill-redis") or (name == "partition" and not netns):
+        return lambda i: name if i % 2 == 0 else "stall"
+    return lambda i: name
+
+
+# ---- the checker ----------------------------------------------------------------------------
+
+def check(wl):
+    """Checks the history against the final state; returns a result dict with 'violations' (a
+    list of strings, empty when every property holds) and the scorecard figures."""
+    H = wl.history
+    fin = wl.final
+    V = []
+
+    writes = [e for e in H if e["op"] in ("set", "rpush")]
+    sets = [e for e in H if e["op"] == "set"]
+    pushes = [e for e in H if e["op"] == "rpush"]
+    grants = [e for e in H if e["op"] == "acquire" and e["out"] == "ok"]
+
+    # 1. counter
+    F = fin["counter"]
+    ack_vals = collections.Counter(e["value"] for e in sets if e["out"] == "ok")
+    unk_vals = set(e["value"] for e in sets if e["out"] in ("unknown", "error"))
+    n_ack = sum(ack_vals.values())
+    n_unk = sum(1 for e in sets if e["out"] in ("unknown", "error"))
+    for v, n in ack_vals.items():
+        if n > 1:
+            V.append("[safety] lost update: %d acknowledged SETs wrote counter=%d" % (n, v))
+        if v > F:
+            V.append("[safety] acknowledged SET counter=%d is above the final counter %d" % (v, F))
+    missing = [v for v in range(1, F + 1) if v not in ack_vals and v not in unk_vals]
+    if missing:
+        V.append("[safety] counter values written by no acknowledged or in-doubt SET (a "
+                 "refused write applied?): %s" % missing[:20])
+    if not (n_ack <= F <= n_ack + n_unk):
+        V.append("[safety] final counter %d outside [acknowledged %d, acknowledged + unknown "
+                 "%d]" % (F, n_ack, n_ack + n_unk))
+
+    # 2. log
+    attempts = {}
+    for e in pushes:
+        attempts.setdefault("%d:%d" % (e["token"], e["value"]), []).append(e["out"])
+    seen = collections.Counter(fin["log"])
+    prev_t = prev_v = -1
+    for i, entry in enumerate(fin["log"]):
+        try:
+            t, v = (int(x) for x in entry.split(":"))
+        except ValueError:
+            V.append("[safety] log entry %d is not token:value: %r" % (i, entry))
+            continue
+        if t < prev_t:
+            V.append("[safety] log goes backwards at %d: token %d after %d" % (i, t, prev_t))
+        if v <= prev_v:
+            V.append("[safety] log values not increasing at %d: %d after %d" % (i, v, prev_v))
+        prev_t, prev_v = max(prev_t, t), max(prev_v, v)
+        outs = attempts.get(entry)
+        if outs is None:
+            V.append("[safety] log entry %r was never pushed (phantom)" % entry)
+        elif not any(o in ("ok", "unknown", "error") for o in outs):
+            V.append("[safety] log entry %r is in Redis although its RPUSH was refused (%s)" % (
+                entry, ",".join(outs)))
+    for entry, n in seen.items():
+        if n > 1:
+            V.append("[safety] log entry %r appears %d times" % (entry, n))
+    p_ack = sum(1 for e in pushes if e["out"] == "ok")
+    p_unk = sum(1 for e in pushes if e["out"] in ("unknown", "error"))
+    for e in pushes:
+        if e["out"] == "ok" and "%d:%d" % (e["token"], e["value"]) not in seen:
+            V.append("[safety] acknowledged RPUSH %d:%d is missing from the log" % (e["token"],
+                                                                           e["value"]))
+    if not (p_ack <= len(fin["log"]) <= p_ack + p_unk):
+        V.append("[safety] log length %d outside [acknowledged %d, acknowledged + unknown %d]" % (
+            len(fin["log"]), p_ack, p_ack + p_unk))
+
+    # 2b. a transaction's SET and RPUSH are applied together or not at all
+    writers = collections.defaultdict(list)   # value -> SETs that may have written it
+    for e in sets:
+        if e["out"] in ("ok", "unknown", "error"):
+            writers[e["value"]].append(e)
+    for e in sets:
+        if not e.get("txn") or e["out"] not in ("unknown", "error"):
+            continue
+        pushed = "%d:%d" % (e["token"], e["value"]) in seen
+        others = [x for x in writers[e["value"]] if x is not e]
+        if not pushed and e["value"] <= F and not others:
+            V.append("[safety] transaction %d:%d half applied: counter=%d written, its RPUSH "
+                     "missing" % (e["token"], e["value"], e["value"]))
+        if pushed and e["value"] > F:
+            V.append("[safety] transaction %d:%d half applied: RPUSH in the log, counter %d "
+                     "below it" % (e["token"], e["value"], F))
+
+    # 3. tokens
+    toks = collections.Counter(e["token"] for e in grants)
+    for t, n in toks.items():
+        if n > 1:
+            V.append("[safety] token %d granted %d times" % (t, n))
+    by_end = sorted(grants, key=lambda e: e["t1"])
+    j, best = 0, None
+    for g in sorted(grants, key=lambda e: e["t0"]):
+        while j < len(by_end) and by_end[j]["t1"] < g["t0"]:
+            if best is None or by_end[j]["token"] > best["token"]:
+                best = by_end[j]
+            j += 1
+        if best is not None and g["token"] <= best["token"]:
+            V.append("[safety] token order: %s got %d at %.3f after %s got %d (completed %.3f)" % (
+                g["w"], g["token"], g["t0"], best["w"], best["token"], best["t1"]))
+    if grants and fin["hwm"] < max(toks):
+        V.append("[safety] final high-water mark %d below the largest token granted %d" % (
+            fin["hwm"], max(toks)))
+
+    # 4. reads never go below an acknowledged write
+    acked = sorted((e for e in sets if e["out"] == "ok"), key=lambda e: e["t1"])
+    j, hi = 0, 0
+    for g in sorted((e for e in H if e["op"] == "get" and e["out"] == "ok"),
+                    key=lambda e: e["t0"]):
+        while j < len(acked) and acked[j]["t1"] < g["t0"]:
+            hi = max(hi, acked[j]["value"])
+            j += 1
+        if g["value"] < hi:
+            V.append("[safety] %s read counter=%d at %.3f after SET %d was acknowledged" % (
+                g["w"], g["value"], g["t0"], hi))
+
+    # 5. leases
+    last_grant = {}
+    for e in sorted(H, key=lambda e: e["t0"]):
+        if e["op"] == "acquire" and e["out"] == "ok":
+            last_grant[e["w"]] = e
+        elif e["op"] in ("set", "rpush") and e["out"] == "ok":
+            g = last_grant.get(e["w"])
+            if g and g["norenew"] and g["token"] == e["token"] and \
+                    e["t0"] > g["t1"] + NORENEW_TTL_MS / 1000.0 + 0.005:
+                V.append("[contract] %s %s (token %d) sent %.0f ms after its NORENEW %d ms lease "
+                         "was granted, and acknowledged" % (e["w"], e["op"], e["token"],
+                                                        (e["t0"] - g["t1"]) * 1000,
+                                                        NORENEW_TTL_MS))
+            if e.get("must_refuse"):
+                V.append("[contract] %s %s (token %d) acknowledged although %s" % (
+                    e["w"], e["op"], e["token"], e["must_refuse"]))
+
+    # 6. liveness: nothing legitimately waits CALL_TIMEOUT for a reply
+    for e in H:
+        if e.get("msg") and "timed out" in e["msg"]:
+            V.append("[liveness] %s %s (token %s) got no reply within %.0f s (sent at %.3f)" % (
+                e["w"], e["op"], e.get("token"), CALL_TIMEOUT, e["t0"]))
+
+    outs = collections.Counter(e["out"] for e in writes)
+    faults = [f for f in wl.faults if not f.missed]
+    by_kind = collections.defaultdict(lambda: [0, 0, 0])
+    for f in wl.faults:
+        k = by_kind[f.kind]
+        k[0 if not f.missed else 2] += 1
+        k[1] += 1 if f.bit else 0
+    res = dict(
+        seed=wl.seed,
+        faults=len(faults),
+        faults_missed=len(wl.faults) - len(faults),
+        by_kind={k: dict(injected=v[0], bit=v[1], missed=v[2]) for k, v in by_kind.items()},
+        grants=len(grants),
+        acquire_outcomes=dict(collections.Counter(e["out"] for e in H if e["op"] == "acquire")),
+        writes_attempted=len(writes),
+        acknowledged=outs["ok"],
+        refused=outs["stale"] + outs["locklost"],
+        stale=outs["stale"],
+        locklost=outs["locklost"],
+        unknown=outs["unknown"] + outs["error"],
+        failed=outs["failed"] + outs["nolock"],
+        unexpected_errors=sorted(set(e["msg"] for e in writes if e["out"] == "error"))[:5],
+        final_counter=F,
+        log_length=len(fin["log"]),
+        hwm=fin["hwm"],
+        redis_starts=wl.redis.starts,
+        sidecar_starts={s.name: len(s.incarnations) for s in wl.sidecars},
+        stuck_workers=fin["stuck_workers"],
+        acked_after_last_fault=wl.acked_since(getattr(wl, "t_quiet", now())),
+        violations=V,
+    )
+    return res
+
+
+def scorecard(res):
+    lines = [
+        "fencegate safety scorecard (seed %d)" % res["seed"],
+        "  faults injected      %d (missed %d)" % (res["faults"], res["faults_missed"]),
+    ]
+    for k, v in sorted(res["by_kind"].items()):
+        lines.append("    %-18s %4d injected, %4d bit, %d missed" % (k, v["injected"], v["bit"],
+                                                                      v["missed"]))
+    lines += [
+        "  locks granted        %d  %s" % (res["grants"], res["acquire_outcomes"]),
+        "  writes attempted     %d" % res["writes_attempted"],
+        "    acknowledged       %d" % res["acknowledged"],
+        "    refused            %d (STALE %d, LOCKLOST %d)" % (res["refused"], res["stale"],
+                                                              res["locklost"]),
+        "    unknown            %d" % res["unknown"],
+        "    failed (not sent)  %d" % res["failed"],
+        "  final counter %d, log length %d, high-water mark %d; redis started %d times, "
+        "sidecars %s" % (res["final_counter"], res["log_length"], res["hwm"],
+                         res["redis_starts"], res["sidecar_starts"]),
+        "  acknowledged after the last fault: %d" % res["acked_after_last_fault"],
+        "  violations           %d" % len(res["violations"]),
+    ]
+    for v in res["violations"][:30]:
+        lines.append("    ! " + v)
+    if res["unexpected_errors"]:
+        lines.append("  unexpected error replies: %s" % res["unexpected_errors"])
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="fencegate safety workload")
+    ap.add_argument("--nemesis", default="mixed", choices=list(NEMESES) + ["mixed"])
+    ap.add_argument("--faults", type=int, default=200, help="stop after this many faults")
+    ap.add_argument("--seconds", type=float, default=None, help="or after this many seconds")
+    ap.add_argument("--workers", type=int, default=4, help="workers per sidecar")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--no-netns", action="store_true",
+                    help="do not use a network namespace (partition = SIGSTOP Redis)")
+    ap.add_argument("--history", help="write the history (JSON lines) and result here")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    # SIGTERM unwinds like ^C, so the finally blocks stop every server and delete the namespace.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    netns_why = None if args.no_netns else NetNS.reason_unavailable()
+    use_netns = not args.no_netns and netns_why is None
+    if not args.no_netns and netns_why:
+        print("no network namespace (%s): partitions are Redis SIGSTOPs" % netns_why)
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
+    cap = args.seconds or max(600, args.faults * 20)
+    rng = random.Random(args.seed)
+    with Workload(workers_per_sidecar=args.workers, netns=use_netns, seed=args.seed, log=log,
+                  hard_seconds=cap + 120) as wl:
+        res = wl.run(schedule_for(args.nemesis, rng, use_netns), seconds=cap,
+                     faults=args.faults)
+        if args.history:
+            with open(args.history, "w") as f:
+                for e in wl.history:
+                    f.write(json.dumps(e) + "\n")
+                f.write(json.dumps(dict(result=res, faults=[x.as_dict() for x in wl.faults],
+                                        final=wl.final)) + "\n")
+        if res["violations"]:
+            for s in wl.sidecars:
+                print(s.log_tail(40))
+    print(scorecard(res))
+    return 1 if res["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
