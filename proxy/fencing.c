@@ -23,7 +23,8 @@
 #include "upstream.h"
 
 #define FENCING_STACK_ARGS 64
-#define FENCING_MAX_KEYS   4096 /* keys of one write we look at; more is refused */
+#define FENCING_MAX_KEYS   4096  /* keys of one write we look at; more is refused */
+#define FENCING_MAX_HELD   10000 /* locks one connection may hold (cost grows with the count) */
 
 /* When each lock of a connection was granted, for the hold-time histogram. */
 struct fencing_held {
@@ -233,6 +234,13 @@ static void fencing_acquire(struct client *c, const char *m, const struct resp_r
                            (int)(ALEN(i) > 64 ? 64 : ALEN(i)), ARG(i));
             return;
         }
+    }
+    if (c->sess && lock_count(c->sess) >= FENCING_MAX_HELD) {
+        cl_reply_error(c,
+                       "ERR this connection holds %d locks, the most one session may hold; "
+                       "release some first",
+                       FENCING_MAX_HELD);
+        return;
     }
     if (fencing_session(c) < 0 || !(a = malloc(sizeof(*a) + ALEN(1) + 1))) {
         c->dead = 1;

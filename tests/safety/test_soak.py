@@ -623,6 +623,11 @@ class Limits(FgTestCase):
             self.assertEqual(seen, tokens, what)
         check_locks("right after acquiring")
         self.assertLess(rss1 - rss0, 16 * 1024 + 2 * n, "more than ~2 KiB per lock")
+        if n >= 10000:  # the most one session may hold: one more is refused, nothing else changes
+            c.send(encode("FENCE.ACQUIRE", "one-too-many"))
+            r = c.read_reply(timeout=30)
+            self.assertIsInstance(r, harness.Err, r)
+            self.assertIn("the most one session may hold", r)
         # Held past a whole lease: all of them are renewed (in one round trip per tick).
         deadline = time.monotonic() + ttl * 1.5 / 1000
         worst = 0.0
