@@ -1,0 +1,66 @@
+# lib.sh — what the benchmark scripts share: process cleanup, free ports, readiness waits.
+# Sourced after TMPDIR_BENCH is set; uses the caller's die() and START_TIMEOUT.
+# shellcheck shell=bash
+PIDS=()            # every process we started, stopped by cleanup()
+
+# shellcheck disable=SC2317  # invoked via trap
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    # bounded wait (2 s), then SIGKILL
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf -- "$TMPDIR_BENCH"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# N distinct free TCP ports on 127.0.0.1 (all held open until all are chosen).
+free_ports() {
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+}
+
+show_log() {  # show_log NAME FILE
+  echo "---- last lines of $1 log ($2) ----" >&2
+  tail -n 20 "$2" >&2 2>/dev/null || true
+}
+
+# wait_ready NAME PID LOG CMD...  : poll CMD until it succeeds; fail if PID dies or time runs out.
+wait_ready() {
+  local name=$1 pid=$2 logf=$3; shift 3
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      show_log "$name" "$logf"; die "$name exited during start-up"
+    fi
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      show_log "$name" "$logf"; die "$name not ready after ${START_TIMEOUT}s"
+    fi
+    sleep 0.1
+  done
+}
+
+# shellcheck disable=SC2317  # invoked via wait_ready
+redis_ping() { [ "$(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = "PONG" ]; }
+# shellcheck disable=SC2317  # invoked via wait_ready
+http_ready() { [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$1/readyz")" = "200" ]; }
