@@ -344,8 +344,9 @@ static void fencing_locks_one(void *arg, const char *name, size_t len, int state
         o->failed = 1;
         return;
     }
-    n = snprintf(head, sizeof(head), "\r\n:%" PRIu64 "\r\n:%lld\r\n$%d\r\n%s\r\n", token,
-                 state == 1 ? remaining_ms : 0, state == 1 ? 4 : 4, state == 1 ? "held" : "lost");
+    /* "held" and "lost" are both 4 bytes long. */
+    n = snprintf(head, sizeof(head), "\r\n:%" PRIu64 "\r\n:%lld\r\n$4\r\n%s\r\n", token,
+                 state == 1 ? remaining_ms : 0, state == 1 ? "held" : "lost");
     if (buf_append(&o->b, head, (size_t)n) != FG_OK)
         o->failed = 1;
     o->n++;
@@ -386,7 +387,6 @@ enum req_action fencing_command(struct client *c, const char *m, const struct re
     if (!name_is(name, nlen, "fence.acquire") && !name_is(name, nlen, "fence.release") &&
         !name_is(name, nlen, "fence.token") && !name_is(name, nlen, "fence.locks"))
         return REQ_FORWARD;
-    metrics_inc(&fg_metrics, M_COMMANDS_LOCAL, 0);
     if (c->in_multi) {
         cl_reply_error(c, "ERR %.*s cannot be used inside MULTI", (int)nlen, name);
         return REQ_SKIP;
