@@ -26,6 +26,8 @@
 #define HTTP_TIMEOUT_S   30
 
 #define HTTP_LOCKS_PREFIX  "/v1/locks"
+#define HTTP_STORES_PREFIX "/v1/stores/"
+#define HTTP_MAX_ROUTES    8
 #define HTTP_BUSY_RETRY_MS 25
 
 /* A lock the sidecar's session holds for HTTP clients: its lease and when it was granted. */
@@ -61,6 +63,18 @@ struct http_api {
     struct http_grant *grants;
     struct http_acquire *pending;
     int stopping; /* SIGTERM: no new acquisitions */
+    struct {
+        int kind; /* enum cfg_url_kind */
+        char verb[16];
+        http_store_handler fn;
+        void *arg;
+    } route[HTTP_MAX_ROUTES];
+    int nroutes;
+    struct {
+        http_ready_check fn;
+        void *arg;
+    } ready[HTTP_MAX_ROUTES];
+    int nready;
 };
 
 /* Sends a JSON body with the given status. body must be a complete JSON document. */
@@ -80,7 +94,7 @@ static void http_json(struct evhttp_request *req, int code, const char *reason, 
 }
 
 /* Writes s into out as a JSON string body (quotes and control bytes escaped). */
-static void json_escape(char *out, size_t cap, const char *s)
+void http_json_escape(char *out, size_t cap, const char *s)
 {
     size_t o = 0;
 
@@ -110,7 +124,7 @@ static void http_readyz(struct http_api *h, struct evhttp_request *req)
         return;
     }
     if (!upstream_is_up(h->up)) {
-        json_escape(why, sizeof(why), upstream_error(h->up));
+        http_json_escape(why, sizeof(why), upstream_error(h->up));
         snprintf(body, sizeof(body),
                  "{\"error\":\"unavailable\",\"message\":\"upstream %s is unreachable: %s\"}",
                  upstream_name(h->up), why);
@@ -122,6 +136,13 @@ static void http_readyz(struct http_api *h, struct evhttp_request *req)
                   "{\"error\":\"unavailable\",\"message\":\"the lock backend is not "
                   "connected\"}");
         return;
+    }
+    for (int i = 0; i < h->nready; i++) {
+        const char *no = h->ready[i].fn(h->ready[i].arg);
+        if (no) {
+            http_reply_error(req, 503, "unavailable", no);
+            return;
+        }
     }
     snprintf(body, sizeof(body), "{\"status\":\"ready\",\"upstream\":\"%s\"}",
              upstream_name(h->up));
@@ -182,7 +203,7 @@ static void http_error(struct evhttp_request *req, int status, const char *reaso
 {
     char body[1200], esc[1024];
 
-    json_escape(esc, sizeof(esc), msg);
+    http_json_escape(esc, sizeof(esc), msg);
     snprintf(body, sizeof(body), "{\"error\":\"%s\",\"message\":\"%s\"}", code, esc);
     http_json(req, status, reason, body);
 }
@@ -286,7 +307,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
             g->next = h->grants;
             h->grants = g;
         }
-        json_escape(esc, sizeof(esc), a->name);
+        http_json_escape(esc, sizeof(esc), a->name);
         snprintf(body, sizeof(body), "{\"name\":\"%s\",\"token\":%" PRIu64 ",\"ttl_ms\":%lld}", esc,
                  token, ttl);
         http_json(a->req, 200, "OK", body);
@@ -407,7 +428,7 @@ static void http_on_deleted(void *arg, int status, const char *msg)
         log_warn("http release of %s: %s (the lease will run out by itself)", a->name,
                  msg ? msg : "backend error");
     if (a->req) {
-        json_escape(esc, sizeof(esc), a->name);
+        http_json_escape(esc, sizeof(esc), a->name);
         snprintf(body, sizeof(body), "{\"name\":\"%s\",\"released\":true,\"token\":%" PRIu64 "}",
                  esc, a->token);
         http_json(a->req, 200, "OK", body);
@@ -428,7 +449,7 @@ static void http_lock_delete(struct http_api *h, struct evhttp_request *req, con
     int st = h->sess ? lock_state(h->sess, name, len, &token, &rem) : 0;
     struct http_acquire *a;
 
-    json_escape(esc, sizeof(esc), name);
+    http_json_escape(esc, sizeof(esc), name);
     if (st == 1 && want && strtoull(want, NULL, 10) != token) {
         snprintf(body, sizeof(body),
                  "{\"error\":\"token_mismatch\",\"message\":\"lock %s is held under token %" PRIu64
@@ -474,7 +495,7 @@ static void http_list_one(void *arg, const char *name, size_t len, int state, ui
     char esc[1100], nm[LOCK_MAX_NAME + 1];
 
     snprintf(nm, sizeof(nm), "%.*s", (int)len, name);
-    json_escape(esc, sizeof(esc), nm);
+    http_json_escape(esc, sizeof(esc), nm);
     evbuffer_add_printf(l->b,
                         "%s{\"name\":\"%s\",\"token\":%" PRIu64
                         ",\"ttl_ms\":%lld,\"remaining_ms\":%lld,\"state\":\"%s\"}",
@@ -543,6 +564,76 @@ void http_release_all(struct http_api *h)
     h->sess = NULL;
 }
 
+void http_reply_error(struct evhttp_request *req, int status, const char *code, const char *msg)
+{
+    http_error(req, status, NULL, code, msg);
+}
+
+void http_reply_json(struct evhttp_request *req, int status, const char *body)
+{
+    http_json(req, status, NULL, body);
+}
+
+int http_route_stores(struct http_api *h, int url_kind, const char *verb, http_store_handler fn,
+                      void *arg)
+{
+    if (h->nroutes >= HTTP_MAX_ROUTES || strlen(verb) >= sizeof(h->route[0].verb))
+        return -1;
+    h->route[h->nroutes].kind = url_kind;
+    snprintf(h->route[h->nroutes].verb, sizeof(h->route[0].verb), "%s", verb);
+    h->route[h->nroutes].fn = fn;
+    h->route[h->nroutes].arg = arg;
+    h->nroutes++;
+    return 0;
+}
+
+int http_add_ready_check(struct http_api *h, http_ready_check fn, void *arg)
+{
+    if (h->nready >= HTTP_MAX_ROUTES)
+        return -1;
+    h->ready[h->nready].fn = fn;
+    h->ready[h->nready].arg = arg;
+    h->nready++;
+    return 0;
+}
+
+/* /v1/stores/{store}/{verb}[/...]: finds the store and the handler of its kind. */
+static void http_stores(struct http_api *h, struct evhttp_request *req, const char *path)
+{
+    const char *name = path + strlen(HTTP_STORES_PREFIX), *slash = strchr(name, '/');
+    const char *verb = slash ? slash + 1 : "", *rest;
+    size_t nlen = slash ? (size_t)(slash - name) : strlen(name), vlen;
+    const struct cfg_store *st = NULL;
+    char msg[768];
+
+    for (int i = 0; i < h->cfg->nstores; i++)
+        if (strlen(h->cfg->stores[i].name) == nlen && !memcmp(h->cfg->stores[i].name, name, nlen))
+            st = &h->cfg->stores[i];
+    if (!st) {
+        snprintf(msg, sizeof(msg), "no store named '%.*s' is configured",
+                 (int)(nlen > 200 ? 200 : nlen), name);
+        http_reply_error(req, 404, "unknown_store", msg);
+        return;
+    }
+    rest = strchr(verb, '/');
+    vlen = rest ? (size_t)(rest - verb) : strlen(verb);
+    for (int i = 0; i < h->nroutes; i++) {
+        if (h->route[i].kind == (int)st->url.kind && strlen(h->route[i].verb) == vlen &&
+            !memcmp(h->route[i].verb, verb, vlen)) {
+            h->route[i].fn(h->route[i].arg, st, rest ? rest : "", req,
+                           h->stopping ? NULL : h->sess);
+            return;
+        }
+    }
+    snprintf(msg, sizeof(msg), "store '%s' (%.200s) has no endpoint '%.*s'%s", st->name,
+             st->url.raw, (int)(vlen > 64 ? 64 : vlen), verb,
+             st->url.kind == CFG_URL_POSTGRES ? "; use /v1/stores/{store}/sql"
+             : st->url.kind == CFG_URL_HTTP   ? "; use /v1/stores/{store}/http/{path}"
+                                              : "; Redis stores are written through the RESP "
+                                                "endpoint");
+    http_reply_error(req, 404, "not_found", msg);
+}
+
 static void http_dispatch(struct evhttp_request *req, void *arg)
 {
     struct http_api *h = arg;
@@ -555,6 +646,10 @@ static void http_dispatch(struct evhttp_request *req, void *arg)
     if (!strncmp(path, HTTP_LOCKS_PREFIX, strlen(HTTP_LOCKS_PREFIX)) &&
         (path[strlen(HTTP_LOCKS_PREFIX)] == '/' || path[strlen(HTTP_LOCKS_PREFIX)] == '\0')) {
         http_locks(h, req, path);
+        return;
+    }
+    if (!strncmp(path, HTTP_STORES_PREFIX, strlen(HTTP_STORES_PREFIX))) {
+        http_stores(h, req, path);
         return;
     }
     if (strcmp(path, "/healthz") && strcmp(path, "/readyz") && strcmp(path, "/metrics")) {

@@ -9,11 +9,36 @@ struct cfg;
 struct upstream;
 struct lock_client;
 struct http_api;
+struct evhttp_request;
+struct cfg_store;
+struct lock_session;
 
 /* Binds the HTTP listener from cfg. Locks taken over HTTP belong to one session of `locks`, the
  * sidecar's own. Returns NULL with a reason in err. cfg, up and locks must outlive it. */
 struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
                           struct lock_client *locks, char *err, size_t errlen);
+/* A handler of /v1/stores/{store}/{verb}[/...]: `store` is the store's configuration, `rest` the
+ * decoded-free remainder of the path after "/{verb}" ("" or "/..."), `sess` the sidecar's own lock
+ * session whose locks fence the request (NULL while shutting down). It must answer req, now or
+ * later (see http_reply_error()). */
+typedef void (*http_store_handler)(void *arg, const struct cfg_store *store, const char *rest,
+                                   struct evhttp_request *req, struct lock_session *sess);
+/* Routes /v1/stores/{store}/{verb}... of every store of this URL kind (enum cfg_url_kind) to fn.
+ * Returns 0, or -1 when the routing table is full. */
+int http_route_stores(struct http_api *h, int url_kind, const char *verb, http_store_handler fn,
+                      void *arg);
+/* A readiness check: returns NULL when ready, else why not (shown by /readyz). */
+typedef const char *(*http_ready_check)(void *arg);
+int http_add_ready_check(struct http_api *h, http_ready_check fn, void *arg);
+
+/* Answers req with {"error": code, "message": msg} and the given status. */
+void http_reply_error(struct evhttp_request *req, int status, const char *code, const char *msg);
+/* Answers req with a complete JSON document and the given status. */
+void http_reply_json(struct evhttp_request *req, int status, const char *body);
+/* Writes s into out as the inside of a JSON string (quotes, backslashes, control bytes escaped;
+ * truncated to fit). */
+void http_json_escape(char *out, size_t cap, const char *s);
+
 /* Releases every lock held over HTTP and refuses new ones from now on (on SIGTERM). */
 void http_release_all(struct http_api *h);
 /* Releases the locks, answers pending requests 503 and frees. NULL is a no-op. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fencehooks.h"
 #include "http.h"
 #include "lock.h"
 #include "log.h"
@@ -187,6 +188,7 @@ static int main_exec_injector(char **argv)
 int main(int argc, char **argv)
 {
     static struct cfg cfg;
+    static struct fencehooks hooks;
     struct main_ctx m;
     struct upstream *up;
     struct http_api *http;
@@ -218,11 +220,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "fencegate: upstream: %s\n", err);
         return 1;
     }
-    /* Fence on acquire: every token is first raised in the store the RESP endpoint fronts. */
+    /* Fence on acquire: every token is first raised in every store (fencehooks.h), here the
+     * Redis store the RESP endpoint fronts. */
     marks = store_marks_new(m.base, &cfg.upstream, 2000);
+    if (marks && fencehooks_add(&hooks, store_marks_hook, marks) != 0) {
+        fprintf(stderr, "fencegate: too many stores to fence\n");
+        return 2;
+    }
     memset(&lopt, 0, sizeof(lopt));
-    lopt.fence = store_marks_hook;
-    lopt.fence_arg = marks;
+    lopt.fence = fencehooks_run;
+    lopt.fence_arg = &hooks;
     locks = marks ? lock_client_new(m.base, cfg.backend.raw, &lopt, err, sizeof(err)) : NULL;
     if (!locks) {
         fprintf(stderr, "fencegate: lock backend %s: %s\n", main_url_shown(&cfg.backend),
