@@ -6,10 +6,13 @@
  * whole codec is small enough to fuzz to the bottom. Field numbers follow etcd's rpc.proto and
  * kv.proto (etcd 3.4).
  *
- * Encoders append to an etcdpb_buf. Decoders read one complete message (the gRPC length prefix
- * already removed), skip unknown fields of every wire type, and return 0, or -1 when the bytes are
- * not a well-formed message (truncated varint, length past the end, bad wire type, a varint of
- * more than 10 bytes). On -1 the output struct holds no pointers the caller may trust. */
+ * Encoders append to an etcdpb_buf; one that fails appends nothing (the buffer is cut back to its
+ * length on entry). Decoders read one complete message (the gRPC length prefix already removed),
+ * skip unknown fields of wire types 0, 1, 2 and 5, and return 0, or -1 when the bytes are not a
+ * well-formed message (truncated varint, length past the end, a group (wire types 3, 4) or wire
+ * type 6 or 7, field number 0, a varint of more than 10 bytes or 64 bits, a known field with the
+ * wrong wire type). On -1 the output struct is zeroed. Decoders never allocate and never read
+ * past p + n. */
 #ifndef FG_ETCDPB_H
 #define FG_ETCDPB_H
 
@@ -76,7 +79,8 @@ struct etcdpb_delete_req {
     int prev_kv;
 };
 
-/* Appends the message (without gRPC framing). Return 0, or -1 when out of memory. */
+/* Appends the message (without gRPC framing). Return 0, or -1 when out of memory or when a slice
+ * has n > 0 and p == NULL. */
 int etcdpb_range_req_encode(struct etcdpb_buf *b, const struct etcdpb_range_req *r);
 int etcdpb_put_req_encode(struct etcdpb_buf *b, const struct etcdpb_put_req *r);
 int etcdpb_delete_req_encode(struct etcdpb_buf *b, const struct etcdpb_delete_req *r);
@@ -144,14 +148,16 @@ struct etcdpb_op {
 };
 
 /* TxnRequest: if every compare holds, `success` runs, else `failure`. Returns -1 when out of
- * memory or when a list is longer than ETCDPB_TXN_MAX_OPS. */
+ * memory, when a list is longer than ETCDPB_TXN_MAX_OPS, or for a compare target or op kind
+ * outside its enum. */
 int etcdpb_txn_req_encode(struct etcdpb_buf *b, const struct etcdpb_compare *cmp, size_t ncmp,
                           const struct etcdpb_op *success, size_t nsuccess,
                           const struct etcdpb_op *failure, size_t nfailure);
 
 /* TxnResponse: which branch ran and the raw ResponseOp bodies in order; decode each body with the
- * decoder of its kind (etcdpb_range_resp_decode() ...). More than ETCDPB_TXN_MAX_OPS responses, or
- * a nested Txn response, is malformed (-1). */
+ * decoder of its kind (etcdpb_range_resp_decode() ...): each body was checked with that decoder,
+ * so that decode succeeds. More than ETCDPB_TXN_MAX_OPS responses, a nested Txn response or a
+ * ResponseOp with no member set is malformed (-1). */
 struct etcdpb_txn_resp {
     struct etcdpb_header header;
     int succeeded;
@@ -171,8 +177,7 @@ struct etcdpb_lease_grant_resp {
     int64_t id, ttl;
     struct etcdpb_slice error; /* empty when granted */
 };
-int etcdpb_lease_grant_resp_decode(const uint8_t *p, size_t n,
-                                   struct etcdpb_lease_grant_resp *out);
+int etcdpb_lease_grant_resp_decode(const uint8_t *p, size_t n, struct etcdpb_lease_grant_resp *out);
 
 int etcdpb_lease_revoke_req_encode(struct etcdpb_buf *b, int64_t id);
 /* LeaseRevokeResponse and any other response whose only field we read is the header. */
@@ -198,7 +203,8 @@ struct etcdpb_watch_create {
     int prev_kv;
     int64_t watch_id; /* 0 = let the server choose */
 };
-/* WatchRequest{create_request}, WatchRequest{cancel_request}, WatchRequest{progress_request}. */
+/* WatchRequest{create_request}, WatchRequest{cancel_request}, WatchRequest{progress_request}.
+ * 0, or -1 when out of memory (or, for create, a bad slice or filter bits other than the two). */
 int etcdpb_watch_create_encode(struct etcdpb_buf *b, const struct etcdpb_watch_create *w);
 int etcdpb_watch_cancel_encode(struct etcdpb_buf *b, int64_t watch_id);
 int etcdpb_watch_progress_encode(struct etcdpb_buf *b);
@@ -223,7 +229,6 @@ struct etcdpb_watch_resp {
 };
 int etcdpb_watch_resp_decode(const uint8_t *p, size_t n, struct etcdpb_watch_resp *out);
 /* Iterates the events like etcdpb_range_resp_next(). */
-int etcdpb_watch_resp_next(const struct etcdpb_watch_resp *w, size_t *off,
-                           struct etcdpb_event *ev);
+int etcdpb_watch_resp_next(const struct etcdpb_watch_resp *w, size_t *off, struct etcdpb_event *ev);
 
 #endif
