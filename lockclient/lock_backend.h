@@ -115,6 +115,7 @@ struct lock_session {
     struct event *timer;   /* the only timer: next renewal or the earliest local expiry */
     int64_t next_renew_ms; /* INT64_MAX when nothing is renewable */
     int renew_inflight;
+    void *b_sess; /* the backend's per-session state, if it keeps any */
 };
 
 struct lock_note;
@@ -167,6 +168,7 @@ struct lock_backend_ops {
 };
 
 extern const struct lock_backend_ops lock_redis_ops;
+extern const struct lock_backend_ops lock_etcd_ops;
 
 /* Monotonic clock, milliseconds. */
 int64_t lock_now_ms(void);

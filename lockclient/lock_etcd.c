@@ -1,0 +1,1582 @@
+/* lock_etcd.c — the etcd v3 lock backend (the correctness tier).
+ *
+ * The algorithm is etcd's own concurrency mutex, so `etcdctl lock PREFIX/NAME` and fencegate
+ * exclude each other:
+ *   - every session has a lease per lease length its locks ask for (usually one), kept alive over
+ *     the client's single LeaseKeepAlive stream every ttl/3: one message renews every lock on it.
+ *     A NORENEW lock gets a lease of its own that is never kept alive;
+ *   - acquiring NAME puts the key PREFIX NAME "/" <lease id in hex> under that lease in a Txn
+ *     guarded by create_revision == 0; the token is the key's create_revision;
+ *   - the owner is the key under PREFIX NAME "/" with the lowest create_revision; a waiter watches
+ *     only the deletion of the key just before its own (FIFO, no herd), then looks again in one
+ *     Txn that also reads its own key: it reports ownership only if that key still exists (the
+ *     check etcd 3.4's mutex lacks, etcd issue 11456);
+ *   - release deletes the key only while its create_revision is still the token.
+ * A lock name that extends another with '/' (a and a/b) queues behind the other's holders, as with
+ * etcd's mutex; safety is unaffected.
+ *
+ * A key left behind (a cancelled wait, a call whose outcome is unknown) is deleted by a guarded
+ * "orphan" delete, retried after reconnects. A create whose outcome is unknown has no revision to
+ * guard with, so its name is "dirty" in the session: the unguarded clean-up runs before any new
+ * acquisition of that name in the session may start. Revoking the leases at session close deletes
+ * whatever is left. */
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcdpb.h"
+#include "grpc.h"
+#include "lock_backend.h"
+
+#define ED_DEFAULT_PORT  2379
+#define ED_MAX_PREFIX    200
+#define ED_MAX_ORPHANS   4096
+#define ED_MAX_RESTARTS  4   /* re-creations of a waiter's key before giving up */
+#define ED_RETRY_MS      100 /* a paused waiter looks again after this */
+#define ED_LEASE_HEX_MAX 17
+
+#define ED_PATH_TXN       "/etcdserverpb.KV/Txn"
+#define ED_PATH_GRANT     "/etcdserverpb.Lease/LeaseGrant"
+#define ED_PATH_REVOKE    "/etcdserverpb.Lease/LeaseRevoke"
+#define ED_PATH_KEEPALIVE "/etcdserverpb.Lease/LeaseKeepAlive"
+#define ED_PATH_WATCH     "/etcdserverpb.Watch/Watch"
+
+static const struct grpc_metadata ed_hasleader[] = {{"hasleader", "true"}};
+
+enum ed_lease_state { ED_LEASE_GRANTING, ED_LEASE_LIVE, ED_LEASE_LOST };
+
+struct ed_client;
+struct ed_sess;
+struct ed_acq;
+struct ed_rpc;
+
+struct ed_lease {
+    struct lock_hnode node;       /* by hex id in ec->leases while live */
+    struct ed_lease *prev, *next; /* the session's leases */
+    struct ed_client *ec;
+    struct ed_sess *es;
+    int64_t id;
+    int32_t ttl_ms;
+    int norenew;
+    int in_map;
+    enum ed_lease_state state;
+    int refs;               /* held locks and acquisitions on it (NORENEW leases end at 0) */
+    struct ed_acq *waiting; /* acquisitions waiting for the grant */
+    int64_t confirmed_ms;   /* send time of the last grant or keepalive the server confirmed */
+    int64_t ka_sent_ms;     /* the keepalive in flight: when it was sent; else 0 */
+    int64_t grant_sent_ms;
+    struct event *timer; /* keepalive ticks (renewable leases) */
+    struct ed_rpc *grant;
+    char hex[ED_LEASE_HEX_MAX];
+};
+
+/* A lock the backend granted to a session. */
+struct ed_held {
+    struct lock_hnode node;
+    struct ed_lease *lease;
+    int64_t rev;
+    size_t keylen;
+    char key[]; /* the name is the tail of the key */
+};
+
+/* A name of the session whose key may exist with an unknown revision (see the file comment). */
+struct ed_dirty {
+    struct lock_hnode node;
+    struct ed_sess *es;
+    struct ed_rpc *call;
+    struct ed_acq *waiting;
+    size_t keylen;
+    char *name;
+    char key[];
+};
+
+struct ed_sess {
+    struct lock_session *s;
+    struct ed_lease *leases;
+    struct lock_map held;  /* struct ed_held by name */
+    struct lock_map dirty; /* struct ed_dirty by name */
+};
+
+enum ed_acq_phase {
+    ED_ACQ_LEASE,  /* waiting for the lease, or for the clean-up of a dirty name */
+    ED_ACQ_CREATE, /* the create Txn is in flight */
+    ED_ACQ_FIND,   /* the predecessor / own-key Txn is in flight */
+    ED_ACQ_WATCH,  /* watching the predecessor's deletion */
+    ED_ACQ_PAUSED, /* a look failed or the connection is down: look again later */
+};
+
+struct ed_wpend;
+
+/* An acquisition the backend owns (r->b_call). */
+struct ed_acq {
+    struct ed_acq *prev, *next; /* ec->acqs */
+    struct ed_acq *lnext;       /* a lease's or a dirty name's waiting list */
+    struct ed_client *ec;
+    struct lock_req *r;
+    struct ed_lease *lease; /* a reference, once chosen */
+    enum ed_acq_phase phase;
+    int64_t rev;   /* our key's create_revision, 0 while unknown */
+    int seen_pred; /* another owner was ahead of us at some point */
+    int restarts;
+    struct ed_rpc *call;
+    int64_t watch_id; /* -1 = none */
+    struct ed_wpend *wpend;
+    struct ed_dirty *dq; /* the dirty name whose clean-up it waits for */
+    struct event *deadline, *retry;
+    size_t pfxlen, keylen;
+    char key[]; /* prefix name "/" hex */
+};
+
+typedef void (*ed_done_fn)(void *arg, int status, const char *err, const uint8_t *p, size_t n);
+
+/* One unary call; the first response message is kept for the completion. */
+struct ed_rpc {
+    struct ed_rpc *prev, *next;
+    struct ed_client *ec;
+    struct grpc_call *call;
+    ed_done_fn fn;
+    void *arg;
+    uint8_t *resp;
+    size_t resp_len;
+    int have_resp;
+};
+
+/* A key to delete while its create_revision is rev. */
+struct ed_orphan {
+    struct ed_orphan *next;
+    struct ed_client *ec;
+    struct ed_rpc *call;
+    int64_t rev;
+    size_t len;
+    char key[];
+};
+
+/* A watch create sent and not yet answered (answers come in order). a is NULL once cancelled. */
+struct ed_wpend {
+    struct ed_wpend *next;
+    struct ed_acq *a;
+};
+
+struct ed_client {
+    struct lock_client *c;
+    struct grpc_channel *ch;
+    struct ed_rpc *rpcs;
+    struct ed_acq *acqs;
+    struct lock_map leases; /* struct ed_lease by hex id */
+    struct grpc_call *ka;
+    struct grpc_call *watch;
+    struct ed_wpend *wp_head, *wp_tail;
+    struct ed_orphan *orphans;
+    size_t norphans;
+    struct etcdpb_buf out;
+    char mark_prefix[ED_MAX_PREFIX + 16];
+};
+
+static void ed_acq_start(struct ed_acq *a);
+static void ed_acq_look(struct ed_acq *a);
+static void ed_acq_restart(struct ed_acq *a, const char *why);
+static void ed_lease_unref(struct ed_lease *l);
+static void ed_orphans_flush(struct ed_client *ec);
+static void ed_dirty_clean(struct ed_dirty *d);
+
+static struct ed_client *ed_of(const struct lock_client *c)
+{
+    return c->impl;
+}
+
+static struct etcdpb_slice ed_s(const void *p, size_t n)
+{
+    struct etcdpb_slice s = {p, n};
+    return s;
+}
+
+/* The range_end selecting every key that starts with p[0..n): p with its last byte below 0xff
+ * incremented (out has room for n bytes). Returns its length. */
+static size_t ed_prefix_end(const char *p, size_t n, char *out)
+{
+    memcpy(out, p, n);
+    while (n > 0) {
+        if ((unsigned char)out[n - 1] < 0xff) {
+            out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
+            return n;
+        }
+        n--;
+    }
+    out[0] = '\0';
+    return 1;
+}
+
+/* ---- unary calls ---- */
+
+static void ed_rpc_unlink(struct ed_rpc *k)
+{
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        k->ec->rpcs = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+}
+
+static void ed_rpc_msg(void *arg, struct grpc_call *call, const uint8_t *msg, size_t len)
+{
+    struct ed_rpc *k = arg;
+    (void)call;
+    if (k->have_resp)
+        return;
+    k->resp = malloc(len ? len : 1);
+    if (k->resp == NULL)
+        return;
+    memcpy(k->resp, msg, len);
+    k->resp_len = len;
+    k->have_resp = 1;
+}
+
+/* A failure that means this member cannot serve us: move to another endpoint. */
+static void ed_maybe_failover(struct ed_client *ec, int status, const char *err)
+{
+    char why[300];
+    if (status != GRPC_STATUS_DEADLINE_EXCEEDED && !strstr(err, "no leader") &&
+        !strstr(err, "leader changed") && !strstr(err, "not capable") &&
+        !strstr(err, "request timed out"))
+        return;
+    lock_fmt(why, sizeof(why), "etcd %s: %s", grpc_channel_endpoint(ec->ch),
+             status == GRPC_STATUS_DEADLINE_EXCEEDED ? "a call timed out" : err);
+    grpc_channel_failover(ec->ch, why);
+}
+
+static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char *message)
+{
+    struct ed_rpc *k = arg;
+    struct ed_client *ec = k->ec;
+    char err[LOCK_MSG_MAX];
+    (void)call;
+    ed_rpc_unlink(k);
+    if (status == GRPC_STATUS_OK && !k->have_resp) {
+        status = GRPC_STATUS_INTERNAL;
+        message = "the server ended the call without a response";
+    }
+    if (status != GRPC_STATUS_OK) {
+        ec->c->stats.backend_errors++;
+        lock_fmt(err, sizeof(err), "etcd %s: %s%s(grpc status %d)", grpc_channel_endpoint(ec->ch),
+                 message ? message : "", message && *message ? " " : "", status);
+    }
+    k->fn(k->arg, status, status == GRPC_STATUS_OK ? "" : err, k->resp, k->resp_len);
+    free(k->resp);
+    free(k);
+    if (status != GRPC_STATUS_OK)
+        ed_maybe_failover(ec, status, message ? message : "");
+}
+
+static const struct grpc_call_cbs ed_rpc_cbs = {ed_rpc_msg, ed_rpc_end};
+
+/* Starts a unary call of the message in ec->out. NULL when not connected or out of memory. */
+static struct ed_rpc *ed_rpc_start(struct ed_client *ec, const char *path, ed_done_fn fn, void *arg)
+{
+    if (ec->out.oom || !grpc_channel_ready(ec->ch))
+        return NULL;
+    struct ed_rpc *k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return NULL;
+    k->ec = ec;
+    k->fn = fn;
+    k->arg = arg;
+    k->call =
+        grpc_unary(ec->ch, path, ec->out.p, ec->out.len, ec->c->opt.op_timeout_ms, &ed_rpc_cbs, k);
+    if (k->call == NULL) {
+        free(k);
+        return NULL;
+    }
+    k->next = ec->rpcs;
+    if (ec->rpcs)
+        ec->rpcs->prev = k;
+    ec->rpcs = k;
+    return k;
+}
+
+/* Cancels k (NULL is a no-op): its completion never runs. */
+static void ed_rpc_cancel(struct ed_rpc *k)
+{
+    if (k == NULL)
+        return;
+    ed_rpc_unlink(k);
+    grpc_call_cancel(k->call);
+    free(k->resp);
+    free(k);
+}
+
+/* Encodes a Txn deleting key when its create_revision is rev (rev 0: when it exists). */
+static int ed_encode_delete(struct ed_client *ec, const char *key, size_t len, int64_t rev)
+{
+    struct etcdpb_compare cmp;
+    struct etcdpb_op op;
+    memset(&cmp, 0, sizeof(cmp));
+    memset(&op, 0, sizeof(op));
+    cmp.result = rev ? ETCDPB_CMP_EQUAL : ETCDPB_CMP_GREATER;
+    cmp.target = ETCDPB_TARGET_CREATE;
+    cmp.key = ed_s(key, len);
+    cmp.number = rev;
+    op.kind = ETCDPB_OP_DELETE;
+    op.u.del.key = ed_s(key, len);
+    etcdpb_buf_reset(&ec->out);
+    return etcdpb_txn_req_encode(&ec->out, &cmp, 1, &op, 1, NULL, 0);
+}
+
+/* ---- orphan deletes ---- */
+
+static void ed_orphan_unlink(struct ed_orphan *o)
+{
+    struct ed_client *ec = o->ec;
+    for (struct ed_orphan **p = &ec->orphans; *p; p = &(*p)->next) {
+        if (*p == o) {
+            *p = o->next;
+            ec->norphans--;
+            return;
+        }
+    }
+}
+
+static void ed_orphan_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_orphan *o = arg;
+    (void)err;
+    (void)p;
+    (void)n;
+    o->call = NULL;
+    if (status == GRPC_STATUS_OK) {
+        ed_orphan_unlink(o);
+        free(o);
+    }
+}
+
+static void ed_orphans_flush(struct ed_client *ec)
+{
+    for (struct ed_orphan *o = ec->orphans; o; o = o->next) {
+        if (o->call || ed_encode_delete(ec, o->key, o->len, o->rev) != 0)
+            continue;
+        o->call = ed_rpc_start(ec, ED_PATH_TXN, ed_orphan_done, o);
+        if (o->call == NULL)
+            return;
+    }
+}
+
+/* Deletes key while its create_revision is rev (> 0): now if connected, else after a connect. */
+static void ed_orphan(struct ed_client *ec, const char *key, size_t len, int64_t rev)
+{
+    if (rev <= 0 || ec->norphans >= ED_MAX_ORPHANS)
+        return; /* the lease's end removes it */
+    struct ed_orphan *o = calloc(1, sizeof(*o) + len);
+    if (o == NULL)
+        return;
+    o->ec = ec;
+    o->rev = rev;
+    o->len = len;
+    memcpy(o->key, key, len);
+    o->next = ec->orphans;
+    ec->orphans = o;
+    ec->norphans++;
+    ed_orphans_flush(ec);
+}
+
+/* ---- sessions ---- */
+
+static struct ed_sess *ed_sess_get(struct lock_session *s)
+{
+    if (s->b_sess == NULL) {
+        struct ed_sess *es = calloc(1, sizeof(*es));
+        if (es == NULL)
+            return NULL;
+        es->s = s;
+        s->b_sess = es;
+    }
+    return s->b_sess;
+}
+
+static struct ed_held *ed_held_find(struct ed_sess *es, const char *name, size_t len)
+{
+    return (struct ed_held *)(void *)lock_map_find(&es->held, name, len);
+}
+
+static void ed_held_forget(struct ed_sess *es, struct ed_held *h)
+{
+    struct ed_lease *l = h->lease;
+    lock_map_remove(&es->held, &h->node);
+    free(h);
+    ed_lease_unref(l);
+}
+
+/* ---- leases ---- */
+
+static void ed_lease_tick(evutil_socket_t fd, short what, void *arg);
+
+static void ed_lease_arm(struct ed_lease *l, int64_t delay_ms)
+{
+    struct timeval tv = {(time_t)(delay_ms / 1000), (suseconds_t)((delay_ms % 1000) * 1000)};
+    if (l->timer)
+        evtimer_add(l->timer, &tv);
+}
+
+static void ed_lease_revoke_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    (void)arg;
+    (void)status;
+    (void)err;
+    (void)p;
+    (void)n;
+}
+
+/* Frees l (revoking it on the server when granted: its keys go with it). */
+static void ed_lease_free(struct ed_lease *l)
+{
+    struct ed_client *ec = l->ec;
+    if (l->state != ED_LEASE_GRANTING && l->id != 0 &&
+        etcdpb_lease_revoke_req_encode((etcdpb_buf_reset(&ec->out), &ec->out), l->id) == 0)
+        ed_rpc_start(ec, ED_PATH_REVOKE, ed_lease_revoke_done, NULL);
+    ed_rpc_cancel(l->grant);
+    if (l->in_map)
+        lock_map_remove(&ec->leases, &l->node);
+    if (l->es) {
+        if (l->prev)
+            l->prev->next = l->next;
+        else
+            l->es->leases = l->next;
+        if (l->next)
+            l->next->prev = l->prev;
+    }
+    if (l->timer)
+        event_free(l->timer);
+    free(l);
+}
+
+/* Drops a reference. A NORENEW lease ends with its last reference; a session's lease lives as
+ * long as the session (so acquiring again costs no grant), unless it is lost. */
+static void ed_lease_unref(struct ed_lease *l)
+{
+    if (l == NULL)
+        return;
+    if (--l->refs > 0)
+        return;
+    if (l->norenew || l->state == ED_LEASE_LOST || l->es == NULL)
+        ed_lease_free(l);
+}
+
+/* Fails every acquisition waiting for l's grant. */
+static void ed_acq_fail(struct ed_acq *a, int status, const char *msg);
+
+static void ed_lease_granted(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_lease *l = arg;
+    struct ed_client *ec = l->ec;
+    struct etcdpb_lease_grant_resp g;
+    char msg[LOCK_MSG_MAX];
+    l->grant = NULL;
+    if (status == GRPC_STATUS_OK && etcdpb_lease_grant_resp_decode(p, n, &g) == 0 &&
+        g.error.n == 0 && g.id > 0 && g.ttl > 0) {
+        l->id = g.id;
+        lock_fmt(l->hex, sizeof(l->hex), "%" PRIx64, (uint64_t)g.id);
+        lock_hnode_init(&l->node, l->hex, strlen(l->hex));
+        l->in_map = lock_map_insert(&ec->leases, &l->node) == 0;
+        l->state = ED_LEASE_LIVE;
+        l->confirmed_ms = l->grant_sent_ms;
+        if (!l->norenew)
+            ed_lease_arm(l, l->ttl_ms / 3);
+    } else {
+        l->state = ED_LEASE_LOST;
+        if (status == GRPC_STATUS_OK)
+            lock_fmt(msg, sizeof(msg), "etcd refused a lease: %.*s",
+                     (int)(g.error.n > 200 ? 200 : g.error.n), g.error.p ? (char *)g.error.p : "");
+        else
+            lock_fmt(msg, sizeof(msg), "etcd lease grant failed: %s", err);
+    }
+    /* Every waiter holds a reference, so l outlives this loop. */
+    l->refs++;
+    while (l->waiting) {
+        struct ed_acq *a = l->waiting;
+        l->waiting = a->lnext;
+        a->lnext = NULL;
+        if (l->state == ED_LEASE_LIVE)
+            ed_acq_start(a);
+        else
+            ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+    }
+    ed_lease_unref(l);
+}
+
+/* A lease (with a reference taken) for an acquisition of ttl_ms: the session's live or granting
+ * one of that length, or a new one. NULL when not connected or out of memory. */
+static struct ed_lease *ed_lease_for(struct ed_sess *es, int32_t ttl_ms, int norenew)
+{
+    struct ed_client *ec = ed_of(es->s->c);
+    struct ed_lease *l;
+    if (!norenew)
+        for (l = es->leases; l; l = l->next)
+            if (!l->norenew && l->ttl_ms == ttl_ms && l->state != ED_LEASE_LOST) {
+                l->refs++;
+                return l;
+            }
+    l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->ec = ec;
+    l->es = es;
+    l->ttl_ms = ttl_ms;
+    l->norenew = norenew;
+    l->state = ED_LEASE_GRANTING;
+    if (!norenew && (l->timer = evtimer_new(ec->c->base, ed_lease_tick, l)) == NULL) {
+        free(l);
+        return NULL;
+    }
+    etcdpb_buf_reset(&ec->out);
+    /* etcd counts leases in seconds: round up, so the server never drops it before we do. */
+    if (etcdpb_lease_grant_req_encode(&ec->out, (ttl_ms + 999) / 1000, 0) != 0)
+        ec->out.oom = 1;
+    l->grant_sent_ms = lock_now_ms();
+    l->grant = ed_rpc_start(ec, ED_PATH_GRANT, ed_lease_granted, l);
+    if (l->grant == NULL) {
+        if (l->timer)
+            event_free(l->timer);
+        free(l);
+        return NULL;
+    }
+    l->next = es->leases;
+    if (es->leases)
+        es->leases->prev = l;
+    es->leases = l;
+    l->refs = 1;
+    return l;
+}
+
+/* l is gone on the server: every lock on it is lost at once, every waiter on it starts over. */
+static void ed_lease_lost(struct ed_lease *l, const char *why)
+{
+    struct ed_client *ec = l->ec;
+    if (l->state == ED_LEASE_LOST)
+        return;
+    l->state = ED_LEASE_LOST;
+    if (l->in_map) {
+        lock_map_remove(&ec->leases, &l->node);
+        l->in_map = 0;
+    }
+    if (l->timer)
+        evtimer_del(l->timer);
+    l->refs++;
+    if (l->es) {
+        size_t b = 0;
+        struct lock_hnode *it = NULL, *n;
+        while ((n = lock_map_next(&l->es->held, &b, &it)) != NULL) {
+            struct ed_held *h = (struct ed_held *)(void *)n;
+            if (h->lease == l)
+                lock_renew_result(l->es->s, h->node.name, h->node.len, (uint64_t)h->rev,
+                                  l->confirmed_ms, 0);
+        }
+    }
+    for (struct ed_acq *a = ec->acqs, *next; a; a = next) {
+        next = a->next;
+        if (a->lease == l && a->phase != ED_ACQ_LEASE)
+            ed_acq_restart(a, why);
+    }
+    ed_lease_unref(l);
+}
+
+/* ---- the keepalive stream ---- */
+
+static void ed_ka_msg(void *arg, struct grpc_call *call, const uint8_t *msg, size_t len)
+{
+    struct ed_client *ec = arg;
+    struct etcdpb_lease_keepalive_resp k;
+    char hex[ED_LEASE_HEX_MAX], why[128];
+    (void)call;
+    if (etcdpb_lease_keepalive_resp_decode(msg, len, &k) != 0 || k.id <= 0)
+        return;
+    lock_fmt(hex, sizeof(hex), "%" PRIx64, (uint64_t)k.id);
+    struct ed_lease *l = (struct ed_lease *)(void *)lock_map_find(&ec->leases, hex, strlen(hex));
+    if (l == NULL || l->ka_sent_ms == 0)
+        return;
+    int64_t sent = l->ka_sent_ms;
+    l->ka_sent_ms = 0;
+    if (k.ttl <= 0) {
+        lock_fmt(why, sizeof(why), "etcd says its lease %s has expired", l->hex);
+        ed_lease_lost(l, why);
+        return;
+    }
+    l->confirmed_ms = sent;
+    if (l->es == NULL)
+        return;
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&l->es->held, &b, &it)) != NULL) {
+        struct ed_held *h = (struct ed_held *)(void *)n;
+        if (h->lease == l)
+            lock_renew_result(l->es->s, h->node.name, h->node.len, (uint64_t)h->rev, sent, 1);
+    }
+}
+
+static void ed_ka_end(void *arg, struct grpc_call *call, int status, const char *message)
+{
+    struct ed_client *ec = arg;
+    (void)call;
+    ec->ka = NULL;
+    /* The answers in flight are lost with the stream; the next tick sends again. */
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&ec->leases, &b, &it)) != NULL)
+        ((struct ed_lease *)(void *)n)->ka_sent_ms = 0;
+    if (status != GRPC_STATUS_OK)
+        ec->c->stats.backend_errors++;
+    ed_maybe_failover(ec, status, message ? message : "");
+}
+
+static const struct grpc_call_cbs ed_ka_cbs = {ed_ka_msg, ed_ka_end};
+
+static void ed_lease_keepalive(struct ed_lease *l)
+{
+    struct ed_client *ec = l->ec;
+    int64_t now = lock_now_ms();
+    if (l->state != ED_LEASE_LIVE || !grpc_channel_ready(ec->ch))
+        return;
+    if (l->ka_sent_ms != 0 && now - l->ka_sent_ms < ec->c->opt.op_timeout_ms)
+        return; /* still waiting for the last answer */
+    if (l->ka_sent_ms != 0 && ec->ka) {
+        /* No answer in time: the stream is stuck; a new one replaces it. */
+        grpc_call_cancel(ec->ka);
+        ec->ka = NULL;
+    }
+    if (ec->ka == NULL)
+        ec->ka = grpc_call_start(ec->ch, ED_PATH_KEEPALIVE, ed_hasleader, 1, 0, &ed_ka_cbs, ec);
+    etcdpb_buf_reset(&ec->out);
+    if (ec->ka == NULL || etcdpb_lease_keepalive_req_encode(&ec->out, l->id) != 0 ||
+        grpc_call_send(ec->ka, ec->out.p, ec->out.len) != 0)
+        return;
+    l->ka_sent_ms = now;
+}
+
+static void ed_lease_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct ed_lease *l = arg;
+    (void)fd;
+    (void)what;
+    ed_lease_keepalive(l);
+    ed_lease_arm(l, l->ttl_ms / 3);
+}
+
+/* ---- the watch stream ---- */
+
+static void ed_watch_cancel_id(struct ed_client *ec, int64_t id)
+{
+    etcdpb_buf_reset(&ec->out);
+    if (ec->watch && etcdpb_watch_cancel_encode(&ec->out, id) == 0)
+        grpc_call_send(ec->watch, ec->out.p, ec->out.len);
+}
+
+/* Stops a's watch (or its pending create). */
+static void ed_acq_unwatch(struct ed_acq *a)
+{
+    if (a->wpend) {
+        a->wpend->a = NULL;
+        a->wpend = NULL;
+    }
+    if (a->watch_id >= 0) {
+        ed_watch_cancel_id(a->ec, a->watch_id);
+        a->watch_id = -1;
+    }
+}
+
+static struct ed_acq *ed_acq_by_watch(struct ed_client *ec, int64_t id)
+{
+    for (struct ed_acq *a = ec->acqs; a; a = a->next)
+        if (a->watch_id == id)
+            return a;
+    return NULL;
+}
+
+static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, size_t len)
+{
+    struct ed_client *ec = arg;
+    struct etcdpb_watch_resp w;
+    struct etcdpb_event ev;
+    struct ed_acq *a;
+    size_t off = 0;
+    int deleted = 0;
+    (void)call;
+    if (etcdpb_watch_resp_decode(msg, len, &w) != 0)
+        return;
+    if (w.created) {
+        struct ed_wpend *wp = ec->wp_head;
+        if (wp == NULL)
+            return;
+        ec->wp_head = wp->next;
+        if (ec->wp_head == NULL)
+            ec->wp_tail = NULL;
+        a = wp->a;
+        free(wp);
+        if (a == NULL) { /* cancelled meanwhile */
+            if (!w.canceled)
+                ed_watch_cancel_id(ec, w.watch_id);
+            return;
+        }
+        a->wpend = NULL;
+        if (w.canceled) { /* e.g. compacted: look at the current state instead */
+            ed_acq_look(a);
+            return;
+        }
+        a->watch_id = w.watch_id;
+    }
+    a = ed_acq_by_watch(ec, w.watch_id);
+    if (a == NULL)
+        return;
+    while (etcdpb_watch_resp_next(&w, &off, &ev) == 1)
+        if (ev.type == ETCDPB_EVENT_DELETE)
+            deleted = 1;
+    if (w.canceled || deleted || w.compact_revision > 0) {
+        if (!w.canceled)
+            ed_watch_cancel_id(ec, a->watch_id);
+        a->watch_id = -1;
+        ed_acq_look(a);
+    }
+}
+
+static void ed_acq_pause(struct ed_acq *a);
+
+static void ed_watch_end(void *arg, struct grpc_call *call, int status, const char *message)
+{
+    struct ed_client *ec = arg;
+    (void)call;
+    ec->watch = NULL;
+    while (ec->wp_head) {
+        struct ed_wpend *wp = ec->wp_head;
+        ec->wp_head = wp->next;
+        if (wp->a)
+            wp->a->wpend = NULL;
+        free(wp);
+    }
+    ec->wp_tail = NULL;
+    for (struct ed_acq *a = ec->acqs; a; a = a->next) {
+        if (a->phase == ED_ACQ_WATCH) {
+            a->watch_id = -1;
+            ed_acq_pause(a);
+        }
+    }
+    if (status != GRPC_STATUS_OK)
+        ec->c->stats.backend_errors++;
+    ed_maybe_failover(ec, status, message ? message : "");
+}
+
+static const struct grpc_call_cbs ed_watch_cbs = {ed_watch_msg, ed_watch_end};
+
+/* Watches the deletion of pred from revision `from` on. Returns 0, or -1 when not connected. */
+static int ed_acq_watch(struct ed_acq *a, const uint8_t *pred, size_t plen, int64_t from)
+{
+    struct ed_client *ec = a->ec;
+    struct etcdpb_watch_create wc;
+    struct ed_wpend *wp;
+    if (ec->watch == NULL)
+        ec->watch = grpc_call_start(ec->ch, ED_PATH_WATCH, ed_hasleader, 1, 0, &ed_watch_cbs, ec);
+    if (ec->watch == NULL || (wp = calloc(1, sizeof(*wp))) == NULL)
+        return -1;
+    memset(&wc, 0, sizeof(wc));
+    wc.key = ed_s(pred, plen);
+    wc.start_revision = from;
+    wc.filters = ETCDPB_FILTER_NOPUT;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_watch_create_encode(&ec->out, &wc) != 0 ||
+        grpc_call_send(ec->watch, ec->out.p, ec->out.len) != 0) {
+        free(wp);
+        return -1;
+    }
+    wp->a = a;
+    if (ec->wp_tail)
+        ec->wp_tail->next = wp;
+    else
+        ec->wp_head = wp;
+    ec->wp_tail = wp;
+    a->wpend = wp;
+    a->phase = ED_ACQ_WATCH;
+    return 0;
+}
+
+/* ---- acquisitions ---- */
+
+static void ed_acq_free(struct ed_acq *a)
+{
+    struct ed_client *ec = a->ec;
+    ed_rpc_cancel(a->call);
+    ed_acq_unwatch(a);
+    if (a->deadline)
+        event_free(a->deadline);
+    if (a->retry)
+        event_free(a->retry);
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        ec->acqs = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    if (a->r)
+        a->r->b_call = NULL;
+    if (a->dq) {
+        for (struct ed_acq **p = &a->dq->waiting; *p; p = &(*p)->lnext)
+            if (*p == a) {
+                *p = a->lnext;
+                break;
+            }
+    } else if (a->phase == ED_ACQ_LEASE && a->lease) { /* on the lease's waiting list */
+        for (struct ed_acq **p = &a->lease->waiting; *p; p = &(*p)->lnext)
+            if (*p == a) {
+                *p = a->lnext;
+                break;
+            }
+    }
+    ed_lease_unref(a->lease);
+    free(a);
+}
+
+/* Removes a's key if it may exist: guarded by its revision when known, else through the
+ * session's dirty-name clean-up. */
+static void ed_acq_drop_key(struct ed_acq *a)
+{
+    struct ed_client *ec = a->ec;
+    if (a->rev > 0) {
+        ed_orphan(ec, a->key, a->keylen, a->rev);
+        return;
+    }
+    if (a->phase != ED_ACQ_CREATE || a->r == NULL || a->r->s == NULL)
+        return;
+    struct ed_sess *es = a->r->s->b_sess;
+    const char *name = a->key + strlen(ec->c->opt.prefix);
+    size_t nlen = a->pfxlen - strlen(ec->c->opt.prefix) - 1;
+    if (es == NULL || lock_map_find(&es->dirty, name, nlen))
+        return;
+    struct ed_dirty *d = calloc(1, sizeof(*d) + a->keylen + 1);
+    if (d == NULL)
+        return;
+    d->es = es;
+    d->keylen = a->keylen;
+    memcpy(d->key, a->key, a->keylen);
+    d->name = d->key + (name - a->key);
+    lock_hnode_init(&d->node, d->name, nlen);
+    if (lock_map_insert(&es->dirty, &d->node) != 0) {
+        free(d);
+        return;
+    }
+    ed_dirty_clean(d);
+}
+
+static void ed_acq_fail(struct ed_acq *a, int status, const char *msg)
+{
+    struct lock_req *r = a->r;
+    ed_acq_drop_key(a);
+    ed_acq_free(a);
+    if (r)
+        lock_req_finish(r, status, 0, msg);
+}
+
+/* a owns the lock: hand it to lock.c. */
+static void ed_acq_own(struct ed_acq *a)
+{
+    struct lock_req *r = a->r;
+    struct ed_sess *es = r->s->b_sess;
+    struct ed_lease *l = a->lease;
+    struct ed_held *h = calloc(1, sizeof(*h) + a->keylen + 1);
+    char msg[LOCK_MSG_MAX];
+    if (h == NULL) {
+        lock_fmt(msg, sizeof(msg), "out of memory recording lock %s", r->name);
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+        return;
+    }
+    h->lease = l;
+    h->rev = a->rev;
+    h->keylen = a->keylen;
+    memcpy(h->key, a->key, a->keylen);
+    lock_hnode_init(&h->node, h->key + strlen(a->ec->c->opt.prefix), r->len);
+    struct ed_held *old = ed_held_find(es, r->name, r->len);
+    if (old)
+        ed_held_forget(es, old);
+    if (lock_map_insert(&es->held, &h->node) != 0) {
+        free(h);
+        lock_fmt(msg, sizeof(msg), "out of memory recording lock %s", r->name);
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+        return;
+    }
+    a->lease = NULL; /* the reference moves to h */
+    a->rev = 0;
+    int64_t since = l->confirmed_ms;
+    ed_acq_free(a);
+    /* The lease is only known to last from its last confirmed grant or keepalive. */
+    lock_granted(r, (uint64_t)h->rev, since);
+}
+
+/* Not the owner on a try-once, or the wait ran out. */
+static void ed_acq_busy(struct ed_acq *a)
+{
+    struct lock_req *r = a->r;
+    char msg[LOCK_MSG_MAX];
+    int64_t waited = lock_now_ms() - r->start_ms;
+    if (a->seen_pred)
+        lock_fmt(msg, sizeof(msg), "lock %s is held by another owner (waited %lld ms)", r->name,
+                 (long long)waited);
+    else
+        lock_fmt(msg, sizeof(msg), "lock %s: etcd did not answer within the wait (%lld ms)",
+                 r->name, (long long)waited);
+    ed_acq_fail(a, a->seen_pred ? LOCK_BUSY : LOCK_UNAVAILABLE, msg);
+}
+
+static void ed_acq_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ed_acq_busy(arg);
+}
+
+static void ed_acq_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct ed_acq *a = arg;
+    (void)fd;
+    (void)what;
+    if (grpc_channel_ready(a->ec->ch))
+        ed_acq_look(a);
+    /* else: the channel's up callback looks again */
+}
+
+/* Looks again later (a call failed or the watch stream ended). */
+static void ed_acq_pause(struct ed_acq *a)
+{
+    struct timeval tv = {0, ED_RETRY_MS * 1000};
+    a->phase = ED_ACQ_PAUSED;
+    if (a->retry == NULL)
+        a->retry = evtimer_new(a->ec->c->base, ed_acq_retry_cb, a);
+    if (a->retry)
+        evtimer_add(a->retry, &tv);
+}
+
+/* The key is gone while we waited (the lease ended, or someone deleted it): start over on a
+ * live lease, a bounded number of times. */
+static void ed_acq_restart(struct ed_acq *a, const char *why)
+{
+    char msg[LOCK_MSG_MAX];
+    struct lock_req *r = a->r;
+    ed_rpc_cancel(a->call);
+    a->call = NULL;
+    ed_acq_unwatch(a);
+    if (r == NULL || r->s == NULL || ++a->restarts > ED_MAX_RESTARTS) {
+        lock_fmt(msg, sizeof(msg), "lock %s: gave up waiting: %s", r ? r->name : "?", why);
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+        return;
+    }
+    a->rev = 0;
+    ed_lease_unref(a->lease);
+    a->lease = NULL;
+    a->phase = ED_ACQ_LEASE;
+    struct ed_lease *l = ed_lease_for(r->s->b_sess, r->ttl_ms, (r->flags & LOCK_NORENEW) != 0);
+    if (l == NULL) {
+        lock_fmt(msg, sizeof(msg), "lock %s: %s; etcd is not reachable to start over", r->name,
+                 why);
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+        return;
+    }
+    a->lease = l;
+    if (l->state == ED_LEASE_LIVE) {
+        ed_acq_start(a);
+    } else {
+        a->lnext = l->waiting;
+        l->waiting = a;
+    }
+}
+
+static int ed_kv_txn_decode(const uint8_t *p, size_t n, struct etcdpb_txn_resp *t, size_t want)
+{
+    return etcdpb_txn_resp_decode(p, n, t) == 0 && t->nresponses >= want ? 0 : -1;
+}
+
+static void ed_acq_looked(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_acq *a = arg;
+    static struct etcdpb_txn_resp t; /* one loop thread; too large for the stack */
+    struct etcdpb_range_resp pred, own;
+    struct etcdpb_kv kv;
+    size_t off = 0;
+    a->call = NULL;
+    if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, 2) != 0 ||
+        etcdpb_range_resp_decode(t.responses[0].body.p, t.responses[0].body.n, &pred) != 0 ||
+        etcdpb_range_resp_decode(t.responses[1].body.p, t.responses[1].body.n, &own) != 0) {
+        (void)err;
+        ed_acq_pause(a);
+        return;
+    }
+    if (own.nkvs == 0 || etcdpb_range_resp_next(&own, &off, &kv) != 1 ||
+        kv.create_revision != a->rev) {
+        a->rev = 0; /* it is gone: nothing to delete */
+        ed_acq_restart(a, "its queue key disappeared while it waited (lease expired or deleted)");
+        return;
+    }
+    off = 0;
+    if (pred.nkvs == 0 || etcdpb_range_resp_next(&pred, &off, &kv) != 1) {
+        ed_acq_own(a);
+        return;
+    }
+    a->seen_pred = 1;
+    if (a->r->deadline_ms <= a->r->start_ms) {
+        ed_acq_busy(a);
+        return;
+    }
+    if (ed_acq_watch(a, kv.key.p, kv.key.n, pred.header.revision + 1) != 0)
+        ed_acq_pause(a);
+}
+
+/* One Txn: the newest key created before ours, and our own key. */
+static void ed_acq_look(struct ed_acq *a)
+{
+    struct ed_client *ec = a->ec;
+    struct etcdpb_op ops[2];
+    char end[LOCK_MAX_NAME + 512];
+    memset(ops, 0, sizeof(ops));
+    a->phase = ED_ACQ_FIND;
+    ops[0].kind = ETCDPB_OP_RANGE;
+    ops[0].u.range.key = ed_s(a->key, a->pfxlen);
+    ops[0].u.range.range_end = ed_s(end, ed_prefix_end(a->key, a->pfxlen, end));
+    ops[0].u.range.sort_order = ETCDPB_SORT_DESCEND;
+    ops[0].u.range.sort_target = ETCDPB_SORT_CREATE;
+    ops[0].u.range.max_create_revision = a->rev - 1;
+    ops[0].u.range.limit = 1;
+    ops[0].u.range.keys_only = 1;
+    ops[1].kind = ETCDPB_OP_RANGE;
+    ops[1].u.range.key = ed_s(a->key, a->keylen);
+    ops[1].u.range.keys_only = 1;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_txn_req_encode(&ec->out, NULL, 0, ops, 2, NULL, 0) != 0 ||
+        (a->call = ed_rpc_start(ec, ED_PATH_TXN, ed_acq_looked, a)) == NULL)
+        ed_acq_pause(a);
+}
+
+static void ed_acq_created(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_acq *a = arg;
+    static struct etcdpb_txn_resp t;
+    struct etcdpb_range_resp q;
+    struct etcdpb_kv kv;
+    char msg[LOCK_MSG_MAX];
+    size_t off = 0;
+    a->call = NULL;
+    if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, 1) != 0) {
+        if (status == GRPC_STATUS_OK)
+            err = "malformed Txn response";
+        if (strstr(err, "requested lease not found")) {
+            ed_lease_lost(a->lease, "etcd no longer has the session's lease");
+            return; /* restarted */
+        }
+        lock_fmt(msg, sizeof(msg), "acquiring lock %s: %s", a->r->name, err);
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg); /* the outcome is unknown: the name is dirty */
+        return;
+    }
+    if (!t.succeeded) { /* a key of ours was left over: the Txn deleted it; create again */
+        if (++a->restarts > ED_MAX_RESTARTS) {
+            lock_fmt(msg, sizeof(msg), "acquiring lock %s: its key keeps reappearing", a->r->name);
+            a->phase = ED_ACQ_LEASE;
+            ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+            return;
+        }
+        ed_acq_start(a);
+        return;
+    }
+    a->rev = t.header.revision;
+    if (t.nresponses < 2 ||
+        etcdpb_range_resp_decode(t.responses[1].body.p, t.responses[1].body.n, &q) != 0 ||
+        etcdpb_range_resp_next(&q, &off, &kv) != 1 || kv.create_revision != a->rev) {
+        ed_acq_look(a); /* unexpected shape: ask plainly */
+        return;
+    }
+    if (etcdpb_range_resp_next(&q, &off, &kv) != 1) {
+        ed_acq_own(a); /* ours is the only key */
+        return;
+    }
+    a->seen_pred = 1;
+    if (a->r->deadline_ms <= a->r->start_ms) {
+        ed_acq_busy(a);
+        return;
+    }
+    if (ed_acq_watch(a, kv.key.p, kv.key.n, q.header.revision + 1) != 0)
+        ed_acq_pause(a);
+}
+
+/* Puts our key (if absent) and reads the two newest keys of the lock in one Txn: when ours is
+ * the only one we own the lock, else the other is our predecessor. A key of ours left over from
+ * an earlier attempt is deleted instead, and the Txn is sent again. */
+static void ed_acq_start(struct ed_acq *a)
+{
+    struct ed_client *ec = a->ec;
+    struct lock_req *r = a->r;
+    struct etcdpb_compare cmp;
+    struct etcdpb_op ok[2], fail;
+    char end[LOCK_MAX_NAME + 512], msg[LOCK_MSG_MAX];
+    const char *prefix = ec->c->opt.prefix;
+    size_t plen = strlen(prefix);
+    memcpy(a->key, prefix, plen);
+    memcpy(a->key + plen, r->name, r->len);
+    a->key[plen + r->len] = '/';
+    a->pfxlen = plen + r->len + 1;
+    size_t hl = strlen(a->lease->hex);
+    memcpy(a->key + a->pfxlen, a->lease->hex, hl + 1);
+    a->keylen = a->pfxlen + hl;
+    memset(&cmp, 0, sizeof(cmp));
+    memset(ok, 0, sizeof(ok));
+    memset(&fail, 0, sizeof(fail));
+    cmp.result = ETCDPB_CMP_EQUAL;
+    cmp.target = ETCDPB_TARGET_CREATE;
+    cmp.key = ed_s(a->key, a->keylen);
+    ok[0].kind = ETCDPB_OP_PUT;
+    ok[0].u.put.key = cmp.key;
+    ok[0].u.put.lease = a->lease->id;
+    ok[1].kind = ETCDPB_OP_RANGE;
+    ok[1].u.range.key = ed_s(a->key, a->pfxlen);
+    ok[1].u.range.range_end = ed_s(end, ed_prefix_end(a->key, a->pfxlen, end));
+    ok[1].u.range.sort_order = ETCDPB_SORT_DESCEND;
+    ok[1].u.range.sort_target = ETCDPB_SORT_CREATE;
+    ok[1].u.range.limit = 2;
+    ok[1].u.range.keys_only = 1;
+    fail.kind = ETCDPB_OP_DELETE;
+    fail.u.del.key = cmp.key;
+    a->phase = ED_ACQ_CREATE;
+    a->rev = 0;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_txn_req_encode(&ec->out, &cmp, 1, ok, 2, &fail, 1) != 0 ||
+        (a->call = ed_rpc_start(ec, ED_PATH_TXN, ed_acq_created, a)) == NULL) {
+        lock_fmt(msg, sizeof(msg), "lock %s: etcd is not connected", r->name);
+        a->phase = ED_ACQ_LEASE; /* nothing was sent */
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+    }
+}
+
+/* ---- dirty names ---- */
+
+static void ed_dirty_free(struct ed_dirty *d)
+{
+    lock_map_remove(&d->es->dirty, &d->node);
+    ed_rpc_cancel(d->call);
+    free(d);
+}
+
+static void ed_dirty_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_dirty *d = arg;
+    (void)err;
+    (void)p;
+    (void)n;
+    d->call = NULL;
+    if (status != GRPC_STATUS_OK)
+        return; /* retried after the next connect */
+    struct ed_acq *w = d->waiting;
+    d->waiting = NULL;
+    ed_dirty_free(d);
+    while (w) {
+        struct ed_acq *a = w;
+        w = a->lnext;
+        a->lnext = NULL;
+        a->dq = NULL;
+        a->phase = ED_ACQ_LEASE;
+        if (a->lease->state == ED_LEASE_LIVE) {
+            ed_acq_start(a);
+        } else if (a->lease->state == ED_LEASE_GRANTING) {
+            a->lnext = a->lease->waiting;
+            a->lease->waiting = a;
+        } else {
+            a->phase = ED_ACQ_PAUSED;
+            ed_acq_restart(a, "the session's lease was lost");
+        }
+    }
+}
+
+static void ed_dirty_clean(struct ed_dirty *d)
+{
+    struct ed_client *ec = ed_of(d->es->s->c);
+    if (d->call == NULL && ed_encode_delete(ec, d->key, d->keylen, 0) == 0)
+        d->call = ed_rpc_start(ec, ED_PATH_TXN, ed_dirty_done, d);
+}
+
+/* ---- backend operations ---- */
+
+static void ed_op_acquire(struct lock_req *r)
+{
+    struct lock_client *c = r->s->c;
+    struct ed_client *ec = ed_of(c);
+    struct ed_sess *es = ed_sess_get(r->s);
+    char msg[LOCK_MSG_MAX];
+    size_t cap = strlen(c->opt.prefix) + r->len + 1 + ED_LEASE_HEX_MAX + 1;
+    struct ed_acq *a = es ? calloc(1, sizeof(*a) + cap) : NULL;
+    if (a == NULL) {
+        lock_fmt(msg, sizeof(msg), "out of memory acquiring lock %s", r->name);
+        lock_req_finish(r, LOCK_UNAVAILABLE, 0, msg);
+        return;
+    }
+    a->ec = ec;
+    a->r = r;
+    a->watch_id = -1;
+    a->phase = ED_ACQ_LEASE;
+    r->b_call = a;
+    a->next = ec->acqs;
+    if (ec->acqs)
+        ec->acqs->prev = a;
+    ec->acqs = a;
+    if (r->deadline_ms != INT64_MAX && r->deadline_ms > r->start_ms) {
+        int64_t d = r->deadline_ms - lock_now_ms();
+        struct timeval tv = {(time_t)(d > 0 ? d / 1000 : 0),
+                             (suseconds_t)(d > 0 ? (d % 1000) * 1000 : 0)};
+        a->deadline = evtimer_new(c->base, ed_acq_deadline_cb, a);
+        if (a->deadline)
+            evtimer_add(a->deadline, &tv);
+    }
+    a->lease = ed_lease_for(es, r->ttl_ms, (r->flags & LOCK_NORENEW) != 0);
+    if (a->lease == NULL) {
+        lock_fmt(msg, sizeof(msg), "lock %s: etcd %s is not connected", r->name,
+                 grpc_channel_endpoint(ec->ch));
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+        return;
+    }
+    struct ed_dirty *d = (struct ed_dirty *)(void *)lock_map_find(&es->dirty, r->name, r->len);
+    if (d) { /* an earlier attempt's key may exist: clean it up first */
+        a->lnext = d->waiting;
+        d->waiting = a;
+        a->dq = d;
+        ed_dirty_clean(d);
+        return;
+    }
+    if (a->lease->state == ED_LEASE_LIVE) {
+        ed_acq_start(a);
+    } else {
+        a->lnext = a->lease->waiting;
+        a->lease->waiting = a;
+    }
+}
+
+static void ed_op_cancel(struct lock_req *r)
+{
+    struct ed_acq *a = r->b_call;
+    if (a == NULL)
+        return;
+    if (r->kind == LOCK_REQ_RELEASE) { /* b_call is the Txn in flight */
+        struct ed_sess *es = r->s->b_sess;
+        struct ed_held *h = es ? ed_held_find(es, r->name, r->len) : NULL;
+        ed_rpc_cancel(r->b_call);
+        r->b_call = NULL;
+        if (h) {
+            ed_orphan(ed_of(r->s->c), h->key, h->keylen, h->rev);
+            ed_held_forget(es, h);
+        }
+        return;
+    }
+    ed_acq_drop_key(a);
+    a->r = NULL;
+    r->b_call = NULL;
+    ed_acq_free(a);
+}
+
+static void ed_release_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct lock_req *r = arg;
+    static struct etcdpb_txn_resp t;
+    char msg[LOCK_MSG_MAX];
+    struct ed_sess *es = r->s->b_sess;
+    struct ed_held *h = es ? ed_held_find(es, r->name, r->len) : NULL;
+    r->b_call = NULL;
+    if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, 0) != 0) {
+        if (h)
+            ed_orphan(ed_of(r->s->c), h->key, h->keylen, h->rev);
+        lock_fmt(msg, sizeof(msg), "releasing lock %s: %s", r->name,
+                 status == GRPC_STATUS_OK ? "malformed Txn response" : err);
+        if (h)
+            ed_held_forget(es, h);
+        lock_req_finish(r, LOCK_UNAVAILABLE, 0, msg);
+        return;
+    }
+    if (h)
+        ed_held_forget(es, h);
+    if (t.succeeded) {
+        lock_req_finish(r, LOCK_OK, 0, NULL);
+    } else {
+        lock_fmt(msg, sizeof(msg), "lock %s was no longer held (its key was gone)", r->name);
+        lock_req_finish(r, LOCK_NOT_HELD, 0, msg);
+    }
+}
+
+static void ed_op_release(struct lock_req *r)
+{
+    struct ed_client *ec = ed_of(r->s->c);
+    struct ed_sess *es = r->s->b_sess;
+    struct ed_held *h = es ? ed_held_find(es, r->name, r->len) : NULL;
+    char msg[LOCK_MSG_MAX];
+    if (h == NULL) {
+        lock_fmt(msg, sizeof(msg), "lock %s is not held by this session", r->name);
+        lock_req_finish(r, LOCK_NOT_HELD, 0, msg);
+        return;
+    }
+    if (ed_encode_delete(ec, h->key, h->keylen, h->rev) != 0 ||
+        (r->b_call = ed_rpc_start(ec, ED_PATH_TXN, ed_release_done, r)) == NULL) {
+        ed_orphan(ec, h->key, h->keylen, h->rev);
+        ed_held_forget(es, h);
+        lock_fmt(msg, sizeof(msg),
+                 "releasing lock %s: etcd is not connected (the key is deleted after "
+                 "reconnecting, or with the lease)",
+                 r->name);
+        lock_req_finish(r, LOCK_UNAVAILABLE, 0, msg);
+    }
+}
+
+static void ed_op_drop(struct lock_session *s, const char *name, size_t len)
+{
+    struct ed_sess *es = s->b_sess;
+    struct ed_held *h = es ? ed_held_find(es, name, len) : NULL;
+    if (h == NULL)
+        return;
+    ed_orphan(ed_of(s->c), h->key, h->keylen, h->rev);
+    ed_held_forget(es, h);
+}
+
+static void ed_op_close_session(struct lock_session *s)
+{
+    struct ed_sess *es = s->b_sess;
+    if (es == NULL)
+        return;
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&es->held, &b, &it)) != NULL) {
+        struct ed_held *h = (struct ed_held *)(void *)n;
+        lock_map_remove(&es->held, n);
+        h->lease->refs--;
+        free(h);
+    }
+    lock_map_clear(&es->held);
+    b = 0;
+    it = NULL;
+    while ((n = lock_map_next(&es->dirty, &b, &it)) != NULL)
+        ed_dirty_free((struct ed_dirty *)(void *)n);
+    lock_map_clear(&es->dirty);
+    /* Revoking the leases deletes every key left, queue positions included. */
+    while (es->leases) {
+        struct ed_lease *l = es->leases;
+        es->leases = l->next;
+        l->es = NULL;
+        l->prev = l->next = NULL;
+        ed_lease_free(l);
+    }
+    free(es);
+    s->b_sess = NULL;
+}
+
+/* Renewal is the leases' own keepalive; a session's round trip only reports what the last
+ * confirmed keepalive of each lease established. */
+static void ed_op_renew(struct lock_session *s, int64_t now_ms)
+{
+    struct ed_sess *es = s->b_sess;
+    (void)now_ms;
+    if (es) {
+        size_t b = 0;
+        struct lock_hnode *it = NULL, *n;
+        while ((n = lock_map_next(&es->held, &b, &it)) != NULL) {
+            struct ed_held *h = (struct ed_held *)(void *)n;
+            if (!h->lease->norenew)
+                lock_renew_result(s, h->node.name, h->node.len, (uint64_t)h->rev,
+                                  h->lease->confirmed_ms, h->lease->state == ED_LEASE_LIVE);
+        }
+    }
+    lock_renew_done(s);
+}
+
+static int ed_op_ready(const struct lock_client *c)
+{
+    return grpc_channel_ready(ed_of(c)->ch);
+}
+
+/* ---- the channel ---- */
+
+static void ed_channel_up(void *arg, const char *endpoint)
+{
+    struct ed_client *ec = arg;
+    (void)endpoint;
+    ed_orphans_flush(ec);
+    /* Leases first: a keepalive now tells whether they survived a failover. */
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&ec->leases, &b, &it)) != NULL)
+        ed_lease_keepalive((struct ed_lease *)(void *)n);
+    for (struct lock_session *s = ec->c->sessions; s; s = s->next) {
+        struct ed_sess *es = s->b_sess;
+        if (es == NULL)
+            continue;
+        b = 0;
+        it = NULL;
+        while ((n = lock_map_next(&es->dirty, &b, &it)) != NULL)
+            ed_dirty_clean((struct ed_dirty *)(void *)n);
+    }
+    for (struct ed_acq *a = ec->acqs; a; a = a->next)
+        if (a->phase == ED_ACQ_PAUSED && a->rev > 0) {
+            evtimer_del(a->retry);
+            ed_acq_look(a);
+        }
+    lock_backend_up(ec->c);
+}
+
+static void ed_channel_down(void *arg, const char *why)
+{
+    struct ed_client *ec = arg;
+    (void)why;
+    ec->c->stats.backend_errors++;
+}
+
+static const struct grpc_channel_cbs ed_channel_cbs = {ed_channel_up, ed_channel_down};
+
+/* One "host:port" (or "[v6]:port", or a host alone) of n bytes into e. */
+static int ed_parse_endpoint(const char *p, size_t n, struct grpc_endpoint *e)
+{
+    const char *end = p + n, *hend, *portp = NULL;
+    if (n > 0 && *p == '[') {
+        const char *rb = memchr(p, ']', n);
+        if (rb == NULL || (rb + 1 < end && rb[1] != ':'))
+            return -1;
+        hend = rb;
+        portp = rb + 1 < end ? rb + 2 : NULL;
+        p++;
+    } else {
+        const char *colon = memchr(p, ':', n);
+        hend = colon ? colon : end;
+        portp = colon ? colon + 1 : NULL;
+    }
+    size_t hl = (size_t)(hend - p);
+    if (hl == 0 || hl >= sizeof(e->host))
+        return -1;
+    memcpy(e->host, p, hl);
+    e->host[hl] = '\0';
+    e->port = ED_DEFAULT_PORT;
+    if (portp) {
+        long v = portp < end && end - portp <= 5 ? 0 : -1;
+        for (const char *q = portp; v >= 0 && q < end; q++)
+            v = (*q >= '0' && *q <= '9') ? v * 10 + (*q - '0') : -1;
+        if (v < 1 || v > 65535)
+            return -1;
+        e->port = (int)v;
+    }
+    return 0;
+}
+
+/* etcd://host:port[,host:port...][/] */
+static int ed_parse_url(const char *url, struct grpc_endpoint *eps, int *neps, char *err,
+                        size_t errlen)
+{
+    const char *p = url + strlen("etcd://");
+    size_t total = strcspn(p, "/?#");
+    if (p[total] != '\0' && strcmp(p + total, "/") != 0) {
+        lock_fmt(err, errlen,
+                 "etcd URL '%.200s': only etcd://host:port[,host:port...] is supported", url);
+        return -1;
+    }
+    *neps = 0;
+    for (const char *end = p + total; p <= end;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        size_t n = comma ? (size_t)(comma - p) : (size_t)(end - p);
+        if (*neps >= 16) {
+            lock_fmt(err, errlen, "etcd URL '%.200s': at most 16 endpoints", url);
+            return -1;
+        }
+        if (ed_parse_endpoint(p, n, &eps[*neps]) != 0) {
+            lock_fmt(err, errlen,
+                     "etcd URL '%.200s': bad endpoint '%.*s' (want host:port, port 1..65535)", url,
+                     (int)(n > 100 ? 100 : n), p);
+            return -1;
+        }
+        (*neps)++;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t errlen)
+{
+    struct grpc_endpoint eps[16];
+    int neps = 0;
+    const char *prefix = c->opt.prefix;
+    size_t plen = strlen(prefix);
+    if (plen == 0 || plen > ED_MAX_PREFIX) {
+        lock_fmt(err, errlen, "lock prefix '%.60s' must be 1..%d bytes", prefix, ED_MAX_PREFIX);
+        return -1;
+    }
+    if (ed_parse_url(url, eps, &neps, err, errlen) != 0)
+        return -1;
+    struct ed_client *ec = calloc(1, sizeof(*ec));
+    if (ec == NULL) {
+        lock_fmt(err, errlen, "lock client: out of memory");
+        return -1;
+    }
+    ec->c = c;
+    c->impl = ec;
+    /* Marks of stores that cannot keep their own live next to the locks: /x/locks/ -> /x/marks/ */
+    size_t cut = plen;
+    while (cut > 0 && prefix[cut - 1] == '/')
+        cut--;
+    while (cut > 0 && prefix[cut - 1] != '/')
+        cut--;
+    lock_fmt(ec->mark_prefix, sizeof(ec->mark_prefix), "%.*smarks/", (int)cut, prefix);
+    ec->ch = grpc_channel_new(c->base, eps, neps, NULL, &ed_channel_cbs, ec);
+    if (ec->ch == NULL) {
+        lock_fmt(err, errlen, "lock client: out of memory");
+        free(ec);
+        c->impl = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void ed_op_close(struct lock_client *c)
+{
+    struct ed_client *ec = ed_of(c);
+    if (ec == NULL)
+        return;
+    while (ec->acqs) {
+        struct ed_acq *a = ec->acqs;
+        if (a->r)
+            a->r->b_call = NULL;
+        a->r = NULL;
+        ed_acq_free(a);
+    }
+    while (ec->rpcs)
+        ed_rpc_cancel(ec->rpcs);
+    while (ec->orphans) {
+        struct ed_orphan *o = ec->orphans;
+        ec->orphans = o->next;
+        free(o);
+    }
+    while (ec->wp_head) {
+        struct ed_wpend *wp = ec->wp_head;
+        ec->wp_head = wp->next;
+        free(wp);
+    }
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&ec->leases, &b, &it)) != NULL) {
+        struct ed_lease *l = (struct ed_lease *)(void *)n;
+        lock_map_remove(&ec->leases, n);
+        if (l->timer)
+            event_free(l->timer);
+        free(l);
+    }
+    lock_map_clear(&ec->leases);
+    grpc_channel_free(ec->ch);
+    etcdpb_buf_free(&ec->out);
+    free(ec);
+    c->impl = NULL;
+}
+
+const struct lock_backend_ops lock_etcd_ops = {
+    .scheme = "etcd",
+    .default_prefix = "/fencegate/locks/",
+    .open = ed_op_open,
+    .close = ed_op_close,
+    .ready = ed_op_ready,
+    .acquire = ed_op_acquire,
+    .release = ed_op_release,
+    .cancel = ed_op_cancel,
+    .renew = ed_op_renew,
+    .drop = ed_op_drop,
+    .close_session = ed_op_close_session,
+    .repair = NULL,
+};
