@@ -1,0 +1,208 @@
+"""etcd_harness.py — real etcd servers for the integration tests: a single member or a cluster
+of members on loopback ports picked free, each in its own temporary data directory, stopped (and
+removed) by the test's cleanup; plus `etcdctl` for assertions made beside fencegate.
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import harness
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+
+def etcd_missing():
+    """None when etcd and etcdctl are installed, else what is missing."""
+    missing = [p for p in (ETCD, ETCDCTL) if not os.access(p, os.X_OK)]
+    if missing:
+        return "not installed: %s (apt-get install etcd-server etcd-client)" % ", ".join(missing)
+    return None
+
+
+class EtcdMember:
+    def __init__(self, name, cluster):
+        self.name = name
+        self.cluster = cluster
+        self.client_port = harness.free_port()
+        self.peer_port = harness.free_port()
+        self.dir = tempfile.mkdtemp(prefix="fg-etcd-")
+        self.log_path = os.path.join(self.dir, "etcd.log")
+        self.proc = None
+        self.log_text = ""
+
+    @property
+    def endpoint(self):
+        return "127.0.0.1:%d" % self.client_port
+
+    @property
+    def peer_url(self):
+        return "http://127.0.0.1:%d" % self.peer_port
+
+    def start(self, state="new"):
+        assert self.proc is None or self.proc.poll() is not None, "etcd already running"
+        argv = [ETCD, "--name", self.name, "--data-dir", os.path.join(self.dir, "data"),
+                "--listen-client-urls", "http://" + self.endpoint,
+                "--advertise-client-urls", "http://" + self.endpoint,
+                "--listen-peer-urls", self.peer_url,
+                "--initial-advertise-peer-urls", self.peer_url,
+                "--initial-cluster", self.cluster.initial_cluster(),
+                "--initial-cluster-state", state,
+                "--initial-cluster-token", self.cluster.token,
+                "--heartbeat-interval", "50", "--election-timeout", "500",
+                "--logger", "zap", "--log-outputs", "stderr"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(argv, cwd=self.dir, stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=log, env=harness.clean_env())
+        log.close()
+        return self
+
+    def healthy(self):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=1)
+            c.request("GET", "/health")
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            return r.status == 200 and json.loads(body).get("health") == "true"
+        except (OSError, ValueError, http.client.HTTPException):
+            return False
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait(harness.STOP_TIMEOUT)
+
+    def freeze(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self):
+        self.log_text = self.log_tail()
+        if self.alive():
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(harness.STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(harness.STOP_TIMEOUT)
+
+    def log_tail(self, n=40):
+        return harness._tail(self.log_path, n)
+
+
+class EtcdCluster:
+    """n etcd members forming one cluster (n = 1 is a single node)."""
+
+    def __init__(self, n=1):
+        self.token = "fg-%d-%d" % (os.getpid(), harness.free_port())
+        self.members = [EtcdMember("m%d" % i, self) for i in range(n)]
+
+    def initial_cluster(self):
+        return ",".join("%s=%s" % (m.name, m.peer_url) for m in self.members)
+
+    @property
+    def url(self):
+        return "etcd://" + ",".join(m.endpoint for m in self.members)
+
+    @property
+    def endpoints(self):
+        return ",".join(m.endpoint for m in self.members if m.alive())
+
+    def start(self):
+        for m in self.members:
+            m.start()
+        harness.wait_until(lambda: all(m.healthy() for m in self.members), 30, 0.1,
+                           "etcd members healthy")
+        return self
+
+    def stop(self):
+        for m in self.members:
+            m.stop()
+
+    def cleanup(self):
+        self.stop()
+        for m in self.members:
+            shutil.rmtree(m.dir, ignore_errors=True)
+
+    def ctl(self, *args, timeout=10, check=True):
+        """Runs etcdctl (API v3) against the live members; returns stdout text."""
+        env = harness.clean_env({"ETCDCTL_API": "3"})
+        p = subprocess.run([ETCDCTL, "--endpoints", self.endpoints, "--command-timeout=5s"] +
+                           list(args), stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=timeout, env=env)
+        if check and p.returncode != 0:
+            raise AssertionError("etcdctl %s failed (%d): %s" % (
+                " ".join(args), p.returncode, p.stderr.decode(errors="replace")))
+        return p.stdout.decode(errors="replace")
+
+    def ctl_popen(self, *args):
+        env = harness.clean_env({"ETCDCTL_API": "3"})
+        return subprocess.Popen([ETCDCTL, "--endpoints", self.endpoints] + list(args),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+
+    def keys(self, prefix):
+        """[(key, create_revision, lease)] under prefix, oldest first."""
+        out = json.loads(self.ctl("get", "--prefix", prefix, "-w", "json"))
+        import base64
+        kvs = [(base64.b64decode(kv["key"]).decode(), int(kv["create_revision"]),
+                int(kv.get("lease", 0))) for kv in out.get("kvs", [])]
+        return sorted(kvs, key=lambda k: k[1])
+
+    def leader(self):
+        """The member that is leader now, or None."""
+        for m in self.members:
+            if not m.alive():
+                continue
+            env = harness.clean_env({"ETCDCTL_API": "3"})
+            p = subprocess.run([ETCDCTL, "--endpoints", m.endpoint, "endpoint", "status",
+                                "-w", "json"], capture_output=True, timeout=10, env=env)
+            if p.returncode != 0:
+                continue
+            st = json.loads(p.stdout)[0]["Status"]
+            if st["header"]["member_id"] == st["leader"]:
+                return m
+        return None
+
+
+class EtcdTestCase(harness.FgTestCase):
+    """FgTestCase with etcd clusters whose logs are printed when a test fails."""
+
+    def run(self, result=None):
+        self._etcd = []
+        before = (len(result.failures) + len(result.errors)) if result is not None else 0
+        out = super().run(result)
+        if result is not None and len(result.failures) + len(result.errors) > before:
+            import sys
+            for c in self._etcd:
+                for m in c.members:
+                    sys.stderr.write("\n---- etcd %s log tail ----\n%s\n" % (
+                        m.name, m.log_text))
+        return out
+
+    def start_etcd(self, n=1):
+        missing = etcd_missing()
+        if missing:
+            self.fail(missing)
+        c = EtcdCluster(n)
+        self._etcd.append(c)
+        self.addCleanup(c.cleanup)
+        return c.start()
+
+    def start_fg_etcd(self, redis_server, etcd, args=(), **kw):
+        """fencegate in front of redis_server with etcd as the lock backend."""
+        return self.start_fencegate(redis_server, args=["--backend", etcd.url] + list(args), **kw)

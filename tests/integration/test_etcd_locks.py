@@ -1,0 +1,288 @@
+"""Locks on the etcd backend (DESIGN.md §4, issue 4) against a real etcd 3.4: the token is the lock
+key's create_revision; waiters are served first come, first served; try-once leaves nothing
+behind; `etcdctl lock` and fencegate exclude each other; a killed sidecar's locks come free
+within the session lease; a frozen holder's writes are refused at the store; a lease revoked
+behind fencegate's back makes its locks lost at once; a 3-member cluster loses its leader while
+locks are held and waited for, and no lock is ever granted twice."""
+
+import json
+import threading
+import time
+import unittest
+import urllib.request
+
+import harness
+from etcd_harness import EtcdTestCase
+from harness import Err
+
+PREFIX = "/fencegate/locks/"
+PROTECT = 'protect:\n  - { store: redis, keys: "wallet:*", lock: "wallet:$1" }\n'
+
+
+class EtcdLocks(EtcdTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.direct = self.redis.client()
+        self.addCleanup(self.direct.close)
+        self.etcd = self.start_etcd(1)
+
+    def fencegate(self, *extra, config=PROTECT, **kw):
+        args = list(extra)
+        if config:
+            args += ["--config", self.write_file("fg-%d.yaml" % len(self._fg_procs), config)]
+        return self.start_fg_etcd(self.redis, self.etcd, args=args, **kw)
+
+    def acquire(self, conn, name, *opts, timeout=None):
+        r = conn.call("FENCE.ACQUIRE", name, *opts, timeout=timeout)
+        self.assertIsInstance(r, int, "FENCE.ACQUIRE %s %s got %r" % (name, opts, r))
+        return r
+
+    def test_token_is_the_keys_create_revision_under_the_session_lease(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:1")
+        keys = self.etcd.keys(PREFIX + "wallet:1/")
+        self.assertEqual(len(keys), 1, keys)
+        key, rev, lease = keys[0]
+        self.assertEqual(rev, t, "the token must be the key's create_revision")
+        self.assertEqual(key, PREFIX + "wallet:1/%x" % lease, "etcd's mutex key layout")
+        # The fenced write goes through and the next acquisition (after release) is larger.
+        self.assertEqual(c.call("SET", "wallet:1", "a"), "OK")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:1"), 1)
+        self.assertEqual(self.etcd.keys(PREFIX + "wallet:1/"), [], "release deletes the key")
+        t2 = self.acquire(c, "wallet:1")
+        self.assertGreater(t2, t)
+        # Two locks of one connection share the session's lease: one keepalive renews both.
+        self.acquire(c, "wallet:2")
+        leases = {k[2] for k in self.etcd.keys(PREFIX)}
+        self.assertEqual(len(leases), 1, "one lease per session: %r" % leases)
+
+    def test_waiters_are_served_in_arrival_order(self):
+        fg = self.fencegate()
+        holder = self.raw(fg.resp_port)
+        t0 = self.acquire(holder, "q")
+        waiters = [self.raw(fg.resp_port, timeout=20) for _ in range(4)]
+        for i, w in enumerate(waiters):
+            w.send(harness.encode("FENCE.ACQUIRE", "q", "WAIT", 15000))
+            # Each waiter's key must exist before the next one queues.
+            harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "q/")) == i + 2, 5, 0.02,
+                               "waiter %d queued" % i)
+        self.assertEqual(len(self.etcd.keys(PREFIX + "q/")), 5)
+        self.assertEqual(holder.call("FENCE.RELEASE", "q"), 1)
+        tokens = []
+        for i, w in enumerate(waiters):
+            r = w.read_reply(timeout=10)
+            self.assertIsInstance(r, int, "waiter %d got %r" % (i, r))
+            tokens.append(r)
+            # Nobody else may have it meanwhile: the next waiter is still waiting.
+            if i + 1 < len(waiters):
+                self.assertEqual(waiters[i + 1].read_available(0.2), b"",
+                                 "waiter %d was granted while %d held the lock" % (i + 1, i))
+            self.assertEqual(w.call("FENCE.RELEASE", "q"), 1)
+        self.assertEqual(tokens, sorted(tokens), "FIFO: tokens in arrival order")
+        self.assertGreater(tokens[0], t0)
+
+    def test_try_once_leaves_no_key_behind(self):
+        fg = self.fencegate()
+        a, b = self.raw(fg.resp_port), self.raw(fg.resp_port)
+        self.acquire(a, "t1")
+        r = b.call("FENCE.ACQUIRE", "t1", "WAIT", 0)
+        self.assertIsInstance(r, Err)
+        self.assertTrue(r.startswith("LOCKED"), r)
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "t1/")) == 1, 3, 0.05,
+                           "the try-once key removed")
+        # A short wait ends LOCKED too, and leaves nothing behind either.
+        r = b.call("FENCE.ACQUIRE", "t1", "WAIT", 300, timeout=5)
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKED"), r)
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "t1/")) == 1, 3, 0.05,
+                           "the timed-out waiter's key removed")
+
+    def test_etcdctl_lock_and_fencegate_exclude_each_other(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port, timeout=20)
+        # etcdctl holds it: fencegate must wait.
+        p = self.etcd.ctl_popen("lock", PREFIX + "x", "sleep", "2")
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "x/")) == 1, 5, 0.05,
+                           "etcdctl to take the lock")
+        ctl_rev = self.etcd.keys(PREFIX + "x/")[0][1]
+        r = c.call("FENCE.ACQUIRE", "x", "WAIT", 0)
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKED"), r)
+        t0 = time.monotonic()
+        t = self.acquire(c, "x", "WAIT", 10000, timeout=15)
+        self.assertGreater(time.monotonic() - t0, 0.5, "granted while etcdctl held it")
+        self.assertEqual(p.wait(10), 0)
+        self.assertGreater(t, ctl_rev)
+        # fencegate holds it: etcdctl must wait until it is released.
+        p2 = self.etcd.ctl_popen("lock", PREFIX + "x")
+        self.addCleanup(lambda: p2.poll() is None and p2.kill())
+        got = []
+        threading.Thread(target=lambda: got.append(p2.stdout.readline()), daemon=True).start()
+        time.sleep(1.5)
+        self.assertEqual(got, [], "etcdctl got the lock fencegate holds")
+        self.assertEqual(c.call("FENCE.RELEASE", "x"), 1)
+        harness.wait_until(lambda: got, 5, 0.05, "etcdctl to get the lock after the release")
+        self.assertTrue(got[0].startswith((PREFIX + "x/").encode()), got)
+
+    def test_killed_sidecar_frees_its_locks_within_the_session_lease(self):
+        a = self.fencegate("--session-ttl-ms", "2000")
+        b = self.fencegate("--session-ttl-ms", "2000")
+        ca = self.raw(a.resp_port)
+        t1 = self.acquire(ca, "k9")
+        a.proc.kill()
+        a.proc.wait(5)
+        cb = self.raw(b.resp_port, timeout=15)
+        t0 = time.monotonic()
+        t2 = self.acquire(cb, "k9", "WAIT", 10000, timeout=15)
+        waited = time.monotonic() - t0
+        self.assertLess(waited, 2.0 + 1.5, "the lease (2 s) should have freed it")
+        self.assertGreater(t2, t1)
+
+    def test_frozen_holder_is_refused_at_the_store(self):
+        a = self.fencegate("--session-ttl-ms", "1000")
+        b = self.fencegate("--session-ttl-ms", "1000")
+        ca, cb = self.raw(a.resp_port, timeout=15), self.raw(b.resp_port, timeout=15)
+        t1 = self.acquire(ca, "wallet:7")
+        self.assertEqual(ca.call("SET", "wallet:7", "from-a"), "OK")
+        # Queue A's next write, then freeze A before it can run it.
+        self.freeze(a)
+        ca.send(harness.encode("SET", "wallet:7", "stale-a"))
+        t2 = self.acquire(cb, "wallet:7", "WAIT", 10000, timeout=15)
+        self.assertGreater(t2, t1)
+        self.assertEqual(cb.call("SET", "wallet:7", "from-b"), "OK")
+        a.signal(__import__("signal").SIGCONT)
+        r = ca.read_reply(timeout=10)
+        self.assertIsInstance(r, Err, "the frozen holder's write was accepted: %r" % (r,))
+        self.assertTrue(r.startswith(("STALE", "LOCKLOST")), r)
+        self.assertEqual(self.direct.get("wallet:7"), b"from-b")
+
+    def test_lease_revoked_behind_our_back_loses_every_lock_of_the_session(self):
+        fg = self.fencegate("--session-ttl-ms", "3000")
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:a")
+        self.acquire(c, "wallet:b")
+        lease = self.etcd.keys(PREFIX + "wallet:a/")[0][2]
+        self.etcd.ctl("lease", "revoke", "%x" % lease)
+        # The next keepalive (every ttl/3 = 1 s) says the lease is gone.
+        def lost():
+            locks = c.call("FENCE.LOCKS")
+            return all(x[3] == b"lost" for x in locks) and len(locks) == 2
+        harness.wait_until(lost, 3, 0.1, "both locks reported lost")
+        r = c.call("SET", "wallet:a", "x")
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKLOST"), r)
+        self.assertIsNone(self.direct.get("wallet:a"))
+
+    def test_norenew_lock_has_its_own_lease_and_runs_out(self):
+        fg = self.fencegate()
+        c, d = self.raw(fg.resp_port), self.raw(fg.resp_port, timeout=10)
+        t = self.acquire(c, "wallet:n", "TTL", 1000, "NORENEW")
+        self.acquire(c, "wallet:m")
+        leases = {k[2] for k in self.etcd.keys(PREFIX)}
+        self.assertEqual(len(leases), 2, "a NORENEW lock gets a lease of its own")
+        t0 = time.monotonic()
+        t2 = self.acquire(d, "wallet:n", "WAIT", 5000, timeout=10)
+        self.assertGreater(t2, t)
+        self.assertLess(time.monotonic() - t0, 3.5)
+        r = c.call("SET", "wallet:n", "late")
+        self.assertTrue(isinstance(r, Err) and r.startswith(("LOCKLOST", "STALE")), r)
+
+    def test_http_locks_and_fencectl_on_etcd(self):
+        fg = self.fencegate()
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/locks/h1" % fg.http_port,
+                                     data=b'{"ttl_ms": 3000}', method="POST")
+        body = json.loads(urllib.request.urlopen(req, timeout=10).read())
+        self.assertEqual(self.etcd.keys(PREFIX + "h1/")[0][1], body["token"])
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/locks/h1" % fg.http_port,
+                                     method="DELETE")
+        self.assertEqual(urllib.request.urlopen(req, timeout=10).status, 200)
+        self.assertEqual(self.etcd.keys(PREFIX + "h1/"), [])
+        out = harness.subprocess.run(
+            [harness.FENCECTL_BIN, "--http", "127.0.0.1:%d" % fg.http_port, "lock", "h2", "--",
+             "sh", "-c", "echo $FENCE_TOKEN"], capture_output=True, timeout=20)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertGreater(int(out.stdout), body["token"])
+        self.assertEqual(self.etcd.keys(PREFIX + "h2/"), [], "fencectl released it")
+
+    def test_etcd_down_then_back(self):
+        fg = self.fencegate(readyz=True)
+        c = self.raw(fg.resp_port, timeout=10)
+        t = self.acquire(c, "wallet:d")
+        m = self.etcd.members[0]
+        m.kill()
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 503, 5, 0.1, "/readyz 503")
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "other", "WAIT", 0, timeout=10)
+        self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE"), r)
+        m.start(state="existing")
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 200, 15, 0.1, "/readyz 200 again")
+        # The lease outlived the short outage (10 s session TTL): the lock is still ours.
+        self.assertEqual(c.call("FENCE.TOKEN", "wallet:d"), t)
+        self.assertEqual(c.call("SET", "wallet:d", "ok"), "OK")
+
+
+class EtcdCluster3(EtcdTestCase):
+
+    def test_leader_killed_while_locks_are_held_and_waited_for(self):
+        redis = self.start_redis()
+        etcd = self.start_etcd(3)
+        fg = self.start_fg_etcd(redis, etcd, args=["--session-ttl-ms", "3000"])
+        holder = self.raw(fg.resp_port, timeout=20)
+        grants = []  # (token, granted_at, released_at)
+        t0 = self.acquire_ok(holder, "L")
+        waiters = [self.raw(fg.resp_port, timeout=30) for _ in range(3)]
+        for w in waiters:
+            w.send(harness.encode("FENCE.ACQUIRE", "L", "WAIT", 25000))
+            time.sleep(0.2)
+        leader = etcd.leader()
+        self.assertIsNotNone(leader)
+        leader.kill()
+        time.sleep(1.0)
+        r = holder.call("FENCE.TOKEN", "L")
+        # Either still held with the same token, or reported lost: never another token.
+        self.assertIn(r, (t0, None), "FENCE.TOKEN after the leader died: %r" % (r,))
+        holder.call("FENCE.RELEASE", "L", timeout=10)
+        grants.append((t0, 0, time.monotonic()))
+        for i, w in enumerate(waiters):
+            r = w.read_reply(timeout=25)
+            now = time.monotonic()
+            if isinstance(r, Err):
+                # Allowed: the backend was unavailable; never a double grant.
+                self.assertTrue(r.startswith(("UNAVAILABLE", "LOCKED")), r)
+                continue
+            self.assertIsInstance(r, int)
+            for j, w2 in enumerate(waiters[i + 1:]):
+                self.assertEqual(w2.read_available(0.05), b"",
+                                 "a second waiter was granted while %d held it" % i)
+            grants.append((r, now, None))
+            w.call("FENCE.RELEASE", "L", timeout=10)
+        tokens = [g[0] for g in grants]
+        self.assertEqual(tokens, sorted(set(tokens)), "tokens never go backwards: %r" % tokens)
+        self.assertGreaterEqual(len(tokens), 2, "at least one waiter got the lock after failover")
+
+    def test_frozen_member_is_left_for_another_endpoint(self):
+        redis = self.start_redis()
+        etcd = self.start_etcd(3)
+        fg = self.start_fg_etcd(redis, etcd)
+        c = self.raw(fg.resp_port, timeout=20)
+        self.acquire_ok(c, "f1")
+        # fencegate talks to the first endpoint; freeze it (no answers at all).
+        first = etcd.members[0]
+        first.freeze()
+        self.addCleanup(first.thaw)
+        deadline = time.monotonic() + 20
+        while True:
+            r = c.call("FENCE.ACQUIRE", "f2", "WAIT", 0, timeout=10)
+            if isinstance(r, int):
+                break
+            self.assertLess(time.monotonic(), deadline, "never failed over: %r" % (r,))
+            time.sleep(0.3)
+        self.assertEqual(c.call("FENCE.TOKEN", "f1") is not None, True)
+
+    def acquire_ok(self, conn, name):
+        r = conn.call("FENCE.ACQUIRE", name, timeout=10)
+        self.assertIsInstance(r, int, r)
+        return r
+
+
+if __name__ == "__main__":
+    unittest.main()
