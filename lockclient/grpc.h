@@ -63,7 +63,8 @@ struct grpc_channel_opts {
 struct grpc_channel_cbs {
     /* The channel has a working connection (after the HTTP/2 preface and SETTINGS exchange). */
     void (*up)(void *arg, const char *endpoint);
-    /* The connection was lost; every open call has already ended. `why` names endpoint and cause. */
+    /* The connection was lost; every open call has already ended. `why` names endpoint and cause.
+     */
     void (*down)(void *arg, const char *why);
 };
 
@@ -82,6 +83,9 @@ const char *grpc_channel_endpoint(const struct grpc_channel *ch);
 /* Drops the current connection (open calls end with GRPC_STATUS_UNAVAILABLE and `why`) and moves
  * on to the next endpoint without waiting for the backoff of a healthy channel. */
 void grpc_channel_failover(struct grpc_channel *ch, const char *why);
+/* Keepalive PINGs sent and acknowledged over the channel's life (all connections); for tests and
+ * metrics. Either pointer may be NULL. */
+void grpc_channel_ping_counts(const struct grpc_channel *ch, uint64_t *sent, uint64_t *acked);
 
 /* One metadata entry (a request header); names lowercase. */
 struct grpc_metadata {
@@ -107,7 +111,8 @@ struct grpc_call *grpc_call_start(struct grpc_channel *ch, const char *path,
                                   const struct grpc_metadata *md, size_t nmd, long long timeout_ms,
                                   const struct grpc_call_cbs *cbs, void *arg);
 /* Queues one request message (framed here; the bytes are copied). Returns 0, or -1 when the call
- * is half-closed already or out of memory. */
+ * has ended or is half-closed already, the message is larger than GRPC_MAX_MESSAGE, more than
+ * 16 MiB are queued unsent, or out of memory. */
 int grpc_call_send(struct grpc_call *call, const uint8_t *msg, size_t len);
 /* Half-closes the request side (END_STREAM after what is queued). */
 int grpc_call_close_send(struct grpc_call *call);
