@@ -230,6 +230,8 @@ int main(int argc, char **argv)
     memset(&lopt, 0, sizeof(lopt));
     lopt.fence = fencehooks_run;
     lopt.fence_arg = &hooks;
+    if (cfg.backend.kind == CFG_URL_ETCD) /* the Redis backend keeps its own key layout */
+        snprintf(lopt.prefix, sizeof(lopt.prefix), "%s", cfg.backend_prefix);
     locks = marks ? lock_client_new(m.base, cfg.backend.raw, &lopt, err, sizeof(err)) : NULL;
     if (!locks) {
         fprintf(stderr, "fencegate: lock backend %s: %s\n", main_url_shown(&cfg.backend),

@@ -58,6 +58,12 @@ class EtcdLocks(EtcdTestCase):
         leases = {k[2] for k in self.etcd.keys(PREFIX)}
         self.assertEqual(len(leases), 1, "one lease per session: %r" % leases)
 
+    def test_backend_prefix_sets_the_key_prefix(self):
+        fg = self.fencegate("--backend-prefix", "/myapp/locks/")
+        t = self.acquire(self.raw(fg.resp_port), "p1")
+        self.assertEqual([k[1] for k in self.etcd.keys("/myapp/locks/p1/")], [t])
+        self.assertEqual(self.etcd.keys(PREFIX), [])
+
     def test_waiters_are_served_in_arrival_order(self):
         fg = self.fencegate()
         holder = self.raw(fg.resp_port)
