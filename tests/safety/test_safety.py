@@ -57,6 +57,14 @@ class Safety(unittest.TestCase):
                                 "no acknowledged write after the last fault:\n" + card)
         return res
 
+    def test_etcd_freeze_sidecar(self):
+        """The freeze nemesis with etcd as the lock backend (Redis stays the store)."""
+        self.run_nemesis("freeze", ["freeze"], backend="etcd")
+
+    def test_etcd_kill_sidecar(self):
+        """kill -9 a sidecar with etcd as the lock backend: its lease frees the lock."""
+        self.run_nemesis("kill-sidecar", ["kill-sidecar"], backend="etcd")
+
     def test_freeze_sidecar(self):
         """SIGSTOP a sidecar past its lease while its worker is mid read-modify-write."""
         self.run_nemesis("freeze", ["freeze"])

@@ -324,6 +324,8 @@ class Sidecar:
                 "--session-ttl-ms", str(SESSION_TTL_MS), "--shutdown-grace-ms", "2000"]
         if self.config:
             args += ["--config", self.config]
+        if self.wl.etcd:
+            args += ["--backend", self.wl.etcd.url]  # after the upstream's: this one wins
         env = None
         if faketime:
             # CLOCK_MONOTONIC is faked too (FAKETIME_DONT_FAKE_MONOTONIC unset): leases and
@@ -687,7 +689,7 @@ class Workload:
     __exit__ tears everything down even when a check failed."""
 
     def __init__(self, workers_per_sidecar=4, netns=False, seed=None, think_ms=0,
-                 log=None, hard_seconds=3600, fast_clock_b=None):
+                 log=None, hard_seconds=3600, fast_clock_b=None, backend="redis"):
         self.seed = seed if seed is not None else random.randrange(1 << 30)
         self.rng = random.Random(self.seed)
         self.workers_per_sidecar = workers_per_sidecar
@@ -706,6 +708,8 @@ class Workload:
         self.fast_clock_b = fast_clock_b
         self.netns = None
         self.redis = None
+        self.backend = backend  # "redis" (the store is also the lock backend) or "etcd"
+        self.etcd = None
         self.sidecars = []
         self.workers = []
         self.tmp = tempfile.mkdtemp(prefix="fg-safety-")
@@ -732,6 +736,10 @@ class Workload:
             binds.append(self.netns.host_ip)
         self.redis = AofRedis(binds)
         self.redis.start()
+        if self.backend == "etcd":
+            from etcd_harness import EtcdCluster
+            self.etcd = EtcdCluster(1)
+            self.etcd.start()
         cfg = os.path.join(self.tmp, "protect.yaml")
         with open(cfg, "w") as f:
             f.write(PROTECT)
@@ -785,6 +793,8 @@ class Workload:
                 pass
         if self.redis:
             self.redis.cleanup()
+        if self.etcd:
+            self.etcd.cleanup()
         if self.netns:
             self.netns.destroy()
         import shutil
@@ -1332,6 +1342,8 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=None, help="or after this many seconds")
     ap.add_argument("--workers", type=int, default=4, help="workers per sidecar")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--backend", default="redis", choices=["redis", "etcd"],
+                    help="lock backend: the store's Redis, or an etcd started for the run")
     ap.add_argument("--no-netns", action="store_true",
                     help="do not use a network namespace (partition = SIGSTOP Redis)")
     ap.add_argument("--history", help="write the history (JSON lines) and result here")
@@ -1346,8 +1358,11 @@ def main(argv=None):
     log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
     cap = args.seconds or max(600, args.faults * 20)
     rng = random.Random(args.seed)
+    if args.backend == "etcd" and use_netns:
+        use_netns = False  # etcd listens on 127.0.0.1 only: not reachable from the namespace
+        print("etcd backend: partitions are Redis SIGSTOPs")
     with Workload(workers_per_sidecar=args.workers, netns=use_netns, seed=args.seed, log=log,
-                  hard_seconds=cap + 120) as wl:
+                  hard_seconds=cap + 120, backend=args.backend) as wl:
         res = wl.run(schedule_for(args.nemesis, rng, use_netns), seconds=cap,
                      faults=args.faults)
         if args.history:
