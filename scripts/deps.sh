@@ -4,9 +4,9 @@
 set -euo pipefail
 
 what=${1:-test}
-build_pkgs=(build-essential cmake pkg-config libevent-dev libyaml-dev libhiredis-dev libcmocka-dev python3 libssl-dev)
+build_pkgs=(build-essential cmake pkg-config libevent-dev libyaml-dev libhiredis-dev libcmocka-dev python3 libssl-dev libpq-dev)
 run_pkgs=(redis-server redis-tools curl)
-test_pkgs=(python3-redis clang libclang-rt-14-dev clang-format nutcracker procps openssl nodejs libfaketime)
+test_pkgs=(postgresql postgresql-client wrk python3-redis clang libclang-rt-14-dev clang-format nutcracker procps openssl nodejs libfaketime)
 
 case "$what" in
 build) pkgs=("${build_pkgs[@]}") ;;
