@@ -83,10 +83,11 @@ static const char *const cfg_backend_keys[] = {"url", "prefix", "session_ttl_ms"
 static const char *const cfg_limits_keys[] = {"max_clients", "max_request_bytes",
                                               "max_pending_bytes", "max_args", NULL};
 static const char *const cfg_log_keys[] = {"level", NULL};
-static const char *const cfg_store_keys[] = {"name", "url", NULL};
+static const char *const cfg_store_keys[] = {"name",       "url",       "pool_size",
+                                             "timeout_ms", "queue_max", NULL};
 static const char *const cfg_rule_keys[] = {"store", "keys", "lock", NULL};
 
-enum { CFG_STORE_NAME, CFG_STORE_URL };
+enum { CFG_STORE_NAME, CFG_STORE_URL, CFG_STORE_POOL, CFG_STORE_TIMEOUT, CFG_STORE_QUEUE };
 enum { CFG_RULE_STORE, CFG_RULE_KEYS, CFG_RULE_LOCK };
 
 static const char *const cfg_log_names[] = {"error", "warn", "info", "debug"};
@@ -1151,6 +1152,25 @@ static int yaml_store(struct cfg_yaml *y, int i)
                     return yaml_fail(y, vm, "%s: duplicate store name '%s' (stores[%d] has it)",
                                      key, cfg_show_str(shown, val), j);
             cfg_copy(st->name, sizeof st->name, val, strlen(val));
+        } else if (idx >= CFG_STORE_POOL) {
+            /* postgresql stores: pool_size, timeout_ms, queue_max (pgstore.h) */
+            static const long long lo[] = {1, 100, 1}, hi[] = {256, 3600000, 100000};
+            long long v = 0;
+            int k = idx - CFG_STORE_POOL;
+            rc = yaml_scalar(y, key, "an integer", val, sizeof val);
+            if (rc)
+                return rc;
+            rc = cfg_number(val, lo[k], hi[k], &v, y->err);
+            if (rc) {
+                cfg_err_prefix(y->err, "%s:%zu:%zu: %s: ", y->src, vm.line + 1, vm.column + 1, key);
+                return rc;
+            }
+            if (idx == CFG_STORE_POOL)
+                st->pool_size = (int)v;
+            else if (idx == CFG_STORE_TIMEOUT)
+                st->timeout_ms = v;
+            else
+                st->queue_max = (int)v;
         } else {
             rc = yaml_scalar(y, key, "a redis://, postgresql:// or http:// URL", val, sizeof val);
             if (rc)

@@ -41,6 +41,10 @@ struct cfg_url {
 struct cfg_store {
     char name[128];
     struct cfg_url url; /* kind is REDIS, POSTGRES or HTTP */
+    /* postgresql stores (0 = the default of pgstore.h): */
+    int pool_size;        /* connections, 1..256 */
+    long long timeout_ms; /* statement_timeout, 100..3600000 */
+    int queue_max;        /* requests waiting for a connection, 1..100000 */
 };
 
 struct cfg_protect {

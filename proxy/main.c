@@ -14,6 +14,7 @@
 #include "http.h"
 #include "lock.h"
 #include "log.h"
+#include "pgstore.h"
 #include "server.h"
 #include "storemark.h"
 #include "upstream.h"
@@ -194,6 +195,7 @@ int main(int argc, char **argv)
     struct http_api *http;
     struct lock_client *locks;
     struct store_marks *marks;
+    struct pgstores *pg;
     struct lock_options lopt;
     struct event *sigterm, *sigint;
     char err[512];
@@ -227,6 +229,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "fencegate: too many stores to fence\n");
         return 2;
     }
+    /* ... and every PostgreSQL store's fencegate_fence row (pgstore.h). */
+    pg = pgstores_new(m.base, &cfg);
+    if (!pg) {
+        fprintf(stderr, "fencegate: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < pgstores_count(pg); i++) {
+        if (fencehooks_add(&hooks, pgstore_fence_hook, pgstores_get(pg, i)) != 0) {
+            fprintf(stderr, "fencegate: too many stores to fence\n");
+            return 2;
+        }
+    }
     memset(&lopt, 0, sizeof(lopt));
     lopt.fence = fencehooks_run;
     lopt.fence_arg = &hooks;
@@ -250,6 +264,12 @@ int main(int argc, char **argv)
         return 1;
     }
     m.http = http;
+    if (pgstores_count(pg) > 0 &&
+        (http_route_stores(http, CFG_URL_POSTGRES, "sql", pgstore_handle, pg) != 0 ||
+         http_add_ready_check(http, pgstore_ready, pg) != 0)) {
+        fprintf(stderr, "fencegate: HTTP listener: too many store routes\n");
+        return 1;
+    }
     sigterm = evsignal_new(m.base, SIGTERM, main_on_signal, &m);
     sigint = evsignal_new(m.base, SIGINT, main_on_signal, &m);
     evsignal_add(sigterm, NULL);
@@ -263,6 +283,7 @@ int main(int argc, char **argv)
     server_free(m.srv);
     http_free(http);
     lock_client_free(locks);
+    pgstores_free(pg);
     store_marks_free(marks);
     upstream_free(up);
     event_free(sigterm);

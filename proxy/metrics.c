@@ -66,6 +66,21 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
                           "Writes to protected keys from connections without their lock."},
     [M_LOCKLOST_REFUSED] = {"fencegate_locklost_refused_total",
                             "Writes refused because the connection had lost their lock."},
+    [M_PG_REQUESTS] = {"fencegate_pg_requests_total",
+                       "SQL batch requests to PostgreSQL stores (POST /v1/stores/{store}/sql)."},
+    [M_PG_COMMITTED] = {"fencegate_pg_committed_total", "SQL batches committed."},
+    [M_PG_STALE_REFUSED] = {"fencegate_pg_stale_refused_total",
+                            "SQL batches rolled back: token older than the store's fence mark."},
+    [M_PG_NOLOCK] = {"fencegate_pg_locklost_refused_total",
+                     "SQL batches refused before reaching PostgreSQL: lock not held."},
+    [M_PG_SQL_ERRORS] = {"fencegate_pg_sql_errors_total",
+                         "SQL batches rolled back by an SQL error."},
+    [M_PG_UNAVAILABLE] = {"fencegate_pg_unavailable_total",
+                          "SQL batches answered 503: the store was unreachable or failing."},
+    [M_PG_POOL_FULL] = {"fencegate_pg_pool_exhausted_total",
+                        "SQL batches answered 503: no pooled connection became free."},
+    [M_PG_FENCE_RAISES] = {"fencegate_pg_fence_raises_total",
+                           "Fence marks raised in PostgreSQL stores when a lock was granted."},
 };
 
 static const struct metrics_desc metrics_gauges[G_GAUGE_MAX] = {

@@ -31,6 +31,15 @@ enum metric_counter {
     M_STALE_REFUSED,      /* fenced writes the store refused: token older than its mark */
     M_NOLOCK_REFUSED,     /* writes to protected keys without their lock */
     M_LOCKLOST_REFUSED,   /* writes under a lock the session lost */
+    /* PostgreSQL stores (pgstore.c): */
+    M_PG_REQUESTS,      /* POST /v1/stores/{postgresql store}/sql requests */
+    M_PG_COMMITTED,     /* SQL batches committed */
+    M_PG_STALE_REFUSED, /* SQL batches rolled back: token older than the store's mark */
+    M_PG_NOLOCK,        /* SQL batches refused before postgres: lock not held or lost */
+    M_PG_SQL_ERRORS,    /* SQL batches rolled back by an SQL error */
+    M_PG_UNAVAILABLE,   /* SQL batches answered 503: store unreachable or failing */
+    M_PG_POOL_FULL,     /* SQL batches answered 503: no connection free in time */
+    M_PG_FENCE_RAISES,  /* fence marks raised in postgresql stores on acquire */
     M_COUNTER_MAX
 };
 

@@ -204,6 +204,131 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# ---- postgres -------------------------------------------------------------------------------
+
+PG_BIN = os.environ.get("FG_PG_BIN") or "/usr/lib/postgresql/15/bin"
+PSQL = shutil.which("psql") or "/usr/bin/psql"
+
+
+class PostgresServer:
+    """A PostgreSQL 15 server (initdb + postgres) on 127.0.0.1 in a temporary data directory,
+    with a Unix socket in that directory too; can be stopped, killed and started again on the
+    same port. PostgreSQL refuses to run as root, so as root it runs as the `postgres` user
+    (Debian's postgresql package creates it) through runuser."""
+
+    def __init__(self, port=None, fsync=False):
+        self.port = port or free_port()
+        self.fsync = fsync
+        self.dir = tempfile.mkdtemp(prefix="fg-pg-")
+        self.data = os.path.join(self.dir, "data")
+        self.log_path = os.path.join(self.dir, "postgres.log")
+        self.proc = None
+        self.log_text = ""
+        self.user = "fencegate"
+        self._as = []
+        if os.geteuid() == 0:
+            try:
+                import pwd
+                pw = pwd.getpwnam("postgres")
+            except KeyError:
+                raise AssertionError("running as root, PostgreSQL needs a non-root user: no "
+                                     "'postgres' user exists (apt-get install postgresql)")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        self._initdb()
+
+    @property
+    def url(self):
+        return "postgresql://%s@127.0.0.1:%d/postgres" % (self.user, self.port)
+
+    def _initdb(self):
+        p = subprocess.run(self._as + [os.path.join(PG_BIN, "initdb"), "-D", self.data, "-U",
+                                       self.user, "-A", "trust", "-E", "UTF8", "--no-locale"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
+                           env=clean_env())
+        if p.returncode != 0:
+            raise AssertionError("initdb failed (%d): %s" % (
+                p.returncode, p.stderr.decode("utf-8", "replace")))
+
+    def start(self):
+        assert self.proc is None or self.proc.poll() is not None, "postgres already running"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self._as + [os.path.join(PG_BIN, "postgres"), "-D", self.data, "-p", str(self.port),
+                        "-c", "listen_addresses=127.0.0.1", "-k", self.dir,
+                        "-c", "fsync=%s" % ("on" if self.fsync else "off"),
+                        "-c", "max_connections=200"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=clean_env())
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError("postgres on port %d exited with %s:\n%s" % (
+                    self.port, self.proc.returncode, _tail(self.log_path, 30)))
+            r = subprocess.run([PSQL, "-X", "-A", "-t", "-h", "127.0.0.1", "-p", str(self.port),
+                                "-U", self.user, "-d", "postgres", "-c", "SELECT 1"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=10,
+                               env=clean_env())
+            if r.returncode == 0:
+                return self
+            if time.monotonic() >= deadline:
+                raise AssertionError("postgres on port %d not ready in %.0fs:\n%s" % (
+                    self.port, START_TIMEOUT, _tail(self.log_path, 30)))
+            time.sleep(0.1)
+
+    def sql(self, text, check=True):
+        """Runs SQL with psql straight at this server (not through fencegate); returns the
+        unaligned, tuples-only output (rows on lines, columns separated by '|')."""
+        p = subprocess.run([PSQL, "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
+                            "-p", str(self.port), "-U", self.user, "-d", "postgres", "-c", text],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                           env=clean_env())
+        if check and p.returncode != 0:
+            raise AssertionError("psql %r exited %d: %s" % (
+                text, p.returncode, p.stderr.decode("utf-8", "replace")))
+        return p.stdout.decode("utf-8", "replace").rstrip("\n")
+
+    def _signal(self, sig):
+        # The server runs as another user: signal it through our child (runuser forwards
+        # SIGTERM; SIGKILL goes to the postgres process, found by its pid file).
+        pid = None
+        try:
+            with open(os.path.join(self.data, "postmaster.pid")) as f:
+                pid = int(f.readline().strip())
+        except (OSError, ValueError):
+            pass
+        if pid:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self):
+        """SIGKILL the postmaster (its backends exit on their own)."""
+        if self.proc and self.proc.poll() is None:
+            self._signal(signal.SIGKILL)
+            self.proc.wait(STOP_TIMEOUT)
+
+    def stop(self):
+        """Fast shutdown (SIGINT): open connections are closed, the port is freed."""
+        if self.proc and self.proc.poll() is None:
+            self._signal(signal.SIGINT)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.proc.wait(STOP_TIMEOUT)
+        self.log_text = _tail(self.log_path, 40)
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 # ---- fencegate ----------------------------------------------------------------------------
 
 class Fencegate:

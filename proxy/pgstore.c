@@ -1,0 +1,973 @@
+/* pgstore.c — PostgreSQL stores: libpq's asynchronous API in pipeline mode on the event loop.
+ *
+ * Each store has a pool of connections. A connection is set up once (statement_timeout, the side
+ * table fencegate_fence, five prepared fence statements); then a batch is one round trip: the
+ * fence statements, the application's statements and a Sync, all in one pipeline, which
+ * PostgreSQL runs as one implicit transaction. The first error skips everything after it up to
+ * the Sync and rolls the whole transaction back.
+ *
+ * The fence of a batch under token T (statements 0..2):
+ *   F1 INSERT the lock's row with T when missing (ON CONFLICT DO NOTHING);
+ *   F2 SELECT it FOR SHARE, raising an error when its mark is above T (stale): a share lock, so
+ *      batches of the same holder run side by side, while a raise (F3, or fence on acquire)
+ *      waits for them to commit;
+ *   F3 UPDATE the mark to T when it is below T.
+ * Fence on acquire (R1, R2): an upsert that raises the mark when it is below the token, under
+ * the row's exclusive lock, and a read of the mark. */
+#include "pgstore.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "pgjson.h"
+
+#define PG_CONNECT_TIMEOUT_MS 3000 /* connect and set-up of one connection */
+#define PG_BACKOFF_MIN_MS     100
+#define PG_BACKOFF_MAX_MS     5000
+#define PG_DEADLINE_SLACK_MS  2000 /* a batch's client-side deadline: statement_timeout + this */
+#define PG_STALE_MARKER       "fencegate stale token"
+#define PG_NFENCE             3 /* fence statements before the application's */
+
+static const char pg_sql_create[] =
+    "CREATE TABLE IF NOT EXISTS fencegate_fence (lock text PRIMARY KEY, token bigint NOT NULL)";
+static const char pg_sql_f1[] = "INSERT INTO fencegate_fence (lock, token) VALUES ($1, $2) "
+                                "ON CONFLICT (lock) DO NOTHING";
+static const char pg_sql_f2[] =
+    "SELECT CASE WHEN token <= $2 THEN 0 ELSE ('" PG_STALE_MARKER " ' || $2 || ' below mark ' || "
+    "token)::int END FROM fencegate_fence WHERE lock = $1 FOR SHARE";
+static const char pg_sql_f3[] =
+    "UPDATE fencegate_fence SET token = $2 WHERE lock = $1 AND token < $2";
+static const char pg_sql_r1[] = "INSERT INTO fencegate_fence (lock, token) VALUES ($1, $2) "
+                                "ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token "
+                                "WHERE fencegate_fence.token < EXCLUDED.token RETURNING token";
+static const char pg_sql_r2[] = "SELECT token FROM fencegate_fence WHERE lock = $1";
+
+static const struct {
+    const char *name, *sql;
+} pg_prepared[] = {
+    {"fencegate_f1", pg_sql_f1}, {"fencegate_f2", pg_sql_f2}, {"fencegate_f3", pg_sql_f3},
+    {"fencegate_r1", pg_sql_r1}, {"fencegate_r2", pg_sql_r2},
+};
+#define PG_NPREPARED ((int)(sizeof(pg_prepared) / sizeof(pg_prepared[0])))
+
+enum pc_state { PC_WAIT, PC_CONNECTING, PC_SETUP, PC_IDLE, PC_BUSY };
+
+struct pg_job;
+
+struct pg_conn {
+    struct pgstore *s;
+    PGconn *pg;
+    int fd;
+    struct event *rev, *wev; /* rev is persistent while connected */
+    struct event *timer;     /* backoff, connect deadline, batch deadline */
+    enum pc_state state;
+    int backoff_ms;
+    int setup_syncs; /* set-up segments still to complete */
+    struct pg_job *job;
+    int qi;        /* the query whose results are being read */
+    int in_query;  /* a result of query qi came; the NULL that ends it has not */
+    int syncs;     /* Syncs sent and not yet answered */
+    char err[256]; /* the first error of the set-up */
+};
+
+struct pg_job {
+    struct pgstore *s;
+    struct pg_job *prev, *next; /* every live job of the store */
+    struct pg_job *qnext;       /* the wait queue */
+    int queued;
+    int fence; /* a fence-on-acquire job, not an HTTP one */
+    struct evhttp_request *req;
+    struct pgjson_request rq;
+    uint64_t token;
+    char tokstr[24];
+    char *name; /* fence job: the lock */
+    lock_fence_done done;
+    void *ctx;
+    struct event *timer;
+    struct pgjson_buf out;
+    int nres;
+    int err_index; /* query index of the first error, -1 */
+    char sqlstate[6];
+    char *errmsg;
+    int raised;
+    long long mark;
+};
+
+struct pgstore {
+    struct pgstores *p;
+    const struct cfg_store *cfg;
+    struct event_base *base;
+    struct pg_conn *conns;
+    int nconns;
+    long long timeout_ms;
+    int queue_max;
+    struct pg_job *jobs;
+    struct pg_job *qhead, *qtail;
+    int qlen;
+    int nlive; /* connections in PC_IDLE or PC_BUSY */
+    char last_error[512];
+    char ready_msg[700];
+};
+
+struct pgstores {
+    struct pgstore *st;
+    int n;
+};
+
+static void pg_next_job(struct pgstore *s, struct pg_conn *c);
+
+/* ---- jobs ---------------------------------------------------------------------------------- */
+
+static void pg_job_free(struct pg_job *j)
+{
+    struct pgstore *s = j->s;
+
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    if (j->timer)
+        event_free(j->timer);
+    pgjson_request_free(&j->rq);
+    pgjson_buf_free(&j->out);
+    free(j->errmsg);
+    free(j->name);
+    free(j);
+}
+
+static void pg_unqueue(struct pg_job *j)
+{
+    struct pgstore *s = j->s;
+    struct pg_job **pp;
+
+    if (!j->queued)
+        return;
+    for (pp = &s->qhead; *pp; pp = &(*pp)->qnext) {
+        if (*pp == j) {
+            *pp = j->qnext;
+            break;
+        }
+    }
+    s->qtail = NULL;
+    for (struct pg_job *q = s->qhead; q; q = q->qnext)
+        s->qtail = q;
+    j->qnext = NULL;
+    j->queued = 0;
+    s->qlen--;
+}
+
+/* Answers a job that did not run to its end (or ran into an error of fencegate's own) and frees
+ * it. code/status go to the HTTP client; a fence job gets -1 with the message. */
+static void pg_job_fail(struct pg_job *j, int status, const char *code, const char *msg)
+{
+    char text[900];
+
+    pg_unqueue(j);
+    snprintf(text, sizeof(text), "postgresql store '%s': %s", j->s->cfg->name, msg);
+    if (j->fence) {
+        j->done(j->ctx, -1, 0, text);
+    } else if (j->req) {
+        if (!strcmp(code, "pool_exhausted"))
+            metrics_inc(&fg_metrics, M_PG_POOL_FULL, 1);
+        else if (!strcmp(code, "store_unavailable"))
+            metrics_inc(&fg_metrics, M_PG_UNAVAILABLE, 1);
+        http_reply_error(j->req, status, code, text);
+    }
+    pg_job_free(j);
+}
+
+static void pg_on_job_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct pg_job *j = arg;
+    char msg[160];
+
+    /* Only queued jobs carry this timer; running ones are bounded by their connection's. */
+    snprintf(msg, sizeof(msg), "no connection became free within %lld ms (pool of %d)",
+             j->s->timeout_ms, j->s->nconns);
+    pg_job_fail(j, 503, "pool_exhausted", msg);
+}
+
+static void pg_on_http_close(struct evhttp_connection *conn, void *arg)
+{
+    struct pgstores *p = arg;
+
+    for (int i = 0; i < p->n; i++)
+        for (struct pg_job *j = p->st[i].jobs; j; j = j->next)
+            if (j->req && evhttp_request_get_connection(j->req) == conn)
+                j->req = NULL;
+}
+
+/* ---- connections --------------------------------------------------------------------------- */
+
+static void pc_quiet(void *arg, const char *message)
+{
+}
+
+static void pc_events_free(struct pg_conn *c)
+{
+    if (c->rev)
+        event_free(c->rev);
+    if (c->wev)
+        event_free(c->wev);
+    c->rev = c->wev = NULL;
+    c->fd = -1;
+}
+
+static void pc_on_read(evutil_socket_t fd, short what, void *arg);
+static void pc_on_write(evutil_socket_t fd, short what, void *arg);
+
+static int pc_events(struct pg_conn *c)
+{
+    int fd = PQsocket(c->pg);
+
+    if (fd == c->fd && c->rev)
+        return 0;
+    pc_events_free(c);
+    if (fd < 0)
+        return -1;
+    c->rev = event_new(c->s->base, fd, EV_READ | EV_PERSIST, pc_on_read, c);
+    c->wev = event_new(c->s->base, fd, EV_WRITE, pc_on_write, c);
+    if (!c->rev || !c->wev) {
+        pc_events_free(c);
+        return -1;
+    }
+    c->fd = fd;
+    return 0;
+}
+
+static void pc_timer(struct pg_conn *c, long long ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    evtimer_add(c->timer, &tv);
+}
+
+static void pg_update_live(struct pgstore *s)
+{
+    int n = 0;
+
+    for (int i = 0; i < s->nconns; i++)
+        if (s->conns[i].state == PC_IDLE || s->conns[i].state == PC_BUSY)
+            n++;
+    if (s->nlive > 0 && n == 0)
+        log_warn("postgresql store '%s' is unreachable: %s", s->cfg->name, s->last_error);
+    else if (s->nlive == 0 && n > 0)
+        log_info("postgresql store '%s' is reachable", s->cfg->name);
+    s->nlive = n;
+    if (n == 0) {
+        /* Nobody can serve the queue now: answer it rather than let it wait. */
+        while (s->qhead)
+            pg_job_fail(s->qhead, 503, "store_unavailable", s->last_error);
+    }
+}
+
+/* Drops the connection (its batch, if any, is answered 503) and reconnects after a backoff. */
+static void pc_broken(struct pg_conn *c, const char *why)
+{
+    struct pgstore *s = c->s;
+    struct pg_job *j = c->job;
+    char msg[700];
+    size_t n;
+
+    snprintf(s->last_error, sizeof(s->last_error), "%s", why && *why ? why : "connection lost");
+    n = strlen(s->last_error);
+    while (n > 0 && (s->last_error[n - 1] == '\n' || s->last_error[n - 1] == ' '))
+        s->last_error[--n] = '\0';
+    c->job = NULL;
+    pc_events_free(c);
+    if (c->pg)
+        PQfinish(c->pg);
+    c->pg = NULL;
+    evtimer_del(c->timer);
+    c->state = PC_WAIT;
+    c->syncs = 0;
+    c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : PG_BACKOFF_MIN_MS;
+    if (c->backoff_ms > PG_BACKOFF_MAX_MS)
+        c->backoff_ms = PG_BACKOFF_MAX_MS;
+    pc_timer(c, c->backoff_ms / 2 + rand() % (c->backoff_ms / 2 + 1));
+    if (j) {
+        snprintf(msg, sizeof(msg),
+                 "the connection failed while the batch ran (%s); it was rolled back unless "
+                 "PostgreSQL committed it just before",
+                 s->last_error);
+        pg_job_fail(j, 503, "store_unavailable", msg);
+    }
+    pg_update_live(s);
+}
+
+static int pc_flush(struct pg_conn *c)
+{
+    int rc = PQflush(c->pg);
+
+    if (rc < 0) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return -1;
+    }
+    if (rc > 0)
+        event_add(c->wev, NULL);
+    return 0;
+}
+
+/* Connected: the set-up segments, each ended by a Sync (a failing CREATE must not undo SET). */
+static void pc_setup(struct pg_conn *c)
+{
+    char sql[96];
+    int ok;
+
+    PQsetNoticeProcessor(c->pg, pc_quiet, NULL);
+    if (PQsetnonblocking(c->pg, 1) != 0 || PQenterPipelineMode(c->pg) != 1) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", c->s->timeout_ms);
+    ok = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(c->pg) &&
+         PQsendQueryParams(c->pg, pg_sql_create, 0, NULL, NULL, NULL, NULL, 0) &&
+         PQpipelineSync(c->pg);
+    for (int i = 0; ok && i < PG_NPREPARED; i++) {
+        static const Oid types[2] = {25, 20}; /* text, int8 */
+        ok = PQsendPrepare(c->pg, pg_prepared[i].name, pg_prepared[i].sql,
+                           i == PG_NPREPARED - 1 ? 1 : 2, types);
+    }
+    if (!ok || !PQpipelineSync(c->pg)) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    c->state = PC_SETUP;
+    c->setup_syncs = 3;
+    c->syncs = 3;
+    c->qi = 0;
+    c->in_query = 0;
+    c->err[0] = '\0';
+    event_add(c->rev, NULL);
+    pc_flush(c);
+}
+
+static void pc_poll(struct pg_conn *c)
+{
+    PostgresPollingStatusType st = PQconnectPoll(c->pg);
+
+    if (st == PGRES_POLLING_FAILED) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    if (pc_events(c) < 0) {
+        pc_broken(c, "cannot watch the connection's socket");
+        return;
+    }
+    event_del(c->rev);
+    event_del(c->wev);
+    if (st == PGRES_POLLING_READING)
+        event_add(c->rev, NULL);
+    else if (st == PGRES_POLLING_WRITING)
+        event_add(c->wev, NULL);
+    else if (st == PGRES_POLLING_OK)
+        pc_setup(c);
+}
+
+static void pc_connect(struct pg_conn *c)
+{
+    const char *kw[] = {"application_name", "dbname", NULL};
+    const char *val[] = {"fencegate", c->s->cfg->url.raw, NULL};
+
+    c->pg = PQconnectStartParams(kw, val, 1);
+    if (!c->pg) {
+        pc_broken(c, "out of memory");
+        return;
+    }
+    if (PQstatus(c->pg) == CONNECTION_BAD) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    c->state = PC_CONNECTING;
+    pc_timer(c, PG_CONNECT_TIMEOUT_MS);
+    if (pc_events(c) < 0) {
+        pc_broken(c, "cannot watch the connection's socket");
+        return;
+    }
+    event_add(c->wev, NULL); /* "as if PQconnectPoll had returned PGRES_POLLING_WRITING" */
+}
+
+static void pc_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct pg_conn *c = arg;
+    char msg[160];
+
+    switch (c->state) {
+    case PC_WAIT:
+        pc_connect(c);
+        break;
+    case PC_CONNECTING:
+    case PC_SETUP:
+        snprintf(msg, sizeof(msg), "no connection within %d ms", PG_CONNECT_TIMEOUT_MS);
+        pc_broken(c, msg);
+        break;
+    case PC_BUSY:
+        snprintf(msg, sizeof(msg), "no answer within %lld ms",
+                 c->s->timeout_ms + PG_DEADLINE_SLACK_MS);
+        pc_broken(c, msg);
+        break;
+    case PC_IDLE:
+        break;
+    }
+}
+
+static void pc_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct pg_conn *c = arg;
+
+    if (c->state == PC_CONNECTING)
+        pc_poll(c);
+    else if (c->pg)
+        pc_flush(c);
+}
+
+/* ---- results ------------------------------------------------------------------------------- */
+
+static const char *pg_col_name(void *arg, int col)
+{
+    return PQfname(arg, col);
+}
+
+static unsigned pg_col_type(void *arg, int col)
+{
+    return PQftype(arg, col);
+}
+
+static const char *pg_value(void *arg, int row, int col, size_t *n)
+{
+    if (PQgetisnull(arg, row, col))
+        return NULL;
+    *n = (size_t)PQgetlength(arg, row, col);
+    return PQgetvalue(arg, row, col);
+}
+
+static void pg_job_error(struct pg_job *j, int qi, const PGresult *r)
+{
+    const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+
+    if (j->err_index >= 0)
+        return;
+    j->err_index = qi;
+    snprintf(j->sqlstate, sizeof(j->sqlstate), "%s", st ? st : "");
+    j->errmsg = strdup(msg ? msg : PQresultErrorMessage(r));
+}
+
+/* One result of query qi of the running batch. */
+static void pc_result(struct pg_conn *c, PGresult *r)
+{
+    struct pg_job *j = c->job;
+    ExecStatusType st = PQresultStatus(r);
+
+    if (c->state == PC_SETUP) {
+        if (st == PGRES_FATAL_ERROR && !c->err[0]) {
+            const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            /* Two connections creating the side table at once: one loses, harmlessly. */
+            if (!(c->setup_syncs == 2 && code &&
+                  (!strcmp(code, "42P07") || !strcmp(code, "23505"))))
+                snprintf(c->err, sizeof(c->err), "setting up the connection: %s",
+                         PQresultErrorMessage(r));
+        }
+        return;
+    }
+    if (!j)
+        return;
+    if (st == PGRES_FATAL_ERROR) {
+        pg_job_error(j, c->qi, r);
+        return;
+    }
+    if (st == PGRES_PIPELINE_ABORTED || j->err_index >= 0)
+        return;
+    if (j->fence) {
+        if (c->qi == 0 && PQntuples(r) > 0)
+            j->raised = 1;
+        if (c->qi == 1 && PQntuples(r) > 0)
+            j->mark = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        return;
+    }
+    if (c->qi >= PG_NFENCE && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)) {
+        struct pgjson_result pr = {PQcmdStatus(r), PQnfields(r), PQntuples(r), r,
+                                   pg_col_name,    pg_col_type,  pg_value};
+        if (j->nres++)
+            pgjson_put(&j->out, ",", 1);
+        pgjson_put_result(&j->out, &pr);
+    }
+}
+
+/* The fence's stale error carries the mark: "... below mark 42". */
+static long long pg_stale_mark(const char *msg)
+{
+    const char *m = msg ? strstr(msg, " below mark ") : NULL;
+
+    return m ? strtoll(m + strlen(" below mark "), NULL, 10) : -1;
+}
+
+static void pg_job_done(struct pg_conn *c, struct pg_job *j)
+{
+    struct pgjson_buf b = {0};
+    char esc[PGJSON_MAX_LOCK * 6 + 1], text[2 * PGJSON_MAX_LOCK * 6 + 800];
+
+    if (j->fence) {
+        if (j->err_index >= 0) {
+            snprintf(text, sizeof(text),
+                     "postgresql store '%s': raising the fence mark failed: %s (SQLSTATE %s)",
+                     j->s->cfg->name, j->errmsg ? j->errmsg : "", j->sqlstate);
+            j->done(j->ctx, -1, 0, text);
+        } else if (j->raised) {
+            metrics_inc(&fg_metrics, M_PG_FENCE_RAISES, 1);
+            j->done(j->ctx, 0, 0, NULL);
+        } else {
+            snprintf(text, sizeof(text),
+                     "postgresql store '%s': its mark %lld is at or above the "
+                     "new token",
+                     j->s->cfg->name, j->mark);
+            j->done(j->ctx, 1, j->mark > 0 ? (uint64_t)j->mark : 0, text);
+        }
+        pg_job_free(j);
+        return;
+    }
+    if (!j->req) {
+        pg_job_free(j);
+        return;
+    }
+    http_json_escape(esc, sizeof(esc), j->rq.lock);
+    if (j->err_index < 0 && !j->out.failed) {
+        metrics_inc(&fg_metrics, M_PG_COMMITTED, 1);
+        pgjson_puts(&b, "{\"lock\":\"");
+        pgjson_puts(&b, esc);
+        pgjson_puts(&b, "\",\"token\":");
+        pgjson_puts(&b, j->tokstr);
+        pgjson_puts(&b, ",\"results\":[");
+        pgjson_put(&b, j->out.p ? j->out.p : "", j->out.len);
+        pgjson_puts(&b, "]}");
+        if (b.failed)
+            http_reply_error(j->req, 500, "internal", "out of memory rendering the results");
+        else
+            http_reply_json(j->req, 200, b.p);
+    } else if (j->err_index < 0) {
+        http_reply_error(j->req, 500, "internal", "out of memory rendering the results");
+    } else if (j->err_index == 1 && j->errmsg && strstr(j->errmsg, PG_STALE_MARKER)) {
+        long long mark = pg_stale_mark(j->errmsg);
+        metrics_inc(&fg_metrics, M_PG_STALE_REFUSED, 1);
+        snprintf(text, sizeof(text),
+                 "{\"error\":\"stale_token\",\"message\":\"lock %s: token %s is older than the "
+                 "store's mark %lld (a newer holder exists); the batch was rolled back\","
+                 "\"lock\":\"%s\",\"token\":%s,\"mark\":%lld}",
+                 esc, j->tokstr, mark, esc, j->tokstr, mark);
+        http_reply_json(j->req, 409, text);
+    } else if (j->err_index < PG_NFENCE) {
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': the fence statement failed: %s "
+                 "(SQLSTATE %s); nothing was committed",
+                 j->s->cfg->name, j->errmsg ? j->errmsg : "", j->sqlstate);
+        metrics_inc(&fg_metrics, M_PG_UNAVAILABLE, 1);
+        http_reply_error(j->req, 503, "store_unavailable", text);
+    } else {
+        char idx[32];
+        metrics_inc(&fg_metrics, M_PG_SQL_ERRORS, 1);
+        pgjson_puts(&b, "{\"error\":\"sql_error\",\"sqlstate\":");
+        pgjson_put_str(&b, j->sqlstate, strlen(j->sqlstate));
+        pgjson_puts(&b, ",\"message\":");
+        pgjson_put_str(&b, j->errmsg ? j->errmsg : "", j->errmsg ? strlen(j->errmsg) : 0);
+        snprintf(idx, sizeof(idx), ",\"statement\":%d", j->err_index - PG_NFENCE);
+        pgjson_puts(&b, idx);
+        pgjson_puts(&b, ",\"rolled_back\":true}");
+        if (b.failed)
+            http_reply_error(j->req, 500, "internal", "out of memory");
+        else
+            http_reply_json(j->req, 422, b.p);
+    }
+    pgjson_buf_free(&b);
+    pg_job_free(j);
+}
+
+/* A Sync answered. */
+static void pc_sync(struct pg_conn *c)
+{
+    struct pg_job *j = c->job;
+
+    c->syncs--;
+    c->qi = 0;
+    c->in_query = 0;
+    if (c->state == PC_SETUP) {
+        if (--c->setup_syncs > 0)
+            return;
+        if (c->err[0]) {
+            log_warn("postgresql store '%s': %s", c->s->cfg->name, c->err);
+            pc_broken(c, c->err);
+            return;
+        }
+        evtimer_del(c->timer);
+        c->state = PC_IDLE;
+        c->backoff_ms = 0;
+        pg_update_live(c->s);
+        pg_next_job(c->s, c);
+        return;
+    }
+    if (c->state != PC_BUSY || !j)
+        return;
+    if (PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+        /* Cannot happen with the transaction-control statements refused; if it does, closing
+         * the connection rolls back whatever is open, and the batch is reported as failed. */
+        pc_broken(c, "the batch left a transaction open; it was rolled back");
+        return;
+    }
+    evtimer_del(c->timer);
+    c->job = NULL;
+    c->state = PC_IDLE;
+    pg_job_done(c, j);
+    pg_next_job(c->s, c);
+}
+
+static void pc_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct pg_conn *c = arg;
+
+    if (c->state == PC_CONNECTING) {
+        pc_poll(c);
+        return;
+    }
+    if (!PQconsumeInput(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    while (c->pg && c->syncs > 0 && !PQisBusy(c->pg)) {
+        PGresult *r = PQgetResult(c->pg);
+        if (!r) {
+            if (!c->in_query)
+                break;
+            c->in_query = 0;
+            c->qi++;
+            continue;
+        }
+        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            pc_sync(c);
+            continue;
+        }
+        c->in_query = 1;
+        pc_result(c, r);
+        PQclear(r);
+    }
+}
+
+/* ---- running batches ----------------------------------------------------------------------- */
+
+static void pc_run(struct pg_conn *c, struct pg_job *j)
+{
+    const char *fp[2] = {j->fence ? j->name : j->rq.lock, j->tokstr};
+    int ok;
+
+    c->job = j;
+    c->state = PC_BUSY;
+    c->qi = 0;
+    c->in_query = 0;
+    if (j->fence) {
+        ok = PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
+             PQsendQueryPrepared(c->pg, "fencegate_r2", 1, fp, NULL, NULL, 0);
+    } else {
+        ok = PQsendQueryPrepared(c->pg, "fencegate_f1", 2, fp, NULL, NULL, 0) &&
+             PQsendQueryPrepared(c->pg, "fencegate_f2", 2, fp, NULL, NULL, 0) &&
+             PQsendQueryPrepared(c->pg, "fencegate_f3", 2, fp, NULL, NULL, 0);
+        for (int i = 0; ok && i < j->rq.nstmts; i++)
+            ok = PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
+                                   j->rq.stmts[i].params, NULL, NULL, 0);
+    }
+    if (!ok || !PQpipelineSync(c->pg)) {
+        /* Without the Sync nothing commits; dropping the connection rolls back. */
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    c->syncs = 1;
+    pc_timer(c, c->s->timeout_ms + PG_DEADLINE_SLACK_MS);
+    pc_flush(c);
+}
+
+static void pg_next_job(struct pgstore *s, struct pg_conn *c)
+{
+    while (c->state == PC_IDLE && s->qhead) {
+        struct pg_job *j = s->qhead;
+        pg_unqueue(j);
+        evtimer_del(j->timer);
+        if (!j->fence && !j->req) {
+            pg_job_free(j); /* its client went away while it waited */
+            continue;
+        }
+        pc_run(c, j);
+    }
+}
+
+/* Runs j on an idle connection, or queues it (fence jobs first), or answers it 503. */
+static void pg_submit(struct pgstore *s, struct pg_job *j)
+{
+    struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
+
+    j->next = s->jobs;
+    if (s->jobs)
+        s->jobs->prev = j;
+    s->jobs = j;
+    for (int i = 0; i < s->nconns; i++) {
+        if (s->conns[i].state == PC_IDLE) {
+            pc_run(&s->conns[i], j);
+            return;
+        }
+    }
+    if (s->nlive == 0) {
+        pg_job_fail(j, 503, "store_unavailable",
+                    s->last_error[0] ? s->last_error : "not connected yet");
+        return;
+    }
+    if (s->qlen >= s->queue_max) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "all %d connections are busy and %d requests already wait",
+                 s->nconns, s->qlen);
+        pg_job_fail(j, 503, "pool_exhausted", msg);
+        return;
+    }
+    j->timer = evtimer_new(s->base, pg_on_job_timer, j);
+    if (!j->timer) {
+        pg_job_fail(j, 503, "store_unavailable", "out of memory");
+        return;
+    }
+    if (j->fence) {
+        j->qnext = s->qhead;
+        s->qhead = j;
+        if (!s->qtail)
+            s->qtail = j;
+    } else {
+        if (s->qtail)
+            s->qtail->qnext = j;
+        else
+            s->qhead = j;
+        s->qtail = j;
+    }
+    j->queued = 1;
+    s->qlen++;
+    evtimer_add(j->timer, &tv);
+}
+
+static struct pg_job *pg_job_new(struct pgstore *s, uint64_t token)
+{
+    struct pg_job *j = calloc(1, sizeof(*j));
+
+    if (!j)
+        return NULL;
+    j->s = s;
+    j->token = token;
+    j->err_index = -1;
+    j->mark = -1;
+    snprintf(j->tokstr, sizeof(j->tokstr), "%" PRIu64, token);
+    return j;
+}
+
+void pgstore_fence_hook(void *arg, const char *name, uint64_t token, lock_fence_done done,
+                        void *ctx)
+{
+    struct pgstore *s = arg;
+    struct pg_job *j;
+
+    if (token > (uint64_t)INT64_MAX) {
+        done(ctx, -1, 0, "the token does not fit PostgreSQL's bigint");
+        return;
+    }
+    j = pg_job_new(s, token);
+    if (!j || !(j->name = strdup(name))) {
+        free(j);
+        done(ctx, -1, 0, "out of memory");
+        return;
+    }
+    j->fence = 1;
+    j->done = done;
+    j->ctx = ctx;
+    pg_submit(s, j);
+}
+
+/* ---- HTTP ---------------------------------------------------------------------------------- */
+
+void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
+                    struct evhttp_request *req, struct lock_session *sess)
+{
+    struct pgstores *p = arg;
+    struct pgstore *s = NULL;
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t blen = evbuffer_get_length(in);
+    char *body = blen ? (char *)evbuffer_pullup(in, (ev_ssize_t)blen) : NULL;
+    char err[600], esc[PGJSON_MAX_LOCK * 6 + 1], text[PGJSON_MAX_LOCK * 6 + 800];
+    struct pgjson_request rq;
+    struct pg_job *j;
+    uint64_t token = 0;
+    long long rem;
+    int st;
+
+    for (int i = 0; i < p->n; i++)
+        if (p->st[i].cfg == store)
+            s = &p->st[i];
+    if (!s) {
+        http_reply_error(req, 404, "unknown_store", "not a postgresql store");
+        return;
+    }
+    if (*rest) {
+        http_reply_error(req, 404, "not_found", "use POST /v1/stores/{store}/sql");
+        return;
+    }
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
+        http_reply_error(req, 405, "method_not_allowed", "use POST /v1/stores/{store}/sql");
+        return;
+    }
+    metrics_inc(&fg_metrics, M_PG_REQUESTS, 1);
+    if (!sess) {
+        metrics_inc(&fg_metrics, M_PG_UNAVAILABLE, 1);
+        http_reply_error(req, 503, "unavailable", "the sidecar is shutting down");
+        return;
+    }
+    if (pgjson_parse_request(body, blen, &rq, err, sizeof(err)) != FG_OK) {
+        http_reply_error(req, 400, "bad_request", err);
+        return;
+    }
+    http_json_escape(esc, sizeof(esc), rq.lock);
+    st = lock_state(sess, rq.lock, rq.lock_len, &token, &rem);
+    if (st != 1) {
+        metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
+        snprintf(text, sizeof(text),
+                 "lock %s is %s by this sidecar; acquire it with POST /v1/locks/{name}; nothing "
+                 "was sent to the store",
+                 esc, st < 0 ? "lost (no longer held)" : "not held");
+        http_reply_error(req, 409, "lock_lost", text);
+        pgjson_request_free(&rq);
+        return;
+    }
+    if (token > (uint64_t)INT64_MAX) {
+        http_reply_error(req, 503, "store_unavailable",
+                         "the token does not fit PostgreSQL's bigint; refused");
+        pgjson_request_free(&rq);
+        return;
+    }
+    j = pg_job_new(s, token);
+    if (!j) {
+        pgjson_request_free(&rq);
+        http_reply_error(req, 503, "unavailable", "out of memory");
+        return;
+    }
+    j->rq = rq;
+    j->req = req;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), pg_on_http_close, p);
+    pg_submit(s, j);
+}
+
+const char *pgstore_ready(void *arg)
+{
+    struct pgstores *p = arg;
+
+    for (int i = 0; i < p->n; i++) {
+        struct pgstore *s = &p->st[i];
+        if (s->nlive == 0) {
+            snprintf(s->ready_msg, sizeof(s->ready_msg), "postgresql store '%s' is unreachable: %s",
+                     s->cfg->name, s->last_error[0] ? s->last_error : "connecting");
+            return s->ready_msg;
+        }
+    }
+    return NULL;
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+struct pgstores *pgstores_new(struct event_base *base, const struct cfg *cfg)
+{
+    struct pgstores *p = calloc(1, sizeof(*p));
+    int n = 0;
+
+    if (!p)
+        return NULL;
+    for (int i = 0; i < cfg->nstores; i++)
+        if (cfg->stores[i].url.kind == CFG_URL_POSTGRES)
+            n++;
+    p->st = calloc((size_t)(n ? n : 1), sizeof(*p->st));
+    if (!p->st) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 0; i < cfg->nstores; i++) {
+        const struct cfg_store *cs = &cfg->stores[i];
+        struct pgstore *s;
+        if (cs->url.kind != CFG_URL_POSTGRES)
+            continue;
+        s = &p->st[p->n++];
+        s->p = p;
+        s->cfg = cs;
+        s->base = base;
+        s->nconns = cs->pool_size > 0 ? cs->pool_size : PGSTORE_POOL_SIZE;
+        s->timeout_ms = cs->timeout_ms > 0 ? cs->timeout_ms : PGSTORE_TIMEOUT_MS;
+        s->queue_max = cs->queue_max > 0 ? cs->queue_max : PGSTORE_QUEUE_MAX;
+        snprintf(s->last_error, sizeof(s->last_error), "connecting");
+        s->conns = calloc((size_t)s->nconns, sizeof(*s->conns));
+        if (!s->conns) {
+            pgstores_free(p);
+            return NULL;
+        }
+        for (int k = 0; k < s->nconns; k++) {
+            struct pg_conn *c = &s->conns[k];
+            c->s = s;
+            c->fd = -1;
+            c->state = PC_WAIT;
+            c->timer = evtimer_new(base, pc_on_timer, c);
+            if (!c->timer) {
+                pgstores_free(p);
+                return NULL;
+            }
+            pc_timer(c, 0);
+        }
+    }
+    return p;
+}
+
+int pgstores_count(const struct pgstores *p)
+{
+    return p ? p->n : 0;
+}
+
+struct pgstore *pgstores_get(struct pgstores *p, int i)
+{
+    return &p->st[i];
+}
+
+void pgstores_free(struct pgstores *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->n; i++) {
+        struct pgstore *s = &p->st[i];
+        for (int k = 0; s->conns && k < s->nconns; k++) {
+            struct pg_conn *c = &s->conns[k];
+            struct pg_job *j = c->job;
+            c->job = NULL;
+            pc_events_free(c);
+            if (c->pg)
+                PQfinish(c->pg);
+            c->pg = NULL;
+            if (c->timer)
+                event_free(c->timer);
+            c->timer = NULL;
+            c->state = PC_WAIT;
+            if (j)
+                pg_job_fail(j, 503, "unavailable", "shutting down");
+        }
+        while (s->jobs)
+            pg_job_fail(s->jobs, 503, "unavailable", "shutting down");
+        free(s->conns);
+    }
+    free(p->st);
+    free(p);
+}

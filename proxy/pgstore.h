@@ -1,0 +1,44 @@
+/* pgstore.h — PostgreSQL stores: a bounded libpq connection pool per store on the event loop,
+ * POST /v1/stores/{store}/sql (fenced SQL batches) and fence on acquire.
+ *
+ * A batch runs as one pipelined implicit transaction: the fence statements on the lock's row of
+ * fencegate_fence (checked and raised to the token under a row lock; a stale token raises an
+ * error, so nothing after it runs and nothing commits), then the statements, then Sync. */
+#ifndef FG_PGSTORE_H
+#define FG_PGSTORE_H
+
+#include <stdint.h>
+
+#include "lock.h"
+
+struct event_base;
+struct cfg;
+struct cfg_store;
+struct evhttp_request;
+struct lock_session;
+struct pgstores;
+struct pgstore;
+
+#define PGSTORE_POOL_SIZE  8    /* connections per store, unless pool_size says otherwise */
+#define PGSTORE_TIMEOUT_MS 5000 /* statement_timeout, unless timeout_ms says otherwise */
+#define PGSTORE_QUEUE_MAX  1024 /* requests waiting for a connection, unless queue_max says */
+
+/* One pool per postgresql:// store of cfg; connects in the background. NULL when out of memory.
+ * cfg must outlive it. */
+struct pgstores *pgstores_new(struct event_base *base, const struct cfg *cfg);
+void pgstores_free(struct pgstores *p);
+int pgstores_count(const struct pgstores *p);
+struct pgstore *pgstores_get(struct pgstores *p, int i);
+
+/* lock_fence_hook for one store (arg: struct pgstore): raises fencegate_fence's row for name to
+ * token. 0 raised; 1 with the mark when it is already >= token; -1 when the store cannot be
+ * reached or refuses (the acquisition fails closed). */
+void pgstore_fence_hook(void *arg, const char *name, uint64_t token, lock_fence_done done,
+                        void *ctx);
+/* http_store_handler (arg: struct pgstores) for /v1/stores/{store}/sql. */
+void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
+                    struct evhttp_request *req, struct lock_session *sess);
+/* http_ready_check (arg: struct pgstores): NULL when every store has a live connection. */
+const char *pgstore_ready(void *arg);
+
+#endif

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# bench_pg.sh - cost of fenced SQL: one UPDATE straight at PostgreSQL (pgbench) vs the same
+# UPDATE through fencegate's POST /v1/stores/pg/sql (wrk) with the lock held.
+#
+# Usage: tests/bench/bench_pg.sh [--seconds S] [--clients C] [--bin PATH]
+#
+# Starts a PostgreSQL 15 (initdb in a temp dir, default settings: fsync on; as root it runs as
+# the `postgres` user), a redis-server (the lock backend) and fencegate with the store `pg`
+# (pool_size = C), on 127.0.0.1 free ports. Table bench(id, n) with 1000 rows; the statement is
+# `UPDATE bench SET n = n + 1 WHERE id = <random 1..1000>`. Then, in this order, pgbench
+# (-n -c C -j 2 -T S, simple protocol) and wrk (-t 2 -c C -d S, tests/bench/pg_post.lua).
+# Prints both rates and the ratio (target >= 0.5). Runtime about 2 * S + 15 s (S <= 40).
+#
+# Exit status: 0 when the measurement completed (even if the target FAILs); non-zero when a
+# process fails to start or a run errors out (any non-200 reply, or rows not updated).
+set -euo pipefail
+
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
+
+RUN_SECONDS=10
+CLIENTS=16
+BIN="$REPO_ROOT/build/bin/fencegate"
+START_TIMEOUT=20
+PG_BIN=${FG_PG_BIN:-/usr/lib/postgresql/15/bin}
+ROWS=1000
+
+usage() {
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) [ $# -ge 2 ] || usage 2; RUN_SECONDS=$2; shift 2 ;;
+    --clients) [ $# -ge 2 ] || usage 2; CLIENTS=$2; shift 2 ;;
+    --bin) [ $# -ge 2 ] || usage 2; BIN=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "bench_pg.sh: unknown argument: $1" >&2; usage 2 ;;
+  esac
+done
+
+die() { echo "bench_pg.sh: error: $*" >&2; exit 1; }
+log() { echo "[bench] $*" >&2; }
+
+case "$RUN_SECONDS" in ''|*[!0-9]*) die "--seconds must be a positive integer" ;; esac
+case "$CLIENTS" in ''|*[!0-9]*) die "--clients must be a positive integer" ;; esac
+if [ "$RUN_SECONDS" -lt 1 ] || [ "$RUN_SECONDS" -gt 40 ]; then die "--seconds must be in 1..40"; fi
+if [ "$CLIENTS" -lt 1 ] || [ "$CLIENTS" -gt 256 ]; then die "--clients must be in 1..256"; fi
+[ -x "$BIN" ] || die "fencegate binary not found or not executable: $BIN (build it, or pass --bin PATH)"
+for tool in redis-server redis-cli psql pgbench wrk curl python3 timeout "$PG_BIN/initdb" "$PG_BIN/postgres"; do
+  command -v "$tool" >/dev/null 2>&1 || die "required tool not found: $tool (scripts/deps.sh installs it)"
+done
+
+TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-pgbench.XXXXXX")
+# shellcheck source=tests/bench/lib.sh
+source "$SCRIPT_DIR/lib.sh"
+chmod 755 "$TMPDIR_BENCH"
+
+AS=()
+if [ "$(id -u)" -eq 0 ]; then
+  id postgres >/dev/null 2>&1 || die "running as root, PostgreSQL needs the 'postgres' user (apt-get install postgresql)"
+  AS=(runuser -u postgres --)
+  chown postgres "$TMPDIR_BENCH"
+fi
+
+read -r PG_PORT REDIS_PORT FG_PORT FG_HTTP_PORT <<<"$(free_ports 4)"
+PGUSER=fencegate
+PSQL=(psql -X -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U "$PGUSER" -d postgres)
+
+# ---------------------------------------------------------------- servers
+"${AS[@]}" "$PG_BIN/initdb" -D "$TMPDIR_BENCH/data" -U "$PGUSER" -A trust -E UTF8 --no-locale \
+  >"$TMPDIR_BENCH/initdb.log" 2>&1 || { show_log initdb "$TMPDIR_BENCH/initdb.log"; die "initdb failed"; }
+"${AS[@]}" "$PG_BIN/postgres" -D "$TMPDIR_BENCH/data" -p "$PG_PORT" -k "$TMPDIR_BENCH" \
+  -c listen_addresses=127.0.0.1 -c max_connections=$((2 * CLIENTS + 20)) \
+  >"$TMPDIR_BENCH/postgres.log" 2>&1 &
+PG_PID=$!; PIDS+=("$PG_PID")
+# shellcheck disable=SC2317  # invoked via wait_ready
+pg_ready() { "${PSQL[@]}" -c 'SELECT 1' >/dev/null 2>&1; }
+wait_ready postgres "$PG_PID" "$TMPDIR_BENCH/postgres.log" pg_ready
+
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$TMPDIR_BENCH" --save '' \
+  --appendonly no --daemonize no --logfile "$TMPDIR_BENCH/redis.log" &
+REDIS_PID=$!; PIDS+=("$REDIS_PID")
+wait_ready redis-server "$REDIS_PID" "$TMPDIR_BENCH/redis.log" redis_ping "$REDIS_PORT"
+
+"${PSQL[@]}" -c "CREATE TABLE bench (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)" >/dev/null
+"${PSQL[@]}" -c "INSERT INTO bench SELECT g, 0 FROM generate_series(1, $ROWS) g" >/dev/null
+
+cat >"$TMPDIR_BENCH/fg.yaml" <<EOF
+stores:
+  - name: pg
+    url: postgresql://$PGUSER@127.0.0.1:$PG_PORT/postgres
+    pool_size: $CLIENTS
+EOF
+"$BIN" --config "$TMPDIR_BENCH/fg.yaml" --resp "127.0.0.1:$FG_PORT" --http "127.0.0.1:$FG_HTTP_PORT" \
+  --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn >"$TMPDIR_BENCH/fencegate.log" 2>&1 &
+FG_PID=$!; PIDS+=("$FG_PID")
+wait_ready fencegate "$FG_PID" "$TMPDIR_BENCH/fencegate.log" http_ready "$FG_HTTP_PORT"
+
+TTL_MS=$(( (RUN_SECONDS + 60) * 1000 ))
+TOKEN=$(curl -s -m 5 -X POST -d "{\"ttl_ms\":$TTL_MS}" "http://127.0.0.1:$FG_HTTP_PORT/v1/locks/L" \
+  | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
+[ -n "$TOKEN" ] || die "cannot acquire lock L through fencegate"
+
+# ---------------------------------------------------------------- workloads
+cat >"$TMPDIR_BENCH/update.sql" <<EOF
+\\set id random(1, $ROWS)
+UPDATE bench SET n = n + 1 WHERE id = :id;
+EOF
+sed "s/@ROWS@/$ROWS/" "$SCRIPT_DIR/pg_post.lua" >"$TMPDIR_BENCH/post.lua"
+
+total_n() { "${PSQL[@]}" -c "SELECT sum(n) FROM bench"; }
+
+NPROC=$(nproc)
+echo "fencegate PostgreSQL benchmark  ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+echo "  host:        $(uname -srm), nproc=$NPROC, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  postgres:    $("$PG_BIN/postgres" --version), default settings (fsync on)"
+echo "  fencegate:   $BIN, store pg pool_size=$CLIENTS, lock L token $TOKEN"
+echo "  statement:   UPDATE bench SET n = n + 1 WHERE id = random(1..$ROWS); $CLIENTS clients, ${RUN_SECONDS}s each"
+echo
+
+before=$(total_n)
+log "pgbench straight at postgres"
+out=$(timeout $((RUN_SECONDS + 30)) pgbench -n -f "$TMPDIR_BENCH/update.sql" -c "$CLIENTS" -j 2 \
+  -T "$RUN_SECONDS" -h 127.0.0.1 -p "$PG_PORT" -U "$PGUSER" postgres 2>&1) \
+  || { printf '%s\n' "$out" >&2; die "pgbench failed"; }
+PG_TPS=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n1)
+PG_TX=$(printf '%s\n' "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')
+[ -n "$PG_TPS" ] && [ -n "$PG_TX" ] || { printf '%s\n' "$out" >&2; die "cannot parse pgbench output"; }
+mid=$(total_n)
+[ $((mid - before)) -ge "$PG_TX" ] || die "pgbench reported $PG_TX transactions, rows grew by $((mid - before))"
+
+log "wrk through fencegate"
+out=$(timeout $((RUN_SECONDS + 30)) wrk -t 2 -c "$CLIENTS" -d "${RUN_SECONDS}s" -s "$TMPDIR_BENCH/post.lua" \
+  "http://127.0.0.1:$FG_HTTP_PORT/v1/stores/pg/sql" 2>&1) \
+  || { printf '%s\n' "$out" >&2; die "wrk failed"; }
+kill -0 "$FG_PID" 2>/dev/null || { show_log fencegate "$TMPDIR_BENCH/fencegate.log"; die "fencegate died"; }
+FG_RPS=$(printf '%s\n' "$out" | sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p')
+FG_REQ=$(printf '%s\n' "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
+BAD=$(printf '%s\n' "$out" | sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p')
+[ -n "$FG_RPS" ] && [ -n "$FG_REQ" ] || { printf '%s\n' "$out" >&2; die "cannot parse wrk output"; }
+[ -z "$BAD" ] || { printf '%s\n' "$out" >&2; die "$BAD requests through fencegate were not answered 200"; }
+after=$(total_n)
+# wrk may stop counting replies still in flight at the end: those updates land too.
+[ $((after - mid)) -ge "$FG_REQ" ] || die "wrk reported $FG_REQ requests, rows grew by $((after - mid))"
+MARK=$("${PSQL[@]}" -c "SELECT token FROM fencegate_fence WHERE lock = 'L'")
+[ "$MARK" = "$TOKEN" ] || die "fence mark is '$MARK', expected the token $TOKEN"
+
+RATIO=$(awk -v a="$FG_RPS" -v b="$PG_TPS" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}')
+VERDICT=$(awk -v r="$RATIO" 'BEGIN {print (r + 0 >= 0.5) ? "PASS" : "FAIL"}')
+printf '  %-44s %12s\n' "pgbench, UPDATE straight at postgres (tps)" "$PG_TPS"
+printf '  %-44s %12s\n' "wrk, fenced POST /v1/stores/pg/sql (req/s)" "$FG_RPS"
+printf '  %-44s %12s   target >= 0.5: %s\n' "ratio fencegate / direct" "$RATIO" "$VERDICT"

@@ -1,0 +1,290 @@
+"""PostgreSQL stores: POST /v1/stores/{store}/sql against a real postgres (harness
+PostgresServer), with the Redis lock backend."""
+
+import json
+import os
+import signal
+import threading
+import time
+import unittest
+
+from harness import (FgTestCase, PostgresServer, http_request, wait_until)
+
+
+class PgStoreTest(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.pg = PostgresServer()
+        self.addCleanup(self.pg.cleanup)
+        self.pg.start()
+        self.pg.sql("CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, "
+                    "balance numeric NOT NULL DEFAULT 0)")
+        self.pg.sql("INSERT INTO accounts VALUES (1, 'alice', 10), (2, 'bob', 20)")
+
+    def fencegate(self, extra="", args=()):
+        cfg = self.write_file("fg-%d.yaml" % len(self._fg_procs),
+                              "stores:\n  - name: pg\n    url: %s\n%s" % (self.pg.url, extra))
+        return self.start_fencegate(self.redis, args=["--config", cfg] + list(args))
+
+    def acquire(self, fg, lock="L", ttl_ms=None):
+        body = {"ttl_ms": ttl_ms} if ttl_ms else None
+        st, _, data = http_request(fg.http_port, "POST", "/v1/locks/" + lock, body or b"")
+        self.assertEqual(st, 200, data)
+        return json.loads(data)["token"]
+
+    def sql(self, fg, statements, lock="L", store="pg", timeout=10.0):
+        st, _, data = http_request(fg.http_port, "POST", "/v1/stores/%s/sql" % store,
+                                   {"lock": lock, "statements": statements}, timeout=timeout)
+        return st, json.loads(data)
+
+    def rows(self, query="SELECT id, owner, balance FROM accounts ORDER BY id"):
+        return self.pg.sql(query).splitlines()
+
+    def schema(self):
+        return self.pg.sql("SELECT table_name, column_name, data_type, is_nullable FROM "
+                           "information_schema.columns WHERE table_schema = 'public' AND "
+                           "table_name <> 'fencegate_fence' ORDER BY 1, 2")
+
+    # ---- the safety story ---------------------------------------------------------------
+
+    def test_frozen_sidecar_is_refused_and_never_writes(self):
+        a = self.fencegate(args=["--session-ttl-ms", "1000"])
+        b = self.fencegate(args=["--session-ttl-ms", "1000"])
+        schema = self.schema()
+        ta = self.acquire(a, "L")
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'L'"),
+                         str(ta), "fence on acquire raised the mark to A's token")
+        st, body = self.sql(a, [{"sql": "UPDATE accounts SET owner = 'A1' WHERE id = 1"}])
+        self.assertEqual(st, 200, body)
+        self.freeze(a)
+        time.sleep(2.0)  # A's lease (1 s) runs out while it is stopped
+        tb = self.acquire(b, "L")
+        self.assertGreater(tb, ta)
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'L'"),
+                         str(tb), "B's grant raised the mark before B got the token")
+        st, body = self.sql(b, [{"sql": "UPDATE accounts SET owner = 'B' WHERE id = 2"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["token"], tb)
+        a.signal(signal.SIGCONT)
+        st, body = self.sql(a, [{"sql": "UPDATE accounts SET owner = 'A2' WHERE id = 1"},
+                                {"sql": "INSERT INTO accounts VALUES (3, 'A', 0)"}])
+        self.assertEqual(st, 409, body)
+        self.assertIn(body["error"], ("stale_token", "lock_lost"))
+        if body["error"] == "stale_token":
+            self.assertEqual((body["token"], body["mark"]), (ta, tb))
+        self.assertEqual(self.rows(), ["1|A1|10", "2|B|20"], "A's late batch reached the table")
+        self.assertEqual(self.schema(), schema, "fencegate altered the application's tables")
+        # Nothing A sends later gets through either.
+        st, body = self.sql(a, [{"sql": "DELETE FROM accounts"}])
+        self.assertEqual(st, 409, body)
+        self.assertEqual(len(self.rows()), 2)
+
+    def test_stale_token_rolls_back_with_both_tokens(self):
+        fg = self.fencegate()
+        t = self.acquire(fg)
+        # Another writer fenced the row further (as a newer holder elsewhere would).
+        self.pg.sql("UPDATE fencegate_fence SET token = %d WHERE lock = 'L'" % (t + 5))
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 0"}])
+        self.assertEqual(st, 409, body)
+        self.assertEqual(body["error"], "stale_token")
+        self.assertEqual((body["token"], body["mark"]), (t, t + 5))
+        self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"])
+        self.assertGreaterEqual(fg.metrics()["fencegate_pg_stale_refused_total"], 1)
+
+    def test_missing_lock_is_refused_before_postgres(self):
+        fg = self.fencegate()
+        st, body = self.sql(fg, [{"sql": "DELETE FROM accounts"}], lock="never-taken")
+        self.assertEqual(st, 409, body)
+        self.assertEqual(body["error"], "lock_lost")
+        self.assertIn("never-taken", body["message"])
+        self.assertEqual(len(self.rows()), 2)
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM fencegate_fence WHERE lock = "
+                                     "'never-taken'"), "0")
+        # Released: refused the same way.
+        self.acquire(fg, "R")
+        st, _, _ = http_request(fg.http_port, "DELETE", "/v1/locks/R")
+        self.assertEqual(st, 200)
+        st, body = self.sql(fg, [{"sql": "DELETE FROM accounts"}], lock="R")
+        self.assertEqual((st, body["error"]), (409, "lock_lost"))
+        self.assertEqual(len(self.rows()), 2)
+
+    # ---- transactions and results -------------------------------------------------------
+
+    def test_batch_is_atomic(self):
+        fg = self.fencegate()
+        schema = self.schema()
+        t = self.acquire(fg)
+        st, body = self.sql(fg, [
+            {"sql": "UPDATE accounts SET balance = balance - 5 WHERE id = 1"},
+            {"sql": "INSERT INTO accounts VALUES (1, 'dup', 0)"},
+            {"sql": "UPDATE accounts SET balance = balance + 5 WHERE id = 2"}])
+        self.assertEqual(st, 422, body)
+        self.assertEqual(body["error"], "sql_error")
+        self.assertEqual(body["sqlstate"], "23505")
+        self.assertEqual(body["statement"], 1)
+        self.assertIn("duplicate key", body["message"])
+        self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"], "the first UPDATE survived")
+        # The same transfer without the bad statement commits as a whole.
+        st, body = self.sql(fg, [
+            {"sql": "UPDATE accounts SET balance = balance - 5 WHERE id = 1"},
+            {"sql": "UPDATE accounts SET balance = balance + 5 WHERE id = 2"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual([r["rows_affected"] for r in body["results"]], [1, 1])
+        self.assertEqual(self.rows(), ["1|alice|5", "2|bob|25"])
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'L'"),
+                         str(t))
+        self.assertEqual(self.schema(), schema)
+        self.assertEqual(self.pg.sql("SELECT string_agg(table_name, ',' ORDER BY table_name) "
+                                     "FROM information_schema.tables WHERE table_schema = "
+                                     "'public'"), "accounts,fencegate_fence")
+
+    def test_transaction_control_is_refused(self):
+        fg = self.fencegate()
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "DELETE FROM accounts"}, {"sql": "COMMIT"},
+                                 {"sql": "SELECT 1/0"}])
+        self.assertEqual(st, 400, body)
+        self.assertIn("statements[1].sql: COMMIT is not allowed", body["message"])
+        self.assertEqual(len(self.rows()), 2)
+
+    def test_results_columns_and_types(self):
+        fg = self.fencegate()
+        t = self.acquire(fg)
+        st, body = self.sql(fg, [
+            {"sql": "SELECT id, owner, balance, id > 1 AS big, NULL::text AS nothing, "
+                    "0.5::float8 AS half, '{\"a\": 1}'::jsonb AS doc FROM accounts ORDER BY id"},
+            {"sql": "UPDATE accounts SET owner = upper(owner)"},
+            {"sql": "CREATE TEMP TABLE scratch (x int)"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual((body["lock"], body["token"]), ("L", t))
+        sel, upd, ddl = body["results"]
+        self.assertEqual(sel["command"], "SELECT")
+        self.assertEqual(sel["rows_affected"], 2)
+        self.assertEqual(sel["columns"], ["id", "owner", "balance", "big", "nothing", "half",
+                                          "doc"])
+        self.assertEqual(sel["types"], ["int4", "text", "numeric", "bool", "text", "float8",
+                                        "jsonb"])
+        self.assertEqual(sel["rows"], [[1, "alice", 10, False, None, 0.5, '{"a": 1}'],
+                                       [2, "bob", 20, True, None, 0.5, '{"a": 1}']])
+        self.assertEqual((upd["command"], upd["rows_affected"], upd["rows"]), ("UPDATE", 2, []))
+        self.assertEqual((ddl["command"], ddl["rows_affected"]), ("CREATE TABLE", None))
+
+    def test_params_mapping(self):
+        fg = self.fencegate()
+        self.acquire(fg)
+        st, body = self.sql(fg, [{
+            "sql": "SELECT $1::text, $2::int, $3::numeric, $4::bool, $5::text IS NULL, "
+                   "$6::jsonb ->> 'k', $7::jsonb -> 1, $8::text",
+            "params": ["it's \"quoted\" \u00e9", 42, 1.25, True, None, {"k": "v"}, [1, 2],
+                       False]}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["results"][0]["rows"],
+                         [["it's \"quoted\" \u00e9", 42, 1.25, True, True, "v", "2", "false"]])
+        # Parameters are bound, never spliced into the SQL.
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = $1 WHERE id = $2",
+                                  "params": ["x'; DELETE FROM accounts; --", 1]}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.rows()[0], "1|x'; DELETE FROM accounts; --|10")
+        st, body = self.sql(fg, [{"sql": "SELECT $1", "params": ["a\u0000b"]}])
+        self.assertEqual(st, 400, body)
+        self.assertIn("statements[0].params[0]", body["message"])
+
+    # ---- bad requests -------------------------------------------------------------------
+
+    def test_bad_requests_name_the_problem(self):
+        fg = self.fencegate()
+        self.acquire(fg)
+        cases = [
+            (b'{"lock":"L","statements":[', 400, "not valid JSON"),
+            (b'{"lock":"L"}', 400, 'missing "statements"'),
+            (b'{"lock":"L","statements":[{"sql":"SELECT 1","parms":[]}]}', 400,
+             'unknown key "parms"'),
+            (b'{"lock":"L","statements":[{"sql":7}]}', 400, "statements[0].sql: expected a string"),
+            (b'', 400, "empty body"),
+        ]
+        for raw, want_st, want_msg in cases:
+            st, _, data = http_request(fg.http_port, "POST", "/v1/stores/pg/sql", raw)
+            body = json.loads(data)
+            self.assertEqual((st, body["error"]), (want_st, "bad_request"), raw)
+            self.assertIn(want_msg, body["message"], raw)
+        st, _, data = http_request(fg.http_port, "POST", "/v1/stores/nope/sql",
+                                   {"lock": "L", "statements": [{"sql": "SELECT 1"}]})
+        self.assertEqual((st, json.loads(data)["error"]), (404, "unknown_store"))
+        st, _, data = http_request(fg.http_port, "GET", "/v1/stores/pg/sql")
+        self.assertEqual(st, 405, data)
+        self.assertEqual(len(self.rows()), 2)
+        # The sidecar carries on.
+        st, body = self.sql(fg, [{"sql": "SELECT 1 AS one"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[1]]))
+
+    # ---- availability -------------------------------------------------------------------
+
+    def test_postgres_restart_gives_503_then_recovers(self):
+        fg = self.fencegate()
+        self.acquire(fg)
+        self.assertEqual(fg.http("/readyz")[0], 200)
+        self.pg.stop()
+        errors = []
+        for i in range(5):
+            st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = %d" % i}])
+            errors.append((st, body.get("error")))
+        self.assertTrue(all(e == (503, "store_unavailable") for e in errors), errors)
+        wait_until(lambda: fg.http("/readyz")[0] == 503, 5, what="/readyz 503 while down")
+        st, body = json.loads(fg.http("/readyz")[1]), None
+        self.assertIn("postgresql store 'pg' is unreachable", st["message"])
+        self.pg.start()
+        wait_until(lambda: self.sql(fg, [{"sql": "UPDATE accounts SET balance = 99 WHERE id = 1"}])
+                   [0] == 200, 15, what="SQL through fencegate after postgres came back")
+        wait_until(lambda: fg.http("/readyz")[0] == 200, 10, what="/readyz 200 again")
+        self.assertEqual(self.rows()[0], "1|alice|99")
+
+    def test_pool_exhausted_queues_then_refuses(self):
+        fg = self.fencegate("    pool_size: 1\n    queue_max: 1\n")
+        self.acquire(fg)
+        results = {}
+
+        def run(name, sql):
+            results[name] = self.sql(fg, [{"sql": sql}], timeout=15)
+
+        slow = threading.Thread(target=run, args=("slow", "SELECT pg_sleep(1.5)"))
+        slow.start()
+        time.sleep(0.3)
+        queued = threading.Thread(target=run, args=("queued", "SELECT 2 AS two"))
+        queued.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        st, body = self.sql(fg, [{"sql": "SELECT 3"}])
+        self.assertLess(time.monotonic() - t0, 1.0, "the refusal waited")
+        self.assertEqual((st, body["error"]), (503, "pool_exhausted"), body)
+        slow.join(15)
+        queued.join(15)
+        self.assertEqual(results["slow"][0], 200, results)
+        self.assertEqual(results["queued"], (200, results["queued"][1]))
+        self.assertEqual(results["queued"][1]["results"][0]["rows"], [[2]])
+        self.assertGreaterEqual(fg.metrics()["fencegate_pg_pool_exhausted_total"], 1)
+
+    def test_statement_timeout(self):
+        fg = self.fencegate("    timeout_ms: 500\n")
+        self.acquire(fg)
+        t0 = time.monotonic()
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'slow' WHERE id = 1"},
+                                 {"sql": "SELECT pg_sleep(5)"}])
+        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertEqual((st, body["error"], body["sqlstate"], body["statement"]),
+                         (422, "sql_error", "57014", 1), body)
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        st, body = self.sql(fg, [{"sql": "SELECT 1"}])
+        self.assertEqual(st, 200, body)
+
+    def test_bad_store_config_is_refused(self):
+        cfg = self.write_file("bad.yaml", "stores:\n  - name: pg\n    url: %s\n    pool_size: 0\n"
+                              % self.pg.url)
+        from harness import run_fencegate
+        rc, _, err = run_fencegate(["--config", cfg, "--upstream", self.redis.url])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("pool_size", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
