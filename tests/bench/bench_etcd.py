@@ -108,7 +108,7 @@ def main():
             missing = (missing or "") + " %s (apt-get install nghttp2-client redis-server gcc)" % tool
     if missing:
         raise SystemExit("bench_etcd.py: missing: %s" % missing)
-    harness.FENCEGATE_BIN = args.bin
+    harness.FENCEGATE_BIN = os.path.abspath(args.bin)
     tmp = tempfile.mkdtemp(prefix="fg-ebench-")
     fb = os.path.join(tmp, "fencebench")
     subprocess.run(["cc", "-O2", "-pthread", "-o", fb, os.path.join(HERE, "fencebench.c")],
