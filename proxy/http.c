@@ -617,6 +617,9 @@ static void http_stores(struct http_api *h, struct evhttp_request *req, const ch
     }
     rest = strchr(verb, '/');
     vlen = rest ? (size_t)(rest - verb) : strlen(verb);
+    /* Store handlers look locks up in the session: make it before the first lock is taken. */
+    if (!h->stopping && !h->sess)
+        h->sess = lock_session_new(h->locks, h->cfg->session_ttl_ms, http_on_lost, h);
     for (int i = 0; i < h->nroutes; i++) {
         if (h->route[i].kind == (int)st->url.kind && strlen(h->route[i].verb) == vlen &&
             !memcmp(h->route[i].verb, verb, vlen)) {

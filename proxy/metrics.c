@@ -66,6 +66,14 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
                           "Writes to protected keys from connections without their lock."},
     [M_LOCKLOST_REFUSED] = {"fencegate_locklost_refused_total",
                             "Writes refused because the connection had lost their lock."},
+    [M_HSTORE_FORWARDED] = {"fencegate_http_store_forwarded_total",
+                            "Requests forwarded to HTTP stores."},
+    [M_HSTORE_STALE] = {"fencegate_http_store_stale_refused_total",
+                        "HTTP store requests refused: the backend's mark is above the token."},
+    [M_HSTORE_LOCKLOST] = {"fencegate_http_store_locklost_refused_total",
+                           "HTTP store requests refused: their lock is not held or was lost."},
+    [M_HSTORE_ERRORS] = {"fencegate_http_store_errors_total",
+                         "HTTP store requests that failed: unreachable, timed out or broken."},
 };
 
 static const struct metrics_desc metrics_gauges[G_GAUGE_MAX] = {

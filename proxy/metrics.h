@@ -31,6 +31,10 @@ enum metric_counter {
     M_STALE_REFUSED,      /* fenced writes the store refused: token older than its mark */
     M_NOLOCK_REFUSED,     /* writes to protected keys without their lock */
     M_LOCKLOST_REFUSED,   /* writes under a lock the session lost */
+    M_HSTORE_FORWARDED,   /* requests forwarded to HTTP stores */
+    M_HSTORE_STALE,       /* HTTP store requests refused: a mark above the token */
+    M_HSTORE_LOCKLOST,    /* HTTP store requests refused: the lock not held or lost */
+    M_HSTORE_ERRORS,      /* HTTP store requests failed: unreachable, timed out, broken off */
     M_COUNTER_MAX
 };
 
