@@ -53,6 +53,13 @@ class Upstream:
                     for _ in range(BIG // len(block)):
                         self.wfile.write(block)
                     return
+                if path.endswith("/cut"):
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    self.wfile.write(b"x" * 1000)
+                    self.close_connection = True  # the store dies mid-body
+                    return
                 if path.endswith("/chunked"):
                     self.send_response(200)
                     self.send_header("Transfer-Encoding", "chunked")
@@ -274,6 +281,20 @@ class HttpStore(HttpStoreCase):
         self.assertEqual(self.up.seen(), [])
         metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
         self.assertEqual(metrics.get("fencegate_http_store_locklost_refused_total"), 1)
+
+    def test_store_failing_mid_response_is_not_passed_off_as_whole(self):
+        fg = self.sidecar()
+        self.acquire(fg, "cut")
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+        self.addCleanup(c.close)
+        c.request("GET", "/v1/stores/blobs/http/cut", headers={"Fence-Lock": "cut"})
+        # Depending on timing the client sees a cut body or no answer at all: never a whole one.
+        with self.assertRaises((http.client.IncompleteRead, http.client.RemoteDisconnected)):
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            r.read()
+        metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
+        self.assertEqual(metrics.get("fencegate_http_store_errors_total"), 1)
 
     def test_store_down_is_502(self):
         dead = harness.free_port()
