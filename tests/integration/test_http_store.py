@@ -7,7 +7,6 @@ import hashlib
 import http.client
 import http.server
 import json
-import socket
 import threading
 import time
 import unittest
