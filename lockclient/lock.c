@@ -13,7 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
-enum lock_note_kind { LOCK_NOTE_ACQUIRE, LOCK_NOTE_RELEASE, LOCK_NOTE_LOST, LOCK_NOTE_HOOK };
+enum lock_note_kind {
+    LOCK_NOTE_ACQUIRE,
+    LOCK_NOTE_RELEASE,
+    LOCK_NOTE_LOST,
+    LOCK_NOTE_HOOK,
+    LOCK_NOTE_MARK
+};
 
 /* A user callback waiting to run from the client's dispatch event, so that no user code ever runs
  * inside the library's own loops (a callback may free its session or the client). */
@@ -26,6 +32,7 @@ struct lock_note {
     lock_acquire_cb acquire_cb;
     lock_release_cb release_cb;
     lock_lost_cb lost_cb;
+    lock_mark_cb mark_cb; /* MARK: token holds the mark */
     void *arg;
     struct lock_req *req; /* HOOK */
     size_t name_len;      /* LOST: text holds the name, a NUL, then the reason */
@@ -295,6 +302,9 @@ static void lock_note_run(struct lock_client *c, struct lock_note *n)
         c->opt.fence(c->opt.fence_arg, r->name, r->token, lock_fence_done_cb, r);
         break;
     }
+    case LOCK_NOTE_MARK:
+        n->mark_cb(n->arg, n->status, n->token, n->text);
+        break;
     }
 }
 
@@ -1008,6 +1018,54 @@ size_t lock_count(const struct lock_session *s)
             count++;
     }
     return count;
+}
+
+/* ---- high-water marks in the backend ---- */
+
+void lock_mark_done(struct lock_client *c, lock_mark_cb cb, void *arg, int status, uint64_t mark,
+                    const char *msg)
+{
+    if (msg == NULL)
+        msg = "";
+    size_t ml = strlen(msg);
+    /* No session: a mark belongs to the client, and session teardown never purges it. */
+    struct lock_note *n = lock_note_new(NULL, LOCK_NOTE_MARK, ml);
+    if (n == NULL)
+        return; /* out of memory: as for the other notes, the one case where a callback is lost */
+    n->status = status;
+    n->token = mark;
+    n->mark_cb = cb;
+    n->arg = arg;
+    memcpy(n->text, msg, ml);
+    lock_note_push(c, n);
+}
+
+int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                    lock_mark_cb cb, void *arg)
+{
+    char msg[LOCK_MSG_MAX];
+    if (c == NULL || cb == NULL || c->free_pending)
+        return -1;
+    if (key == NULL || len == 0 || len > LOCK_MAX_MARK_KEY || memchr(key, '\0', len) != NULL) {
+        lock_fmt(msg, sizeof(msg),
+                 "invalid mark key: it must be 1..%d bytes without NUL bytes (got %zu bytes)",
+                 LOCK_MAX_MARK_KEY, key ? len : 0);
+        lock_mark_done(c, cb, arg, LOCK_INVALID, 0, msg);
+        return 0;
+    }
+    if (token == 0 || token > (uint64_t)INT64_MAX) {
+        lock_fmt(msg, sizeof(msg), "mark %.*s: token %llu out of range (1..2^63-1)", (int)len, key,
+                 (unsigned long long)token);
+        lock_mark_done(c, cb, arg, LOCK_INVALID, 0, msg);
+        return 0;
+    }
+    if (c->ops->mark_raise == NULL) {
+        lock_fmt(msg, sizeof(msg), "the %s lock backend cannot hold marks", c->ops->scheme);
+        lock_mark_done(c, cb, arg, LOCK_UNAVAILABLE, 0, msg);
+        return 0;
+    }
+    c->ops->mark_raise(c, key, len, token, cb, arg);
+    return 0;
 }
 
 void lock_client_stats(const struct lock_client *c, struct lock_stats *out)

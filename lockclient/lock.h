@@ -26,6 +26,7 @@ enum lock_status {
     LOCK_NOT_HELD = 3,    /* release of a lock this session does not hold */
     LOCK_CANCELLED = 4,   /* the session was closed while the call was pending */
     LOCK_INVALID = 5,     /* bad arguments (empty or too long name, ttl out of range) */
+    LOCK_STALE = 6,       /* lock_mark_raise(): a mark above the token */
 };
 
 enum lock_flag {
@@ -99,6 +100,23 @@ void lock_foreach(const struct lock_session *s,
                   void *arg);
 /* Number of locks held (not lost). */
 size_t lock_count(const struct lock_session *s);
+
+/* High-water marks held by the lock backend itself, for stores that cannot keep one (plain HTTP
+ * services). A mark is one number per key, never lowered and never expired. */
+#define LOCK_MAX_MARK_KEY 1024 /* longest mark key, bytes */
+
+/* mark_raise: LOCK_OK (the mark was <= token and is now == token), LOCK_STALE (the mark is above
+ * the token and stays; `mark` holds it), LOCK_UNAVAILABLE (backend down, error or timeout: the
+ * caller must treat the token as unproven), LOCK_INVALID (bad key or token). msg explains any
+ * status but LOCK_OK ("" then). */
+typedef void (*lock_mark_cb)(void *arg, int status, uint64_t mark, const char *msg);
+
+/* Atomically checks and raises the mark of key (len bytes, 1..LOCK_MAX_MARK_KEY, no NUL) to token
+ * (1..2^63-1): raised when mark <= token (equal passes), refused when mark > token. cb runs exactly
+ * once, from the event loop (never inside this call), unless the client is freed first. Returns 0,
+ * or -1 when the call could not even be queued (cb is then not called). */
+int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                    lock_mark_cb cb, void *arg);
 
 /* Counters since start, for metrics. */
 struct lock_stats {

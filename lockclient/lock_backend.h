@@ -165,6 +165,11 @@ struct lock_backend_ops {
     /* Raises r's token above repaired_min if r's lock is still held; ends with lock_repaired().
      * NULL when the backend cannot repair (the acquire then fails). */
     void (*repair)(struct lock_req *r, uint64_t repaired_min);
+    /* Checks and raises the mark of key (already validated) to token in one atomic step; ends with
+     * exactly one lock_mark_done(c, cb, arg, ...) unless the client closes first (then never).
+     * NULL when the backend cannot hold marks (lock_mark_raise() answers LOCK_UNAVAILABLE). */
+    void (*mark_raise)(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                       lock_mark_cb cb, void *arg);
 };
 
 extern const struct lock_backend_ops lock_redis_ops;
@@ -190,6 +195,10 @@ void lock_renew_result(struct lock_session *s, const char *name, size_t len, uin
                        int64_t sent_ms, int held);
 /* The renewal round trip of s ended (successfully or not). */
 void lock_renew_done(struct lock_session *s);
+/* Result of ops->mark_raise: LOCK_OK, LOCK_STALE with the mark, or LOCK_UNAVAILABLE with a
+ * message. cb runs later, from the client's dispatch event. */
+void lock_mark_done(struct lock_client *c, lock_mark_cb cb, void *arg, int status, uint64_t mark,
+                    const char *msg);
 /* The backend (re)connected: renewals that fell due while it was down are sent now. */
 void lock_backend_up(struct lock_client *c);
 

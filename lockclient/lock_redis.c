@@ -23,7 +23,7 @@
 #define RD_MAX_DB         1000000
 #define RD_MAX_HANDSHAKE  8
 
-enum rd_script { RD_ACQUIRE, RD_RENEW, RD_RELEASE, RD_REPAIR, RD_NSCRIPTS };
+enum rd_script { RD_ACQUIRE, RD_RENEW, RD_RELEASE, RD_REPAIR, RD_MARK, RD_NSCRIPTS };
 
 /* The scripts. Keys of one lock share the hash tag {name}, so they live in one cluster slot. */
 static const char *const rd_scripts[RD_NSCRIPTS] = {
@@ -70,6 +70,14 @@ static const char *const rd_scripts[RD_NSCRIPTS] = {
     "  redis.call('SET', KEYS[2], min)\n"
     "end\n"
     "return redis.call('INCR', KEYS[2])\n",
+    /* mark. KEYS: mark. ARGV: token. Raises the mark to the token unless it is above it; returns
+     * {1, token} or {0, mark}. Compared as decimal strings (length, then bytes): Lua numbers are
+     * doubles, inexact beyond 2^53, and tokens go up to 2^63-1. */
+    "local cur = redis.call('GET', KEYS[1])\n"
+    "local t = ARGV[1]\n"
+    "if cur and (#cur > #t or (#cur == #t and cur > t)) then return {0, cur} end\n"
+    "redis.call('SET', KEYS[1], t)\n"
+    "return {1, t}\n",
 };
 
 enum rd_conn_state { RD_DOWN, RD_CONNECTING, RD_READY };
@@ -89,7 +97,14 @@ struct rd_conn {
     int hs_sent, hs_done;
 };
 
-enum rd_call_kind { RD_CALL_ACQUIRE, RD_CALL_RENEW, RD_CALL_RELEASE, RD_CALL_DROP, RD_CALL_REPAIR };
+enum rd_call_kind {
+    RD_CALL_ACQUIRE,
+    RD_CALL_RENEW,
+    RD_CALL_RELEASE,
+    RD_CALL_DROP,
+    RD_CALL_REPAIR,
+    RD_CALL_MARK
+};
 
 struct rd_wait;
 
@@ -110,7 +125,9 @@ struct rd_call {
     int argc, maxargs;
     const char **argv;
     size_t *argvlen;
-    uint64_t *tokens; /* RENEW: the token of each key when sent */
+    uint64_t *tokens;     /* RENEW: the token of each key when sent */
+    lock_mark_cb mark_cb; /* MARK */
+    void *mark_arg;
     char *text;
     size_t textlen, textcap;
     char owner[LOCK_OWNER_MAX];
@@ -817,6 +834,39 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
 
 /* ---- call results ---- */
 
+/* The reply of a mark script: {1, token} raised, {0, mark} refused. A mark that is not a decimal
+ * number in range proves nothing, so it fails closed. */
+static void rd_mark_outcome(struct rd_call *k, const redisReply *reply)
+{
+    struct rd_client *rc = k->rc;
+    char msg[LOCK_MSG_MAX], num[32];
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[0]->type == REDIS_REPLY_INTEGER &&
+        reply->element[1]->type == REDIS_REPLY_STRING && reply->element[1]->len > 0 &&
+        reply->element[1]->len < sizeof(num)) {
+        char *end;
+        memcpy(num, reply->element[1]->str, reply->element[1]->len);
+        num[reply->element[1]->len] = '\0';
+        errno = 0;
+        unsigned long long v = strtoull(num, &end, 10);
+        if (errno == 0 && *end == '\0' && num[0] >= '0' && num[0] <= '9' && v <= INT64_MAX) {
+            if (reply->element[0]->integer == 1) {
+                lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_OK, v, NULL);
+            } else {
+                lock_fmt(msg, sizeof(msg), "the mark in %s is %llu, above token %s", rc->where, v,
+                         k->argv[4]);
+                lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_STALE, v, msg);
+            }
+            return;
+        }
+    }
+    rc->lc->stats.backend_errors++;
+    lock_fmt(msg, sizeof(msg),
+             "unexpected reply from %s to the mark script (does %.*s hold a number?)", rc->where,
+             (int)k->argvlen[3], k->argv[3]);
+    lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_UNAVAILABLE, 0, msg);
+}
+
 /* Ends k without a usable reply. unknown: it was sent and may have run. */
 static void rd_call_fail(struct rd_call *k, const char *msg, int unknown)
 {
@@ -835,6 +885,9 @@ static void rd_call_fail(struct rd_call *k, const char *msg, int unknown)
     case RD_CALL_REPAIR:
         if (k->req)
             lock_repaired(k->req, LOCK_UNAVAILABLE, 0, msg);
+        break;
+    case RD_CALL_MARK:
+        lock_mark_done(k->rc->lc, k->mark_cb, k->mark_arg, LOCK_UNAVAILABLE, 0, msg);
         break;
     case RD_CALL_DROP:
         break;
@@ -894,6 +947,9 @@ static void rd_call_done(struct rd_call *k, const redisReply *reply)
                      k->req->name);
             lock_repaired(k->req, LOCK_UNAVAILABLE, 0, msg);
         }
+        break;
+    case RD_CALL_MARK:
+        rd_mark_outcome(k, reply);
         break;
     case RD_CALL_DROP:
         break;
@@ -1180,6 +1236,31 @@ static void rd_op_repair(struct lock_req *r, uint64_t repaired_min)
     rd_call_submit(k);
 }
 
+static void rd_op_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                             lock_mark_cb cb, void *arg)
+{
+    struct rd_client *rc = rd_of(c);
+    char num[32];
+    struct rd_call *k =
+        rd_call_begin(rc, RD_CALL_MARK, RD_MARK, 1, 1, 0, rd_text_cap(rc, 1, len, sizeof(num)));
+    if (k) {
+        rd_arg_key(k, "mark:", key, len);
+        lock_fmt(num, sizeof(num), "%llu", (unsigned long long)token);
+        rd_arg(k, num);
+        if (k->overflow) {
+            free(k);
+            k = NULL;
+        }
+    }
+    if (k == NULL) {
+        lock_mark_done(c, cb, arg, LOCK_UNAVAILABLE, 0, "out of memory raising a mark");
+        return;
+    }
+    k->mark_cb = cb;
+    k->mark_arg = arg;
+    rd_call_submit(k);
+}
+
 static int rd_op_ready(const struct lock_client *c)
 {
     return rd_of(c)->main.state == RD_READY;
@@ -1402,4 +1483,5 @@ const struct lock_backend_ops lock_redis_ops = {
     .drop = rd_op_drop,
     .close_session = rd_op_close_session,
     .repair = rd_op_repair,
+    .mark_raise = rd_op_mark_raise,
 };

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "fencehooks.h"
 #include "http.h"
+#include "httpstore.h"
 #include "lock.h"
 #include "log.h"
 #include "pgstore.h"
@@ -196,6 +197,7 @@ int main(int argc, char **argv)
     struct lock_client *locks;
     struct store_marks *marks;
     struct pgstores *pg;
+    struct httpstore *hstores;
     struct lock_options lopt;
     struct event *sigterm, *sigint;
     char err[512];
@@ -241,6 +243,13 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* HTTP stores: their marks live in the lock backend (httpstore.h). */
+    hstores = httpstore_new(m.base, &cfg, NULL);
+    if (!hstores || fencehooks_add(&hooks, httpstore_fence_hook, hstores) != 0) {
+        fprintf(stderr, "fencegate: HTTP stores: %s\n",
+                hstores ? "too many stores to fence" : "out of memory");
+        return 2;
+    }
     memset(&lopt, 0, sizeof(lopt));
     lopt.fence = fencehooks_run;
     lopt.fence_arg = &hooks;
@@ -252,6 +261,7 @@ int main(int argc, char **argv)
                 marks ? err : "out of memory");
         return 2; /* a backend this build cannot use is a configuration error */
     }
+    httpstore_set_lock_client(hstores, locks);
     m.srv = server_new(m.base, &cfg, up, locks, err, sizeof(err));
     if (!m.srv) {
         fprintf(stderr, "fencegate: RESP listener: %s\n", err);
@@ -264,9 +274,10 @@ int main(int argc, char **argv)
         return 1;
     }
     m.http = http;
-    if (pgstores_count(pg) > 0 &&
-        (http_route_stores(http, CFG_URL_POSTGRES, "sql", pgstore_handle, pg) != 0 ||
-         http_add_ready_check(http, pgstore_ready, pg) != 0)) {
+    if ((pgstores_count(pg) > 0 &&
+         (http_route_stores(http, CFG_URL_POSTGRES, "sql", pgstore_handle, pg) != 0 ||
+          http_add_ready_check(http, pgstore_ready, pg) != 0)) ||
+        http_route_stores(http, CFG_URL_HTTP, "http", httpstore_handle, hstores) != 0) {
         fprintf(stderr, "fencegate: HTTP listener: too many store routes\n");
         return 1;
     }
@@ -283,6 +294,7 @@ int main(int argc, char **argv)
     server_free(m.srv);
     http_free(http);
     lock_client_free(locks);
+    httpstore_free(hstores); /* after the lock client: no mark answers come after it */
     pgstores_free(pg);
     store_marks_free(marks);
     upstream_free(up);

@@ -81,6 +81,14 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
                         "SQL batches answered 503: no pooled connection became free."},
     [M_PG_FENCE_RAISES] = {"fencegate_pg_fence_raises_total",
                            "Fence marks raised in PostgreSQL stores when a lock was granted."},
+    [M_HSTORE_FORWARDED] = {"fencegate_http_store_forwarded_total",
+                            "Requests forwarded to HTTP stores."},
+    [M_HSTORE_STALE] = {"fencegate_http_store_stale_refused_total",
+                        "HTTP store requests refused: the backend's mark is above the token."},
+    [M_HSTORE_LOCKLOST] = {"fencegate_http_store_locklost_refused_total",
+                           "HTTP store requests refused: their lock is not held or was lost."},
+    [M_HSTORE_ERRORS] = {"fencegate_http_store_errors_total",
+                         "HTTP store requests that failed: unreachable, timed out or broken."},
 };
 
 static const struct metrics_desc metrics_gauges[G_GAUGE_MAX] = {

@@ -40,6 +40,10 @@ enum metric_counter {
     M_PG_UNAVAILABLE,   /* SQL batches answered 503: store unreachable or failing */
     M_PG_POOL_FULL,     /* SQL batches answered 503: no connection free in time */
     M_PG_FENCE_RAISES,  /* fence marks raised in postgresql stores on acquire */
+    M_HSTORE_FORWARDED, /* requests forwarded to HTTP stores */
+    M_HSTORE_STALE,     /* HTTP store requests refused: a mark above the token */
+    M_HSTORE_LOCKLOST,  /* HTTP store requests refused: the lock not held or lost */
+    M_HSTORE_ERRORS,    /* HTTP store requests failed: unreachable, timed out, broken off */
     M_COUNTER_MAX
 };
 

@@ -1192,6 +1192,123 @@ static void test_redis_stopped_times_out(void **state)
     redis_destroy(&rp);
 }
 
+/* ---- high-water marks in the backend (lock_mark_raise) ---- */
+
+struct mark {
+    int done;
+    int status;
+    uint64_t mark;
+    int64_t at_ms;
+    char msg[512];
+};
+
+static void mark_cb(void *arg, int status, uint64_t m, const char *msg)
+{
+    struct mark *k = arg;
+    k->done++;
+    k->status = status;
+    k->mark = m;
+    k->at_ms = now_ms();
+    snprintf(k->msg, sizeof(k->msg), "%s", msg ? msg : "(null)");
+}
+
+/* Raises key's mark to token and runs the loop until the callback ran; returns the status (-1:
+ * no callback within 3 s, -2: not queued). The callback must never run inside the call. */
+static int mark_sync(struct lock_client *c, const char *key, uint64_t token, struct mark *k)
+{
+    memset(k, 0, sizeof(*k));
+    if (lock_mark_raise(c, key, strlen(key), token, mark_cb, k) != 0)
+        return -2;
+    if (k->done != 0)
+        return -3;
+    if (!run_until(&k->done, 1, 3000))
+        return -1;
+    return k->status;
+}
+
+static void test_mark_raise(void **state)
+{
+    struct mark k;
+    char v[64];
+    struct lock_client *c = client_new(g_redis.port, NULL);
+    assert_non_null(c);
+    admin_int(g_redis.port, "DEL " TEST_PREFIX "mark:{blobs/m1}");
+
+    /* No mark yet: raised. Higher: raised. Equal: passes. Lower: refused with the mark. */
+    assert_int_equal(mark_sync(c, "blobs/m1", 5, &k), LOCK_OK);
+    assert_int_equal(k.mark, 5);
+    assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{blobs/m1}"));
+    assert_string_equal(v, "5");
+    assert_int_equal(mark_sync(c, "blobs/m1", 41, &k), LOCK_OK);
+    assert_int_equal(mark_sync(c, "blobs/m1", 41, &k), LOCK_OK);
+    assert_int_equal(mark_sync(c, "blobs/m1", 9, &k), LOCK_STALE); /* 9 > "41" as text */
+    assert_int_equal(k.mark, 41);
+    assert_non_null(strstr(k.msg, "41"));
+    assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{blobs/m1}"));
+    assert_string_equal(v, "41");
+    /* Keys are independent. */
+    assert_int_equal(mark_sync(c, "blobs/m2", 3, &k), LOCK_OK);
+
+    /* Near 2^63: exact, where Lua doubles could not tell these apart. */
+    assert_int_equal(mark_sync(c, "big", 9007199254740993ull, &k), LOCK_OK);
+    assert_int_equal(mark_sync(c, "big", 9007199254740992ull, &k), LOCK_STALE);
+    assert_true(k.mark == 9007199254740993ull);
+    assert_int_equal(mark_sync(c, "big", 9223372036854775806ull, &k), LOCK_OK);
+    assert_int_equal(mark_sync(c, "big", 9223372036854775807ull, &k), LOCK_OK);
+    assert_int_equal(mark_sync(c, "big", 9223372036854775806ull, &k), LOCK_STALE);
+    assert_true(k.mark == 9223372036854775807ull);
+    assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{big}"));
+    assert_string_equal(v, "9223372036854775807");
+
+    /* Bad input, answered without the backend. */
+    assert_int_equal(mark_sync(c, "", 5, &k), LOCK_INVALID);
+    assert_non_null(strstr(k.msg, "mark key"));
+    assert_int_equal(mark_sync(c, "big", 0, &k), LOCK_INVALID);
+    assert_int_equal(mark_sync(c, "big", 9223372036854775808ull, &k), LOCK_INVALID);
+    assert_non_null(strstr(k.msg, "out of range"));
+    assert_int_equal(lock_mark_raise(c, "x", 1, 1, NULL, NULL), -1);
+
+    /* A mark that is not a number proves nothing: fail closed, leave it alone. */
+    admin_int(g_redis.port, "SET " TEST_PREFIX "mark:{junk} abc");
+    assert_int_equal(mark_sync(c, "junk", 7, &k), LOCK_UNAVAILABLE);
+    assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{junk}"));
+    assert_string_equal(v, "abc");
+
+    /* Lost script cache: reloaded, and the raise still answers. */
+    admin_int(g_redis.port, "SCRIPT FLUSH");
+    assert_int_equal(mark_sync(c, "blobs/m1", 42, &k), LOCK_OK);
+    client_free(c);
+}
+
+static void test_mark_backend_down(void **state)
+{
+    static struct redis_proc rp;
+    struct mark k;
+    memset(&rp, 0, sizeof(rp));
+    assert_true(redis_start(&rp));
+    struct lock_client *c = client_new(rp.port, NULL);
+    assert_non_null(c);
+    assert_int_equal(mark_sync(c, "down", 10, &k), LOCK_OK);
+
+    /* Stopped: no reply within the op timeout. */
+    int64_t t0 = now_ms();
+    kill(rp.pid, SIGSTOP);
+    assert_int_equal(mark_sync(c, "down", 11, &k), LOCK_UNAVAILABLE);
+    assert_true(k.at_ms - t0 <= TEST_OP_TIMEOUT + 150);
+    assert_non_null(strstr(k.msg, "no reply"));
+    kill(rp.pid, SIGCONT);
+    assert_true(client_ready_flag(c, 8000));
+    assert_int_equal(mark_sync(c, "down", 12, &k), LOCK_OK);
+
+    /* Killed: unavailable, never "raised". */
+    t0 = now_ms();
+    redis_kill(&rp);
+    assert_int_equal(mark_sync(c, "down", 13, &k), LOCK_UNAVAILABLE);
+    assert_true(k.at_ms - t0 <= TEST_OP_TIMEOUT + 150);
+    client_free(c);
+    redis_destroy(&rp);
+}
+
 /* Random acquires, releases and session churn over two clients: at no moment do two sessions
  * hold one lock, and the tokens of a lock only grow in the order the grants are reported. */
 enum { SOAK_C = 2, SOAK_S = 4, SOAK_N = 5 };
@@ -1304,6 +1421,8 @@ int main(void)
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_killed_and_restarted, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_stopped_times_out, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_mark_raise, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_mark_backend_down, test_setup, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,110 @@
+/* httphdr.c — which headers a forwarding proxy keeps, and the target path it sends. Pure. */
+#include "httphdr.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *const httphdr_hop[] = {
+    "Connection", "Keep-Alive",        "Proxy-Connection", "TE", "Trailer",
+    "Trailers",   "Transfer-Encoding", "Upgrade",          NULL,
+};
+
+/* 1 when the comma-separated list `list` holds the token name (case-insensitive, spaces and tabs
+ * around items ignored). */
+static int httphdr_list_has(const char *list, const char *name)
+{
+    size_t nl = strlen(name);
+    const char *p = list;
+
+    while (*p) {
+        const char *start, *end;
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        start = p;
+        while (*p && *p != ',')
+            p++;
+        end = p;
+        while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        if ((size_t)(end - start) == nl && nl > 0 && strncasecmp(start, name, nl) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int httphdr_is_hop_by_hop(const char *name, const char *connection)
+{
+    for (int i = 0; httphdr_hop[i]; i++)
+        if (strcasecmp(name, httphdr_hop[i]) == 0)
+            return 1;
+    if (strncasecmp(name, "Proxy-", 6) == 0)
+        return 1; /* Proxy-Authorization, Proxy-Authenticate, ...: meant for the sidecar hop */
+    return connection && httphdr_list_has(connection, name);
+}
+
+int httphdr_drop_request(const char *name, const char *connection)
+{
+    static const char *const own[] = {"Host",       "Content-Length",   "Expect", "Fencing-Token",
+                                      "Fence-Lock", "Fence-Timeout-Ms", NULL};
+
+    for (int i = 0; own[i]; i++)
+        if (strcasecmp(name, own[i]) == 0)
+            return 1;
+    return httphdr_is_hop_by_hop(name, connection);
+}
+
+/* 1 when the segment [s, e) is "." or "..", literally or with %2e / %2E. */
+static int httphdr_dot_segment(const char *s, const char *e)
+{
+    int dots = 0;
+
+    while (s < e) {
+        if (*s == '.') {
+            s++;
+        } else if (e - s >= 3 && s[0] == '%' && s[1] == '2' && (s[2] == 'e' || s[2] == 'E')) {
+            s += 3;
+        } else {
+            return 0;
+        }
+        dots++;
+    }
+    return dots == 1 || dots == 2;
+}
+
+int httphdr_target(char *out, size_t cap, const char *prefix, const char *rest, const char *query)
+{
+    const char *p = rest;
+    int n;
+
+    while (*p == '/') {
+        const char *seg = p + 1, *end = strchr(seg, '/');
+        if (!end)
+            end = seg + strlen(seg);
+        if (httphdr_dot_segment(seg, end))
+            return -1;
+        p = end;
+    }
+    n = snprintf(out, cap, "%s%s%s%s", prefix, *rest ? rest : (*prefix ? "" : "/"),
+                 query ? "?" : "", query ? query : "");
+    if (n < 0 || (size_t)n >= cap)
+        return -2;
+    return n;
+}
+
+int httphdr_parse_ms(const char *s, long long max, long long *out)
+{
+    char *end;
+    long long v;
+
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v <= 0 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* httphdr.h — pure helpers for forwarding HTTP requests to a store: which headers are hop-by-hop,
+ * the upstream target, and header values fencegate reads. No sockets, no libevent. */
+#ifndef FG_HTTPHDR_H
+#define FG_HTTPHDR_H
+
+#include <stddef.h>
+
+#define HTTPHDR_MAX_TARGET 8192 /* longest forwarded path + query, bytes */
+
+/* 1 when a header named `name` must not be forwarded (either direction): the hop-by-hop headers
+ * of RFC 9110 §7.6.1 (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade)
+ * and every header that `connection` (the message's Connection value, may be NULL) names.
+ * Names compare case-insensitively. */
+int httphdr_is_hop_by_hop(const char *name, const char *connection);
+
+/* 1 when a request header named `name` is replaced or dropped by fencegate before forwarding:
+ * hop-by-hop ones, Host (rewritten for the store), Content-Length (recomputed), Expect (answered
+ * here), Fencing-Token and Fence-Lock (set from the lock, never trusted from the client) and
+ * Fence-Timeout-Ms (read here). */
+int httphdr_drop_request(const char *name, const char *connection);
+
+/* Writes "<prefix><rest or "/">[?query]" into out. prefix is the store URL's path ("" or
+ * "/..."), rest the raw path after /http ("" or "/..."), query NULL or the raw query. Refuses
+ * rest with a "." or ".." segment (also %2e-encoded), which could climb out of the prefix.
+ * Returns the length, -1 for a dot segment, -2 when it does not fit in cap. */
+int httphdr_target(char *out, size_t cap, const char *prefix, const char *rest, const char *query);
+
+/* Parses a positive decimal number of milliseconds, at most max. Returns 0 with *out set, or -1
+ * (empty, not a number, 0, above max, trailing bytes). */
+int httphdr_parse_ms(const char *s, long long max, long long *out);
+
+#endif

@@ -1,0 +1,621 @@
+/* httpstore.c — HTTP stores: a request under lock L is forwarded to the store with L's fencing
+ * token, after the mark of (store, L) in the lock backend was checked and raised to the token.
+ *
+ * One forward is a small state machine (enum hs_state). The client's request body is already
+ * buffered by evhttp (up to the HTTP endpoint's body limit); the store's response is streamed
+ * back chunk by chunk, and reading from the store pauses while the client's output is above
+ * HS_WATERMARK. Every teardown goes through hs_fwd_finish(), which defers the frees to the loop so
+ * that no evhttp object is freed inside its own callback. */
+#include "httpstore.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "config.h"
+#include "http.h"
+#include "httphdr.h"
+#include "log.h"
+#include "metrics.h"
+
+#define HS_WATERMARK (256 * 1024) /* client output bytes above which the store is not read */
+#define HS_MAX_KEY   (CFG_MAX_STR + LOCK_MAX_NAME + 2)
+
+enum hs_state {
+    HS_RAISING,   /* waiting for the mark */
+    HS_SENT,      /* forwarded; waiting for the response headers */
+    HS_STREAMING, /* the reply to the client has started */
+    HS_DONE,      /* finished; the frees are queued */
+};
+
+struct hs_fwd {
+    struct httpstore *hs;
+    struct hs_fwd *prev, *next;
+    const struct cfg_store *st;
+    struct evhttp_request *req;     /* the client's; NULL once answered or its connection went */
+    struct evhttp_connection *conn; /* to the store */
+    struct evhttp_request *ureq;    /* to the store; NULL once evhttp is done with it */
+    struct event *timer;            /* connect, then response deadline */
+    struct event *fin;              /* deferred teardown */
+    enum hs_state state;
+    int connected; /* the connect deadline passed with a connection */
+    int uerr;      /* 1 + enum evhttp_request_error of a failed store request, else 0 */
+    int paused;    /* reading from the store is off: the client is slow */
+    long long timeout_ms;
+    uint64_t token;
+    char lock[LOCK_MAX_NAME + 1];
+    char target[]; /* path and query sent to the store */
+};
+
+/* One fence-on-acquire call: the marks of every HTTP store, answered once all have answered. */
+struct hs_hook {
+    struct httpstore *hs;
+    struct hs_hook *prev, *next;
+    lock_fence_done done;
+    void *ctx;
+    int waiting;
+    int status;
+    uint64_t mark;
+    char msg[300];
+};
+
+struct httpstore {
+    struct event_base *base;
+    const struct cfg *cfg;
+    struct lock_client *locks;
+    long long connect_ms, response_ms;
+    struct hs_fwd *fwds;
+    struct hs_hook *hooks;
+};
+
+static void hs_arm(struct event *ev, long long ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+
+    evtimer_add(ev, &tv);
+}
+
+/* "<store>/<lock>": the key of the backend's mark. Returns its length, or -1 if it is too long. */
+static int hs_mark_key(char *out, size_t cap, const char *store, const char *lock)
+{
+    int n = snprintf(out, cap, "%s/%s", store, lock);
+
+    return n < 0 || (size_t)n >= cap || (size_t)n > LOCK_MAX_MARK_KEY ? -1 : n;
+}
+
+/* ---- forwards ---- */
+
+static void hs_fwd_free(struct hs_fwd *f)
+{
+    struct httpstore *hs = f->hs;
+
+    if (f->conn)
+        evhttp_connection_free(f->conn); /* frees a store request still pending, silently */
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        hs->fwds = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    if (f->timer)
+        event_free(f->timer);
+    if (f->fin)
+        event_free(f->fin);
+    free(f);
+}
+
+static void hs_on_fin(evutil_socket_t fd, short what, void *arg)
+{
+    struct hs_fwd *f = arg;
+
+    if (f->req) /* every path answers before it ends; never leave a client hanging regardless */
+        http_reply_error(f->req, 502, "store_unavailable", "the forward ended without an answer");
+    hs_fwd_free(f);
+}
+
+/* Ends f: no more callbacks act on it; the store connection is freed from the loop. */
+static void hs_fwd_finish(struct hs_fwd *f)
+{
+    if (f->state == HS_DONE)
+        return;
+    f->state = HS_DONE;
+    if (f->timer)
+        evtimer_del(f->timer);
+    event_active(f->fin, EV_TIMEOUT, 1);
+}
+
+/* Answers the client with an error (before any reply has started) and ends f. */
+static void hs_fwd_fail(struct hs_fwd *f, int status, const char *code, const char *msg)
+{
+    if (f->req)
+        http_reply_error(f->req, status, code, msg);
+    f->req = NULL;
+    hs_fwd_finish(f);
+}
+
+/* The reply has started and the store failed: the client must not take a cut body for a whole
+ * one, so its connection is closed. */
+static void hs_abort_client(struct hs_fwd *f)
+{
+    struct evhttp_request *r = f->req;
+
+    f->req = NULL;
+    if (r)
+        evhttp_connection_free(evhttp_request_get_connection(r));
+}
+
+static void hs_on_client_close(struct evhttp_connection *conn, void *arg)
+{
+    struct httpstore *hs = arg;
+
+    for (struct hs_fwd *f = hs->fwds; f; f = f->next) {
+        if (f->req && evhttp_request_get_connection(f->req) == conn) {
+            f->req = NULL; /* evhttp frees it */
+            if (f->state != HS_RAISING)
+                hs_fwd_finish(f); /* the mark's answer ends a raising one */
+        }
+    }
+}
+
+static void hs_on_error(enum evhttp_request_error err, void *arg)
+{
+    struct hs_fwd *f = arg;
+
+    f->uerr = 1 + (int)err;
+}
+
+static int hs_on_headers(struct evhttp_request *ureq, void *arg)
+{
+    struct hs_fwd *f = arg;
+    struct evkeyvalq *in = evhttp_request_get_input_headers(ureq), *out;
+    const char *conn = evhttp_find_header(in, "Connection");
+
+    if (!f->req || f->state != HS_SENT)
+        return -1; /* nobody to answer: stop reading */
+    evtimer_del(f->timer);
+    out = evhttp_request_get_output_headers(f->req);
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+        if (!httphdr_is_hop_by_hop(kv->key, conn))
+            evhttp_add_header(out, kv->key, kv->value);
+    f->state = HS_STREAMING;
+    evhttp_send_reply_start(f->req, evhttp_request_get_response_code(ureq),
+                            evhttp_request_get_response_code_line(ureq));
+    return 0;
+}
+
+/* The client's connection wrote out everything it had: read from the store again. */
+static void hs_on_drained(struct evhttp_connection *conn, void *arg)
+{
+    struct hs_fwd *f = arg;
+
+    if (f->paused && f->state == HS_STREAMING && f->ureq) {
+        f->paused = 0;
+        bufferevent_enable(evhttp_connection_get_bufferevent(f->conn), EV_READ);
+    }
+}
+
+static void hs_on_chunk(struct evhttp_request *ureq, void *arg)
+{
+    struct hs_fwd *f = arg;
+    struct evbuffer *b = evhttp_request_get_input_buffer(ureq), *pending;
+
+    if (f->state != HS_STREAMING || !f->req) {
+        hs_fwd_finish(f); /* the client left: the store connection is dropped */
+        return;
+    }
+    evhttp_send_reply_chunk_with_cb(f->req, b, hs_on_drained, f);
+    pending = bufferevent_get_output(
+        evhttp_connection_get_bufferevent(evhttp_request_get_connection(f->req)));
+    if (!f->paused && evbuffer_get_length(pending) > HS_WATERMARK) {
+        f->paused = 1;
+        bufferevent_disable(evhttp_connection_get_bufferevent(f->conn), EV_READ);
+    }
+}
+
+static void hs_on_done(struct evhttp_request *ureq, void *arg)
+{
+    struct hs_fwd *f = arg;
+    char msg[600];
+
+    f->ureq = NULL; /* evhttp frees it after this returns */
+    if (f->state == HS_DONE)
+        return;
+    if (!ureq || evhttp_request_get_response_code(ureq) == 0) {
+        metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+        if (f->state == HS_STREAMING) {
+            log_warn("http store %s: the response to %s broke off (%s); closing the client's "
+                     "connection",
+                     f->st->name, f->target,
+                     f->uerr == 1 + EVREQ_HTTP_TIMEOUT ? "timeout" : "connection lost");
+            hs_abort_client(f);
+            hs_fwd_finish(f);
+        } else if (f->uerr == 1 + EVREQ_HTTP_TIMEOUT) {
+            snprintf(msg, sizeof(msg),
+                     "store '%s' (%.200s) did not answer within %lld ms; the request may or may "
+                     "not have been applied",
+                     f->st->name, f->st->url.raw, f->timeout_ms);
+            hs_fwd_fail(f, 504, "store_timeout", msg);
+        } else {
+            snprintf(msg, sizeof(msg),
+                     "store '%s' (%.200s) is unreachable or closed the connection before "
+                     "answering",
+                     f->st->name, f->st->url.raw);
+            hs_fwd_fail(f, 502, "store_unavailable", msg);
+        }
+        return;
+    }
+    if (f->state == HS_SENT && hs_on_headers(ureq, f) < 0) {
+        hs_fwd_finish(f);
+        return;
+    }
+    if (f->req) {
+        struct evbuffer *b = evhttp_request_get_input_buffer(ureq);
+        if (evbuffer_get_length(b) > 0)
+            evhttp_send_reply_chunk(f->req, b);
+        evhttp_send_reply_end(f->req);
+        f->req = NULL;
+    }
+    hs_fwd_finish(f);
+}
+
+/* 1 when the store connection's socket is connected. */
+static int hs_connected(struct hs_fwd *f)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(f->conn));
+
+    return fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &sl) == 0;
+}
+
+static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct hs_fwd *f = arg;
+    struct httpstore *hs = f->hs;
+    char msg[600];
+
+    if (f->state != HS_SENT)
+        return;
+    if (!f->connected && !hs_connected(f)) {
+        metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+        snprintf(msg, sizeof(msg), "store '%s' (%.200s) did not accept a connection within %lld ms",
+                 f->st->name, f->st->url.raw, hs->connect_ms);
+        hs_fwd_fail(f, 504, "store_timeout", msg);
+        return;
+    }
+    if (!f->connected && f->timeout_ms > hs->connect_ms) {
+        f->connected = 1; /* in time: the rest of the response timeout starts */
+        hs_arm(f->timer, f->timeout_ms - hs->connect_ms);
+        return;
+    }
+    metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+    snprintf(msg, sizeof(msg),
+             "store '%s' (%.200s) did not answer within %lld ms; the request may or may not have "
+             "been applied",
+             f->st->name, f->st->url.raw, f->timeout_ms);
+    hs_fwd_fail(f, 504, "store_timeout", msg);
+}
+
+/* Sends the client's request to the store, stamped with the token. */
+static void hs_forward(struct hs_fwd *f)
+{
+    struct httpstore *hs = f->hs;
+    struct evhttp_request *req = f->req;
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req), *out;
+    const char *conn = evhttp_find_header(in, "Connection");
+    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    const struct cfg_addr *a = &f->st->url.hosts[0];
+    struct timeval tv = {(time_t)(f->timeout_ms / 1000),
+                         (suseconds_t)(f->timeout_ms % 1000) * 1000};
+    char num[32], host[300];
+    size_t blen = evbuffer_get_length(body);
+
+    f->conn = evhttp_connection_base_new(hs->base, NULL, a->host, (unsigned short)a->port);
+    f->ureq = f->conn ? evhttp_request_new(hs_on_done, f) : NULL;
+    if (!f->ureq) {
+        hs_fwd_fail(f, 503, "unavailable", "out of memory");
+        return;
+    }
+    evhttp_connection_set_timeout_tv(f->conn, &tv); /* idle limit while the body streams */
+    evhttp_request_set_header_cb(f->ureq, hs_on_headers);
+    evhttp_request_set_chunked_cb(f->ureq, hs_on_chunk);
+    evhttp_request_set_error_cb(f->ureq, hs_on_error);
+    out = evhttp_request_get_output_headers(f->ureq);
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+        if (!httphdr_drop_request(kv->key, conn))
+            evhttp_add_header(out, kv->key, kv->value);
+    if (a->port == 80)
+        snprintf(host, sizeof(host), "%s", a->host);
+    else
+        snprintf(host, sizeof(host), "%s:%d", a->host, a->port);
+    evhttp_add_header(out, "Host", host);
+    evhttp_add_header(out, "Fence-Lock", f->lock);
+    snprintf(num, sizeof(num), "%" PRIu64, f->token);
+    evhttp_add_header(out, "Fencing-Token", num);
+    if (blen > 0 || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT || cmd == EVHTTP_REQ_PATCH) {
+        snprintf(num, sizeof(num), "%zu", blen);
+        evhttp_add_header(out, "Content-Length", num);
+    }
+    evbuffer_add_buffer(evhttp_request_get_output_buffer(f->ureq), body);
+    f->state = HS_SENT;
+    f->timer = evtimer_new(hs->base, hs_on_timer, f);
+    if (!f->timer) {
+        evhttp_request_free(f->ureq);
+        f->ureq = NULL;
+        hs_fwd_fail(f, 503, "unavailable", "out of memory");
+        return;
+    }
+    if (evhttp_make_request(f->conn, f->ureq, cmd, f->target) != 0) {
+        f->ureq = NULL; /* freed by evhttp */
+        if (f->state == HS_SENT) {
+            metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+            hs_fwd_fail(f, 502, "store_unavailable", "cannot connect to the store");
+        }
+        return;
+    }
+    metrics_inc(&fg_metrics, M_HSTORE_FORWARDED, 1);
+    hs_arm(f->timer, f->timeout_ms < hs->connect_ms ? f->timeout_ms : hs->connect_ms);
+}
+
+/* The mark's answer: forward, or refuse with nothing sent. */
+static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
+{
+    struct hs_fwd *f = arg;
+    char body[1800], esc[1200], text[1100];
+
+    if (!f->req) { /* the client left while the mark was raised */
+        hs_fwd_finish(f);
+        return;
+    }
+    if (status == LOCK_OK) {
+        hs_forward(f);
+        return;
+    }
+    if (status == LOCK_STALE) {
+        metrics_inc(&fg_metrics, M_HSTORE_STALE, 1);
+        snprintf(text, sizeof(text),
+                 "STALE lock %.300s: token %" PRIu64 " < high-water mark %" PRIu64
+                 " for store '%s' (a newer holder exists; re-acquire); nothing was forwarded",
+                 f->lock, f->token, mark, f->st->name);
+        http_json_escape(esc, sizeof(esc), text);
+        snprintf(body, sizeof(body),
+                 "{\"error\":\"stale_token\",\"token\":%" PRIu64 ",\"mark\":%" PRIu64
+                 ",\"message\":\"%s\"}",
+                 f->token, mark, esc);
+        http_reply_json(f->req, 409, body);
+        f->req = NULL;
+        hs_fwd_finish(f);
+        return;
+    }
+    snprintf(text, sizeof(text),
+             "cannot prove token %" PRIu64 " of lock %.300s is current for store '%s': %s; "
+             "nothing was forwarded",
+             f->token, f->lock, f->st->name, msg && *msg ? msg : "the lock backend failed");
+    if (status == LOCK_INVALID)
+        hs_fwd_fail(f, 400, "bad_request", text);
+    else
+        hs_fwd_fail(f, 503, "unavailable", text);
+}
+
+void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
+                      struct evhttp_request *req, struct lock_session *sess)
+{
+    struct httpstore *hs = arg;
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *lock = NULL, *query, *tmo;
+    int nlock = 0, tlen, klen, held;
+    long long timeout = hs->response_ms, rem;
+    uint64_t token;
+    size_t len;
+    char msg[1200], target[HTTPHDR_MAX_TARGET], key[HS_MAX_KEY];
+    struct hs_fwd *f;
+
+    if (!sess) {
+        http_reply_error(req, 503, "unavailable",
+                         "the sidecar is shutting down; nothing is forwarded to stores");
+        return;
+    }
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (strcasecmp(kv->key, "Fence-Lock") == 0) {
+            nlock++;
+            lock = kv->value;
+        }
+    }
+    if (!lock || !*lock) {
+        http_reply_error(req, 400, "bad_request",
+                         "missing Fence-Lock header: name the lock (taken with POST "
+                         "/v1/locks/{name}) that fences this request");
+        return;
+    }
+    len = strlen(lock);
+    if (nlock > 1 || len > LOCK_MAX_NAME) {
+        snprintf(msg, sizeof(msg), "Fence-Lock: %s",
+                 nlock > 1 ? "sent more than once; send exactly one lock name"
+                           : "the lock name is longer than 512 bytes");
+        http_reply_error(req, 400, "bad_request", msg);
+        return;
+    }
+    tmo = evhttp_find_header(in, "Fence-Timeout-Ms");
+    if (tmo && httphdr_parse_ms(tmo, HTTPSTORE_MAX_TIMEOUT_MS, &timeout) != 0) {
+        snprintf(msg, sizeof(msg), "Fence-Timeout-Ms: expected milliseconds in 1..%d, got '%.40s'",
+                 HTTPSTORE_MAX_TIMEOUT_MS, tmo);
+        http_reply_error(req, 400, "bad_request", msg);
+        return;
+    }
+    query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    tlen = httphdr_target(target, sizeof(target), st->url.path, rest, query);
+    if (tlen == -1) {
+        http_reply_error(req, 400, "bad_request",
+                         "the path has a '.' or '..' segment, which could leave the store's "
+                         "path prefix; send a normalised path");
+        return;
+    }
+    if (tlen < 0) {
+        snprintf(msg, sizeof(msg), "the forwarded path and query are longer than %d bytes",
+                 HTTPHDR_MAX_TARGET);
+        http_reply_error(req, 414, "uri_too_long", msg);
+        return;
+    }
+    held = lock_state(sess, lock, len, &token, &rem);
+    if (held != 1) {
+        metrics_inc(&fg_metrics, M_HSTORE_LOCKLOST, 1);
+        if (held < 0)
+            snprintf(msg, sizeof(msg),
+                     "lock %.300s (token %" PRIu64 ") was lost: its lease ran out or the backend "
+                     "refused a renewal; re-acquire it with POST /v1/locks/{name}; nothing was "
+                     "forwarded",
+                     lock, token);
+        else
+            snprintf(msg, sizeof(msg),
+                     "lock %.300s is not held by this sidecar; acquire it with POST "
+                     "/v1/locks/{name} first; nothing was forwarded",
+                     lock);
+        http_reply_error(req, 409, "lock_lost", msg);
+        return;
+    }
+    klen = hs_mark_key(key, sizeof(key), st->name, lock);
+    if (klen < 0 || !hs->locks) {
+        http_reply_error(req, klen < 0 ? 400 : 503, klen < 0 ? "bad_request" : "unavailable",
+                         klen < 0 ? "store and lock names are too long for a mark key"
+                                  : "the lock backend is not set up yet");
+        return;
+    }
+    f = calloc(1, sizeof(*f) + (size_t)tlen + 1);
+    if (!f || !(f->fin = event_new(hs->base, -1, 0, hs_on_fin, f))) {
+        free(f);
+        http_reply_error(req, 503, "unavailable", "out of memory");
+        return;
+    }
+    f->hs = hs;
+    f->st = st;
+    f->req = req;
+    f->token = token;
+    f->timeout_ms = timeout;
+    memcpy(f->lock, lock, len + 1);
+    memcpy(f->target, target, (size_t)tlen + 1);
+    f->next = hs->fwds;
+    if (hs->fwds)
+        hs->fwds->prev = f;
+    hs->fwds = f;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), hs_on_client_close, hs);
+    if (lock_mark_raise(hs->locks, key, (size_t)klen, token, hs_on_marked, f) != 0)
+        hs_fwd_fail(f, 503, "unavailable", "the lock backend took no more calls");
+}
+
+/* ---- fence on acquire ---- */
+
+static void hs_hook_answer(void *arg, int status, uint64_t mark, const char *msg)
+{
+    struct hs_hook *k = arg;
+    struct httpstore *hs = k->hs;
+
+    if (status == LOCK_STALE && k->status >= 0) {
+        k->status = 1;
+        if (mark > k->mark)
+            k->mark = mark;
+        if (!k->msg[0])
+            snprintf(k->msg, sizeof(k->msg), "an HTTP store's mark is ahead: %s", msg);
+    } else if (status != LOCK_OK && k->status >= 0) {
+        k->status = -1;
+        snprintf(k->msg, sizeof(k->msg), "HTTP store mark: %s",
+                 msg && *msg ? msg : "the lock backend failed");
+    }
+    if (--k->waiting > 0)
+        return;
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        hs->hooks = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    k->done(k->ctx, k->status, k->mark, k->msg[0] ? k->msg : NULL);
+    free(k);
+}
+
+void httpstore_fence_hook(void *arg, const char *name, uint64_t token, lock_fence_done done,
+                          void *ctx)
+{
+    struct httpstore *hs = arg;
+    struct hs_hook *k;
+    char key[HS_MAX_KEY];
+    int n = 0;
+
+    for (int i = 0; i < hs->cfg->nstores; i++)
+        n += hs->cfg->stores[i].url.kind == CFG_URL_HTTP;
+    if (n == 0) {
+        done(ctx, 0, 0, NULL);
+        return;
+    }
+    if (!hs->locks || !(k = calloc(1, sizeof(*k)))) {
+        done(ctx, -1, 0, hs->locks ? "out of memory" : "HTTP store marks: no lock client");
+        return;
+    }
+    k->hs = hs;
+    k->done = done;
+    k->ctx = ctx;
+    k->waiting = n + 1; /* the extra one keeps k while the raises are queued */
+    k->next = hs->hooks;
+    if (hs->hooks)
+        hs->hooks->prev = k;
+    hs->hooks = k;
+    for (int i = 0; i < hs->cfg->nstores; i++) {
+        const struct cfg_store *st = &hs->cfg->stores[i];
+        int klen;
+        if (st->url.kind != CFG_URL_HTTP)
+            continue;
+        klen = hs_mark_key(key, sizeof(key), st->name, name);
+        if (klen < 0)
+            hs_hook_answer(k, LOCK_INVALID, 0, "store and lock names are too long for a mark key");
+        else if (lock_mark_raise(hs->locks, key, (size_t)klen, token, hs_hook_answer, k) != 0)
+            hs_hook_answer(k, LOCK_UNAVAILABLE, 0, "the lock backend took no more calls");
+    }
+    hs_hook_answer(k, LOCK_OK, 0, NULL);
+}
+
+/* ---- lifetime ---- */
+
+struct httpstore *httpstore_new(struct event_base *base, const struct cfg *cfg,
+                                const struct httpstore_options *opt)
+{
+    struct httpstore *hs = calloc(1, sizeof(*hs));
+
+    if (!hs)
+        return NULL;
+    hs->base = base;
+    hs->cfg = cfg;
+    hs->connect_ms =
+        opt && opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms : HTTPSTORE_CONNECT_TIMEOUT_MS;
+    hs->response_ms = opt && opt->response_timeout_ms > 0 ? opt->response_timeout_ms
+                                                          : HTTPSTORE_RESPONSE_TIMEOUT_MS;
+    return hs;
+}
+
+void httpstore_set_lock_client(struct httpstore *hs, struct lock_client *locks)
+{
+    hs->locks = locks;
+}
+
+void httpstore_free(struct httpstore *hs)
+{
+    if (!hs)
+        return;
+    while (hs->fwds)
+        hs_fwd_free(hs->fwds);
+    while (hs->hooks) {
+        struct hs_hook *k = hs->hooks;
+        hs->hooks = k->next;
+        k->done(k->ctx, -1, 0, "shutting down");
+        free(k);
+    }
+    free(hs);
+}

@@ -1,0 +1,389 @@
+"""HTTP stores (DESIGN.md §1, §3): ANY /v1/stores/{store}/http/{path} with Fence-Lock forwarded to
+a real HTTP server of the test's own, stamped with the lock's token; hop-by-hop headers, streamed
+responses, the lock backend's mark (fence on acquire and the check-and-raise before forwarding),
+the freeze scenario with two sidecars, and the errors (400, 404, 409, 502, 503, 504)."""
+
+import hashlib
+import http.client
+import http.server
+import json
+import threading
+import time
+import unittest
+
+import harness
+from harness import FgTestCase
+
+BIG = 20 * 1024 * 1024
+
+
+class Upstream:
+    """An HTTP/1.1 server on a free loopback port, in a thread, recording every request it gets
+    (method, path, query, headers, body). Paths: /slow sleeps 3 s; /big sends BIG bytes with a
+    Content-Length; /chunked answers with Transfer-Encoding: chunked; anything else echoes."""
+
+    def __init__(self):
+        self.requests = []
+        self.lock = threading.Lock()
+        up = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def handle_any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                path, _, query = self.path.partition("?")
+                with up.lock:
+                    up.requests.append({
+                        "method": self.command, "path": path, "query": query, "body": body,
+                        "headers": [(k.lower(), v) for k, v in self.headers.items()]})
+                if path.endswith("/slow"):
+                    time.sleep(3)
+                if path.endswith("/big"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Length", str(BIG))
+                    self.end_headers()
+                    block = bytes(range(256)) * 256  # 64 KiB
+                    for _ in range(BIG // len(block)):
+                        self.wfile.write(block)
+                    return
+                if path.endswith("/cut"):
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    self.wfile.write(b"x" * 1000)
+                    self.close_connection = True  # the store dies mid-body
+                    return
+                if path.endswith("/chunked"):
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for part in (b"alpha-", b"beta-", b"gamma"):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                out = json.dumps({"method": self.command, "path": path, "query": query,
+                                  "len": len(body)}).encode()
+                self.send_response(201 if self.command == "PUT" else 200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.send_header("X-Upstream", "yes")
+                self.send_header("Connection", "X-Hop-Resp")
+                self.send_header("X-Hop-Resp", "must not pass")
+                self.send_header("Keep-Alive", "timeout=5")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(out)
+
+            def handle_one_request(self):
+                try:
+                    super().handle_one_request()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # fencegate gave up on a slow answer
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = handle_any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def seen(self):
+        with self.lock:
+            return list(self.requests)
+
+    @staticmethod
+    def header(rec, name):
+        return [v for k, v in rec["headers"] if k == name.lower()]
+
+
+def mark_key(store, lock):
+    return "fencegate:mark:{%s/%s}" % (store, lock)
+
+
+class HttpStoreCase(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.direct = self.redis.client()
+        self.addCleanup(self.direct.close)
+        self.up = Upstream()
+        self.addCleanup(self.up.stop)
+
+    def config(self, url):
+        return self.write_file("fg-%d.yaml" % harness.free_port(), (
+            "stores:\n"
+            "  - { name: cache, url: \"%s\" }\n"
+            "  - { name: blobs, url: \"%s\" }\n" % (self.redis.url, url)))
+
+    def sidecar(self, url=None, ttl_ms=10000):
+        url = url or "http://127.0.0.1:%d/prefix" % self.up.port
+        fg = self.start_fencegate(self.redis, args=["--config", self.config(url),
+                                                    "--session-ttl-ms", str(ttl_ms)])
+        self.addCleanup(self.stop_clean, fg)
+        return fg
+
+    def stop_clean(self, fg):
+        """SIGTERM: exits 0 with no sanitizer report (leaks, use after free) on its stderr."""
+        if fg.alive():
+            fg.stop(expect_rc=0)
+        for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            self.assertNotIn(bad, fg.stderr_text)
+
+    def acquire(self, fg, name, body=None):
+        st, _, data = harness.http_request(fg.http_port, "POST", "/v1/locks/" + name,
+                                           body or {}, timeout=10)
+        self.assertEqual(st, 200, data)
+        return json.loads(data)["token"]
+
+    def store(self, fg, method, path, lock=None, body=None, headers=None, timeout=15.0):
+        """(status, lower-cased headers, body bytes) of a request through the HTTP store."""
+        h = dict(headers or {})
+        if lock is not None:
+            h["Fence-Lock"] = lock
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=timeout)
+        try:
+            c.request(method, "/v1/stores/blobs/http" + path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+        finally:
+            c.close()
+
+    def assert_error(self, got, status, code):
+        st, headers, data = got
+        self.assertEqual(st, status, data)
+        doc = json.loads(data)
+        self.assertEqual(doc["error"], code, doc)
+        self.assertIsInstance(doc.get("message"), str, doc)
+        return doc
+
+
+class HttpStore(HttpStoreCase):
+
+    def test_methods_bodies_and_queries_are_forwarded_with_the_token(self):
+        fg = self.sidecar()
+        token = self.acquire(fg, "job")
+        # Fence on acquire: the mark is raised before the token was handed out.
+        self.assertEqual(int(self.direct.get(mark_key("blobs", "job"))), token)
+        cases = [("GET", None, 200), ("PUT", b"put-body" * 1000, 201),
+                 ("POST", b'{"a":1}', 200), ("DELETE", b"gone", 200)]
+        for i, (method, body, want) in enumerate(cases):
+            st, headers, data = self.store(fg, method, "/obj/%d?x=1&y=a%%20b" % i, "job", body)
+            self.assertEqual(st, want, data)
+            self.assertEqual(json.loads(data)["method"], method)
+            self.assertEqual(headers.get("x-upstream"), "yes")
+            rec = self.up.seen()[-1]
+            self.assertEqual((rec["method"], rec["path"], rec["query"]),
+                             (method, "/prefix/obj/%d" % i, "x=1&y=a%20b"))
+            self.assertEqual(rec["body"], body or b"")
+            self.assertEqual(Upstream.header(rec, "Fencing-Token"), [str(token)])
+            self.assertEqual(Upstream.header(rec, "Fence-Lock"), ["job"])
+            self.assertEqual(Upstream.header(rec, "Host"), ["127.0.0.1:%d" % self.up.port])
+        self.assertEqual(len(self.up.seen()), len(cases))
+        self.assertEqual(int(self.direct.get(mark_key("blobs", "job"))), token)
+        metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
+        self.assertEqual(metrics.get("fencegate_http_store_forwarded_total"), len(cases))
+
+    def test_headers_client_token_replaced_and_hop_by_hop_dropped(self):
+        fg = self.sidecar()
+        token = self.acquire(fg, "hdr")
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+        self.addCleanup(c.close)
+        c.putrequest("POST", "/v1/stores/blobs/http/h", skip_host=True,
+                     skip_accept_encoding=True)
+        for k, v in [("Host", "evil.example"), ("Fence-Lock", "hdr"),
+                     ("Fencing-Token", "999999999"), ("fencing-token", "1"),
+                     ("Connection", "keep-alive, X-Drop"), ("X-Drop", "1"),
+                     ("Keep-Alive", "timeout=9"), ("TE", "trailers"), ("Upgrade", "h2c"),
+                     ("Proxy-Authorization", "Basic eA=="), ("X-Keep", "yes"),
+                     ("Authorization", "Bearer app"), ("Content-Length", "5")]:
+            c.putheader(k, v)
+        c.endheaders(b"hello")
+        r = c.getresponse()
+        data = r.read()
+        self.assertEqual(r.status, 200, data)
+        got = dict((k.lower(), v) for k, v in r.getheaders())
+        self.assertEqual(got.get("x-upstream"), "yes")
+        for hop in ("x-hop-resp", "keep-alive"):
+            self.assertNotIn(hop, got)
+        rec = self.up.seen()[-1]
+        self.assertEqual(Upstream.header(rec, "Fencing-Token"), [str(token)])
+        self.assertEqual(Upstream.header(rec, "Host"), ["127.0.0.1:%d" % self.up.port])
+        for hop in ("X-Drop", "Keep-Alive", "TE", "Upgrade", "Proxy-Authorization"):
+            self.assertEqual(Upstream.header(rec, hop), [], hop)
+        self.assertEqual(Upstream.header(rec, "X-Keep"), ["yes"])
+        self.assertEqual(Upstream.header(rec, "Authorization"), ["Bearer app"])
+        self.assertEqual(rec["body"], b"hello")
+
+    def test_large_response_streams_intact(self):
+        fg = self.sidecar()
+        self.acquire(fg, "big")
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=60)
+        self.addCleanup(c.close)
+        c.request("GET", "/v1/stores/blobs/http/big", headers={"Fence-Lock": "big"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.getheader("Content-Length"), str(BIG))
+        h, n = hashlib.sha256(), 0
+        first = r.read(1024 * 1024)
+        time.sleep(0.5)  # a slow reader: fencegate stops reading the store meanwhile
+        rss = harness.rss_kib(fg.pid)
+        h.update(first)
+        n += len(first)
+        while True:
+            b = r.read(256 * 1024)
+            if not b:
+                break
+            h.update(b)
+            n += len(b)
+        self.assertEqual(n, BIG)
+        block = bytes(range(256)) * 256
+        want = hashlib.sha256(block * (BIG // len(block))).hexdigest()
+        self.assertEqual(h.hexdigest(), want)
+        # Back-pressure: the sidecar did not buffer the whole 20 MiB for the slow reader.
+        self.assertLess(rss, 200 * 1024, "RSS %d KiB" % rss)
+
+    def test_chunked_response_and_head(self):
+        fg = self.sidecar()
+        self.acquire(fg, "ch")
+        st, headers, data = self.store(fg, "GET", "/chunked", "ch")
+        self.assertEqual((st, data), (200, b"alpha-beta-gamma"))
+        st, headers, data = self.store(fg, "HEAD", "/x", "ch")
+        self.assertEqual((st, data), (200, b""))
+        self.assertEqual(self.up.seen()[-1]["method"], "HEAD")
+
+    def test_refusals_forward_nothing(self):
+        fg = self.sidecar()
+        self.assert_error(self.store(fg, "GET", "/a"), 400, "bad_request")
+        self.assert_error(self.store(fg, "GET", "/a", ""), 400, "bad_request")
+        doc = self.assert_error(self.store(fg, "GET", "/a", "nobody"), 409, "lock_lost")
+        self.assertIn("nobody", doc["message"])
+        self.acquire(fg, "mine")
+        self.assert_error(self.store(fg, "GET", "/a/../../admin", "mine"), 400, "bad_request")
+        self.assert_error(self.store(fg, "GET", "/a", "mine",
+                                     headers={"Fence-Timeout-Ms": "soon"}), 400, "bad_request")
+        st, _, data = harness.http_request(fg.http_port, "GET", "/v1/stores/nope/http/a",
+                                           headers={"Fence-Lock": "mine"})
+        self.assertEqual(st, 404, data)
+        self.assertEqual(json.loads(data)["error"], "unknown_store")
+        self.assertEqual(self.up.seen(), [])
+        metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
+        self.assertEqual(metrics.get("fencegate_http_store_locklost_refused_total"), 1)
+
+    def test_store_failing_mid_response_is_not_passed_off_as_whole(self):
+        fg = self.sidecar()
+        self.acquire(fg, "cut")
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+        self.addCleanup(c.close)
+        c.request("GET", "/v1/stores/blobs/http/cut", headers={"Fence-Lock": "cut"})
+        # Depending on timing the client sees a cut body or no answer at all: never a whole one.
+        with self.assertRaises((http.client.IncompleteRead, http.client.RemoteDisconnected)):
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            r.read()
+        metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
+        self.assertEqual(metrics.get("fencegate_http_store_errors_total"), 1)
+
+    def test_store_down_is_502(self):
+        dead = harness.free_port()
+        fg = self.sidecar(url="http://127.0.0.1:%d" % dead)
+        self.acquire(fg, "d")
+        t0 = time.monotonic()
+        doc = self.assert_error(self.store(fg, "PUT", "/x", "d", b"v"), 502, "store_unavailable")
+        self.assertIn("blobs", doc["message"])
+        self.assertLess(time.monotonic() - t0, 3)
+        # The sidecar carries on: the lock API and other requests still answer.
+        self.assertEqual(harness.http_get(fg.http_port, "/healthz")[0], 200)
+
+    def test_slow_store_is_504(self):
+        fg = self.sidecar()
+        self.acquire(fg, "s")
+        t0 = time.monotonic()
+        doc = self.assert_error(self.store(fg, "GET", "/slow", "s",
+                                           headers={"Fence-Timeout-Ms": "500"}),
+                                504, "store_timeout")
+        took = time.monotonic() - t0
+        self.assertGreaterEqual(took, 0.45)
+        self.assertLess(took, 2.5)
+        self.assertIn("500 ms", doc["message"])
+
+    def test_backend_down_fails_closed(self):
+        fg = self.sidecar()
+        self.acquire(fg, "bd")
+        self.redis.proc.send_signal(harness.signal.SIGSTOP)
+        self.addCleanup(lambda: self.redis.proc.send_signal(harness.signal.SIGCONT))
+        doc = self.assert_error(self.store(fg, "PUT", "/x", "bd", b"v"), 503, "unavailable")
+        self.assertIn("nothing was forwarded", doc["message"])
+        self.redis.proc.send_signal(harness.signal.SIGCONT)
+        self.assertEqual(self.up.seen(), [])
+
+
+class HttpStoreTwoSidecars(HttpStoreCase):
+
+    def test_frozen_holder_is_refused_and_never_reaches_the_store(self):
+        a = self.sidecar(ttl_ms=1000)
+        b = self.sidecar(ttl_ms=1000)
+        ta = self.acquire(a, "L")
+        st, _, _ = self.store(a, "PUT", "/obj", "L", b"from-a-before")
+        self.assertEqual(st, 201)
+        self.freeze(a)
+        time.sleep(1.5)  # A's lease runs out in the backend while A cannot renew it
+        tb = self.acquire(b, "L", {"wait_ms": 3000})
+        self.assertGreater(tb, ta)
+        st, _, _ = self.store(b, "PUT", "/obj", "L", b"from-b")
+        self.assertEqual(st, 201)
+
+        # A's request is sent while A is still frozen; it is answered once A resumes.
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            r=self.store(a, "PUT", "/obj", "L", b"from-a-after")))
+        t.start()
+        time.sleep(0.3)
+        a.signal(harness.signal.SIGCONT)
+        t.join(15)
+        self.assertFalse(t.is_alive())
+        st, _, data = result["r"]
+        self.assertEqual(st, 409, data)
+        # A's clock says its lease ran out while it was frozen: refused locally, before even
+        # the backend's mark is asked.
+        self.assertEqual(json.loads(data)["error"], "lock_lost")
+        bodies = [r["body"] for r in self.up.seen()]
+        self.assertEqual(bodies, [b"from-a-before", b"from-b"])
+        self.assertEqual([Upstream.header(r, "Fencing-Token") for r in self.up.seen()],
+                         [[str(ta)], [str(tb)]])
+
+    def test_stale_token_refused_by_the_backend_mark(self):
+        """A believes it still holds L (its local lease has not run out), but the backend lost
+        the lock and B took it: B's fence on acquire raised the mark, so A's request is refused
+        as stale before it is sent, though the store itself never looks at the token."""
+        a = self.sidecar(ttl_ms=30000)
+        b = self.sidecar(ttl_ms=30000)
+        ta = self.acquire(a, "W")
+        self.direct.delete("fencegate:lock:{W}")
+        tb = self.acquire(b, "W")
+        self.assertGreater(tb, ta)
+        self.assertEqual(int(self.direct.get(mark_key("blobs", "W"))), tb)
+        got = self.store(a, "PUT", "/w", "W", b"late")
+        doc = self.assert_error(got, 409, "stale_token")
+        self.assertEqual((doc["token"], doc["mark"]), (ta, tb))
+        self.assertEqual(self.up.seen(), [])
+        st, _, _ = self.store(b, "PUT", "/w", "W", b"current")
+        self.assertEqual(st, 201)
+        self.assertEqual([r["body"] for r in self.up.seen()], [b"current"])
+        metrics = harness.parse_metrics(harness.http_get(a.http_port, "/metrics")[1].decode())
+        self.assertEqual(metrics.get("fencegate_http_store_stale_refused_total"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
