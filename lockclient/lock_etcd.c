@@ -153,6 +153,16 @@ struct ed_orphan {
     char key[];
 };
 
+/* A mark raise in flight (lock_mark_raise()). */
+struct ed_mark {
+    struct ed_mark *prev, *next;
+    struct ed_client *ec;
+    struct ed_rpc *call;
+    lock_mark_cb cb;
+    void *arg;
+    uint64_t token;
+};
+
 /* A watch create sent and not yet answered (answers come in order). a is NULL once cancelled. */
 struct ed_wpend {
     struct ed_wpend *next;
@@ -170,6 +180,7 @@ struct ed_client {
     struct ed_wpend *wp_head, *wp_tail;
     struct ed_orphan *orphans;
     size_t norphans;
+    struct ed_mark *marks;
     struct etcdpb_buf out;
     char mark_prefix[ED_MAX_PREFIX + 16];
 };
@@ -1386,6 +1397,113 @@ static int ed_op_ready(const struct lock_client *c)
     return grpc_channel_ready(ed_of(c)->ch);
 }
 
+/* ---- high-water marks kept in etcd (lock_mark_raise) ---- */
+
+#define ED_MARK_DIGITS 20 /* marks are zero-padded decimals, so etcd's byte order is numeric */
+
+static void ed_mark_free(struct ed_mark *k)
+{
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        k->ec->marks = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    free(k);
+}
+
+static void ed_mark_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_mark *k = arg;
+    struct lock_client *c = k->ec->c;
+    static struct etcdpb_txn_resp t;
+    struct etcdpb_range_resp q;
+    struct etcdpb_kv kv;
+    char msg[LOCK_MSG_MAX], num[ED_MARK_DIGITS + 1];
+    size_t off = 0;
+    lock_mark_cb cb = k->cb;
+    void *cbarg = k->arg;
+    uint64_t token = k->token;
+    ed_mark_free(k);
+    if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, 1) != 0) {
+        lock_fmt(msg, sizeof(msg), "raising a mark in etcd: %s",
+                 status == GRPC_STATUS_OK ? "malformed Txn response" : err);
+        lock_mark_done(c, cb, cbarg, LOCK_UNAVAILABLE, 0, msg);
+        return;
+    }
+    if (!t.succeeded) { /* the compare "mark > token" failed: the put ran */
+        lock_mark_done(c, cb, cbarg, LOCK_OK, token, NULL);
+        return;
+    }
+    uint64_t mark = 0;
+    int ok = etcdpb_range_resp_decode(t.responses[0].body.p, t.responses[0].body.n, &q) == 0 &&
+             etcdpb_range_resp_next(&q, &off, &kv) == 1 && kv.value.n > 0 &&
+             kv.value.n <= ED_MARK_DIGITS;
+    for (size_t i = 0; ok && i < kv.value.n; i++) {
+        ok = kv.value.p[i] >= '0' && kv.value.p[i] <= '9' && mark <= (UINT64_MAX - 9) / 10;
+        mark = mark * 10 + (uint64_t)(kv.value.p[i] - '0');
+    }
+    if (!ok) {
+        lock_fmt(msg, sizeof(msg), "a mark in etcd does not hold a number: refusing");
+        c->stats.backend_errors++;
+        lock_mark_done(c, cb, cbarg, LOCK_UNAVAILABLE, 0, msg);
+        return;
+    }
+    lock_fmt(num, sizeof(num), "%llu", (unsigned long long)mark);
+    lock_fmt(msg, sizeof(msg), "the mark in etcd is %s, above token %llu", num,
+             (unsigned long long)token);
+    lock_mark_done(c, cb, cbarg, LOCK_STALE, mark, msg);
+}
+
+/* One Txn: if mark > token then read it (stale) else put token. A missing key fails a value
+ * compare in etcd, so the first raise puts. */
+static void ed_op_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                             lock_mark_cb cb, void *arg)
+{
+    struct ed_client *ec = ed_of(c);
+    size_t plen = strlen(ec->mark_prefix);
+    char *full = malloc(plen + len), num[ED_MARK_DIGITS + 1];
+    struct ed_mark *k = full ? calloc(1, sizeof(*k)) : NULL;
+    struct etcdpb_compare cmp;
+    struct etcdpb_op ok, put;
+    if (k == NULL) {
+        free(full);
+        lock_mark_done(c, cb, arg, LOCK_UNAVAILABLE, 0, "out of memory raising a mark");
+        return;
+    }
+    memcpy(full, ec->mark_prefix, plen);
+    memcpy(full + plen, key, len);
+    lock_fmt(num, sizeof(num), "%0*llu", ED_MARK_DIGITS, (unsigned long long)token);
+    memset(&cmp, 0, sizeof(cmp));
+    memset(&ok, 0, sizeof(ok));
+    memset(&put, 0, sizeof(put));
+    cmp.result = ETCDPB_CMP_GREATER;
+    cmp.target = ETCDPB_TARGET_VALUE;
+    cmp.key = ed_s(full, plen + len);
+    cmp.value = ed_s(num, ED_MARK_DIGITS);
+    ok.kind = ETCDPB_OP_RANGE;
+    ok.u.range.key = cmp.key;
+    put.kind = ETCDPB_OP_PUT;
+    put.u.put.key = cmp.key;
+    put.u.put.value = cmp.value;
+    k->ec = ec;
+    k->cb = cb;
+    k->arg = arg;
+    k->token = token;
+    etcdpb_buf_reset(&ec->out);
+    int enc = etcdpb_txn_req_encode(&ec->out, &cmp, 1, &ok, 1, &put, 1);
+    free(full);
+    k->next = ec->marks;
+    if (ec->marks)
+        ec->marks->prev = k;
+    ec->marks = k;
+    if (enc != 0 || (k->call = ed_rpc_start(ec, ED_PATH_TXN, ed_mark_done, k)) == NULL) {
+        ed_mark_free(k);
+        lock_mark_done(c, cb, arg, LOCK_UNAVAILABLE, 0,
+                       "etcd is not connected: the mark cannot be checked");
+    }
+}
+
 /* ---- the channel ---- */
 
 static void ed_channel_up(void *arg, const char *endpoint)
@@ -1540,6 +1658,8 @@ static void ed_op_close(struct lock_client *c)
     }
     while (ec->rpcs)
         ed_rpc_cancel(ec->rpcs);
+    while (ec->marks)
+        ed_mark_free(ec->marks); /* no answers after the client closes */
     while (ec->orphans) {
         struct ed_orphan *o = ec->orphans;
         ec->orphans = o->next;
@@ -1579,4 +1699,5 @@ const struct lock_backend_ops lock_etcd_ops = {
     .drop = ed_op_drop,
     .close_session = ed_op_close_session,
     .repair = NULL,
+    .mark_raise = ed_op_mark_raise,
 };

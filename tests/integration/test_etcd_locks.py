@@ -210,6 +210,40 @@ class EtcdLocks(EtcdTestCase):
         self.assertGreater(int(out.stdout), body["token"])
         self.assertEqual(self.etcd.keys(PREFIX + "h2/"), [], "fencectl released it")
 
+    def test_http_store_marks_live_in_etcd(self):
+        from test_http_store import Upstream
+        up = Upstream()
+        self.addCleanup(up.stop)
+        cfg = ("stores:\n  - { name: blobs, url: \"http://127.0.0.1:%d\" }\n" % up.port)
+        fg = self.fencegate(config=cfg)
+
+        def put(path, token=None):
+            c = harness.http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+            hdr = {"Fence-Lock": "b1"}
+            c.request("PUT", "/v1/stores/blobs/http/" + path, body=b"data", headers=hdr)
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            return r.status, body
+
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/locks/b1" % fg.http_port,
+                                     data=b"{}", method="POST")
+        t = json.loads(urllib.request.urlopen(req, timeout=10).read())["token"]
+        # Fence on acquire raised the mark in etcd (a zero-padded decimal under /fencegate/marks/).
+        self.assertEqual(self.etcd.ctl("get", "--print-value-only", "/fencegate/marks/blobs/b1")
+                         .strip(), "%020d" % t)
+        status, _ = put("obj1")
+        self.assertEqual(status, 201)
+        self.assertEqual(Upstream.header(up.seen()[-1], "fencing-token"), [str(t)])
+        # A newer holder elsewhere raised the mark: this sidecar's request is refused, unsent.
+        self.etcd.ctl("put", "/fencegate/marks/blobs/b1", "%020d" % (t + 1000))
+        n = len(up.seen())
+        status, body = put("obj2")
+        self.assertEqual(status, 409, body)
+        self.assertEqual(json.loads(body)["error"], "stale_token")
+        self.assertEqual(json.loads(body)["mark"], t + 1000)
+        self.assertEqual(len(up.seen()), n, "a stale request reached the store")
+
     def test_etcd_down_then_back(self):
         fg = self.fencegate(readyz=True)
         c = self.raw(fg.resp_port, timeout=10)
