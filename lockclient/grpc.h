@@ -47,6 +47,8 @@ enum {
     GRPC_STATUS_UNAVAILABLE = 14,
 };
 
+/* A numeric address is used as is; a host name is resolved with getaddrinfo(), which BLOCKS the
+ * loop while it runs (use addresses where that matters). */
 struct grpc_endpoint {
     char host[256]; /* name or IPv4/IPv6 literal, without brackets */
     int port;
