@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GRPC_MAX_ENDPOINTS     16
 #define GRPC_CONN_WINDOW       (16 << 20)  /* connection receive window */
@@ -493,6 +494,12 @@ static int on_data_chunk_recv_cb(nghttp2_session *sess, uint8_t flags, int32_t s
                 call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NGHTTP2_CANCEL);
                 break;
             }
+            if (c->mlen == 0) { /* an empty message may end the chunk */
+                c->prefix_have = 0;
+                if (c->cbs.message)
+                    c->cbs.message(c->arg, c, (const uint8_t *)"", 0);
+                continue;
+            }
         }
         if (c->rhave == 0 && len >= c->mlen) {
             /* The whole message is in this chunk: hand it over without copying. */
@@ -863,8 +870,16 @@ static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
         snprintf(err, errcap, "cannot create the HTTP/2 session: %s", nghttp2_strerror(rv));
         return -1;
     }
-    ch->bev = bufferevent_socket_new(ch->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    /* Close-on-exec, so a child process never holds the connection open. */
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errcap, "socket: %s", strerror(e));
+        return -1;
+    }
+    ch->bev = bufferevent_socket_new(ch->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (ch->bev == NULL) {
+        close(fd);
         snprintf(err, errcap, "out of memory");
         return -1;
     }
