@@ -65,6 +65,7 @@ struct grpc_call {
     void *arg;
     char path[128];
     long long timeout_ms;
+    long long deadline_us; /* monotonic; 0 = none */
     struct event *deadline;
     /* request bytes, framed, not yet handed to nghttp2 */
     uint8_t *sbuf;
@@ -127,6 +128,13 @@ static long long mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static long long mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void timer_arm(struct event *ev, long long ms)
@@ -243,6 +251,21 @@ static void percent_decode(char *s)
     *w = '\0';
 }
 
+/* A failure from the server once the call's own deadline has passed is reported as
+ * DEADLINE_EXCEEDED: the server's deadline started later than ours, so it cannot have run out
+ * first; only our timer was late (a busy loop). etcd would say UNKNOWN "context deadline
+ * exceeded". Returns 1 when it ended the call. */
+static int call_finish_if_late(struct grpc_call *c, int status, const char *server_msg, int rst)
+{
+    if (status == GRPC_STATUS_OK || c->deadline_us == 0 || mono_us() < c->deadline_us)
+        return 0;
+    char msg[GRPC_MSG_MAX];
+    snprintf(msg, sizeof(msg), "deadline of %lld ms exceeded calling %s on %s (server: %.400s)",
+             c->timeout_ms, c->path, c->ch->ep_name, server_msg);
+    call_finish(c, GRPC_STATUS_DEADLINE_EXCEEDED, msg, rst);
+    return 1;
+}
+
 /* The response ended (END_STREAM from the server): end the call with the trailers' status. */
 static void call_finish_remote(struct grpc_call *c)
 {
@@ -262,7 +285,8 @@ static void call_finish_remote(struct grpc_call *c)
     } else {
         if (c->message)
             percent_decode(c->message);
-        call_finish(c, c->status, c->message ? c->message : "", rst);
+        if (!call_finish_if_late(c, c->status, c->message ? c->message : "", rst))
+            call_finish(c, c->status, c->message ? c->message : "", rst);
     }
 }
 
@@ -560,6 +584,8 @@ static int on_stream_close_cb(nghttp2_session *sess, int32_t stream_id, uint32_t
     char msg[GRPC_MSG_MAX];
     snprintf(msg, sizeof(msg), "stream of %s reset by %s: h2 error %s (%u)", c->path, ch->ep_name,
              nghttp2_http2_strerror(error_code), error_code);
+    if (call_finish_if_late(c, GRPC_STATUS_CANCELLED, msg, -1))
+        return 0;
     call_finish(c, error_code == NGHTTP2_CANCEL ? GRPC_STATUS_CANCELLED : GRPC_STATUS_UNAVAILABLE,
                 msg, -1);
     return 0;
@@ -1110,8 +1136,10 @@ struct grpc_call *grpc_call_start(struct grpc_channel *ch, const char *path,
         ch->calls->prev = c;
     ch->calls = c;
     ch->ncalls++;
-    if (timeout_ms > 0)
+    if (timeout_ms > 0) {
+        c->deadline_us = mono_us() + timeout_ms * 1000;
         timer_arm(c->deadline, timeout_ms);
+    }
     ping_arm(ch);
     schedule_work(ch);
     return c;

@@ -646,6 +646,27 @@ static void test_deadline(void **state)
     assert_int_equal(g_cs.downs, 0);
 }
 
+/* The loop is blocked past the deadline, so the server's own deadline error (etcd: UNKNOWN
+ * "context deadline exceeded") is read before the local timer runs: still DEADLINE_EXCEEDED. */
+static void test_deadline_with_blocked_loop(void **state)
+{
+    connect_shared();
+    uint8_t inner[64], b[128];
+    size_t n = pb_field_bytes(b, 1, inner, pb_field_bytes(inner, 1, "fg-test/never", 13));
+    struct result w = {0};
+    struct grpc_call *c =
+        grpc_call_start(g_ch, "/etcdserverpb.Watch/Watch", NULL, 0, 300, &g_res_cbs, &w);
+    assert_non_null(c);
+    assert_int_equal(grpc_call_send(c, b, n), 0);
+    run_for(50); /* the request goes out */
+    sleep_ms(900);
+    assert_true(run_until(&w.ended, 1, 3000));
+    print_message("deadline (blocked loop): \"%s\"\n", w.msg);
+    assert_int_equal(w.status, GRPC_STATUS_DEADLINE_EXCEEDED);
+    assert_non_null(strstr(w.msg, "deadline of 300 ms exceeded"));
+    assert_int_equal(do_put(g_ch, "fg-test/after-deadline", "ok"), GRPC_STATUS_OK);
+}
+
 static void test_kill_and_restart(void **state)
 {
     struct etcd_proc p;
@@ -1072,6 +1093,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease_keepalive_stream, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_watch_sees_put, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_deadline, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_with_blocked_loop, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_and_restart, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_failover, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_reentrancy, test_setup, test_teardown),
