@@ -710,6 +710,38 @@ static void test_kill_and_restart(void **state)
     etcd_destroy(&p);
 }
 
+/* etcd stopping gracefully (SIGTERM; 3.4 closes the connection): the open stream ends
+ * UNAVAILABLE naming the endpoint, `down` fires, and the channel takes no new calls. */
+static void test_graceful_stop(void **state)
+{
+    struct etcd_proc p;
+    memset(&p, 0, sizeof(p));
+    assert_true(etcd_start(&p));
+    struct chan_state s = {0};
+    g_ch = chan_new(&p.cport, 1, NULL, &s);
+    assert_non_null(g_ch);
+    uint8_t inner[64], b[128];
+    size_t n = pb_field_bytes(b, 1, inner, pb_field_bytes(inner, 1, "fg-test/g", 9));
+    struct result w = {0};
+    struct grpc_call *c =
+        grpc_call_start(g_ch, "/etcdserverpb.Watch/Watch", NULL, 0, 0, &g_res_cbs, &w);
+    assert_non_null(c);
+    assert_int_equal(grpc_call_send(c, b, n), 0);
+    assert_true(run_until(&w.nmsgs, 1, 5000));
+    kill(p.pid, SIGTERM);
+    assert_true(run_until(&w.ended, 1, 15000));
+    print_message("graceful stop: call \"%s\"; down \"%s\"\n", w.msg, s.down_why);
+    assert_int_equal(w.status, GRPC_STATUS_UNAVAILABLE);
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", p.cport);
+    assert_non_null(strstr(w.msg, want));
+    assert_true(run_until(&s.downs, 1, 2000));
+    assert_false(grpc_channel_ready(g_ch));
+    grpc_channel_free(g_ch);
+    g_ch = NULL;
+    etcd_destroy(&p);
+}
+
 static void test_failover(void **state)
 {
     struct etcd_proc p2;
@@ -1095,6 +1127,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deadline, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_deadline_with_blocked_loop, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_and_restart, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_graceful_stop, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_failover, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_reentrancy, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_pings_keep_connection, test_setup, test_teardown),
