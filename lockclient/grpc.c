@@ -854,8 +854,16 @@ static int ep_resolve(const struct grpc_endpoint *ep, struct sockaddr_storage *s
             freeaddrinfo(res);
         return -1;
     }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
+    /* One address per attempt: the first IPv4 one if any (servers commonly listen on IPv4 only,
+     * e.g. etcd on 127.0.0.1 while "localhost" may also name ::1), else the first. */
+    const struct addrinfo *pick = res;
+    for (const struct addrinfo *a = res; a; a = a->ai_next)
+        if (a->ai_family == AF_INET) {
+            pick = a;
+            break;
+        }
+    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+    *len = pick->ai_addrlen;
     freeaddrinfo(res);
     return 0;
 }
@@ -948,6 +956,10 @@ struct grpc_channel *grpc_channel_new(struct event_base *base, const struct grpc
 {
     if (base == NULL || eps == NULL || neps < 1 || neps > GRPC_MAX_ENDPOINTS)
         return NULL;
+    for (int i = 0; i < neps; i++)
+        if (eps[i].host[0] == '\0' || eps[i].port < 1 || eps[i].port > 65535 ||
+            memchr(eps[i].host, '\0', sizeof(eps[i].host)) == NULL)
+            return NULL;
     struct grpc_channel *ch = calloc(1, sizeof(*ch));
     if (ch == NULL)
         return NULL;

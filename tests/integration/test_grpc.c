@@ -486,6 +486,13 @@ static void test_bad_arguments(void **state)
     struct chan_state s = {0};
     assert_null(grpc_channel_new(g_base, &ep, 0, NULL, &g_chan_cbs, &s));
     assert_null(grpc_channel_new(g_base, NULL, 1, NULL, &g_chan_cbs, &s));
+    struct grpc_endpoint bad_ep = ep_of(0);
+    assert_null(grpc_channel_new(g_base, &bad_ep, 1, NULL, &g_chan_cbs, &s));
+    bad_ep = ep_of(70000);
+    assert_null(grpc_channel_new(g_base, &bad_ep, 1, NULL, &g_chan_cbs, &s));
+    bad_ep = ep_of(g_etcd.cport);
+    bad_ep.host[0] = '\0';
+    assert_null(grpc_channel_new(g_base, &bad_ep, 1, NULL, &g_chan_cbs, &s));
     g_ch = grpc_channel_new(g_base, &ep, 1, NULL, &g_chan_cbs, &s);
     assert_non_null(g_ch);
     /* Not connected yet: calls are refused, not queued. */
@@ -528,6 +535,21 @@ static void test_put_then_range(void **state)
     assert_true(pb_find(r.last, r.lastlen, 4, &count, NULL, NULL));
     assert_int_equal(count, 1);
     assert_int_equal(g_cs.downs, 0);
+}
+
+/* A loopback host name is resolved (getaddrinfo) and used. */
+static void test_host_name(void **state)
+{
+    struct grpc_endpoint ep = ep_of(g_etcd.cport);
+    snprintf(ep.host, sizeof(ep.host), "localhost");
+    memset(&g_cs, 0, sizeof(g_cs));
+    g_ch = grpc_channel_new(g_base, &ep, 1, NULL, &g_chan_cbs, &g_cs);
+    assert_non_null(g_ch);
+    assert_true(run_until(&g_cs.ups, 1, 5000));
+    char want[64];
+    snprintf(want, sizeof(want), "localhost:%d", g_etcd.cport);
+    assert_string_equal(g_cs.up_ep, want);
+    assert_int_equal(do_put(g_ch, "fg-test/by-name", "ok"), GRPC_STATUS_OK);
 }
 
 static void test_server_errors_keep_channel(void **state)
@@ -1121,6 +1143,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bad_arguments, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_put_then_range, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_host_name, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_server_errors_keep_channel, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_lease_keepalive_stream, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_watch_sees_put, test_setup, test_teardown),
