@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GRPC_MAX_ENDPOINTS     16
 #define GRPC_CONN_WINDOW       (16 << 20)  /* connection receive window */
@@ -64,6 +65,7 @@ struct grpc_call {
     void *arg;
     char path[128];
     long long timeout_ms;
+    long long deadline_us; /* monotonic; 0 = none */
     struct event *deadline;
     /* request bytes, framed, not yet handed to nghttp2 */
     uint8_t *sbuf;
@@ -126,6 +128,13 @@ static long long mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static long long mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void timer_arm(struct event *ev, long long ms)
@@ -242,6 +251,21 @@ static void percent_decode(char *s)
     *w = '\0';
 }
 
+/* A failure from the server once the call's own deadline has passed is reported as
+ * DEADLINE_EXCEEDED: the server's deadline started later than ours, so it cannot have run out
+ * first; only our timer was late (a busy loop). etcd would say UNKNOWN "context deadline
+ * exceeded". Returns 1 when it ended the call. */
+static int call_finish_if_late(struct grpc_call *c, int status, const char *server_msg, int rst)
+{
+    if (status == GRPC_STATUS_OK || c->deadline_us == 0 || mono_us() < c->deadline_us)
+        return 0;
+    char msg[GRPC_MSG_MAX];
+    snprintf(msg, sizeof(msg), "deadline of %lld ms exceeded calling %s on %s (server: %.400s)",
+             c->timeout_ms, c->path, c->ch->ep_name, server_msg);
+    call_finish(c, GRPC_STATUS_DEADLINE_EXCEEDED, msg, rst);
+    return 1;
+}
+
 /* The response ended (END_STREAM from the server): end the call with the trailers' status. */
 static void call_finish_remote(struct grpc_call *c)
 {
@@ -261,7 +285,8 @@ static void call_finish_remote(struct grpc_call *c)
     } else {
         if (c->message)
             percent_decode(c->message);
-        call_finish(c, c->status, c->message ? c->message : "", rst);
+        if (!call_finish_if_late(c, c->status, c->message ? c->message : "", rst))
+            call_finish(c, c->status, c->message ? c->message : "", rst);
     }
 }
 
@@ -493,6 +518,12 @@ static int on_data_chunk_recv_cb(nghttp2_session *sess, uint8_t flags, int32_t s
                 call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NGHTTP2_CANCEL);
                 break;
             }
+            if (c->mlen == 0) { /* an empty message may end the chunk */
+                c->prefix_have = 0;
+                if (c->cbs.message)
+                    c->cbs.message(c->arg, c, (const uint8_t *)"", 0);
+                continue;
+            }
         }
         if (c->rhave == 0 && len >= c->mlen) {
             /* The whole message is in this chunk: hand it over without copying. */
@@ -553,6 +584,8 @@ static int on_stream_close_cb(nghttp2_session *sess, int32_t stream_id, uint32_t
     char msg[GRPC_MSG_MAX];
     snprintf(msg, sizeof(msg), "stream of %s reset by %s: h2 error %s (%u)", c->path, ch->ep_name,
              nghttp2_http2_strerror(error_code), error_code);
+    if (call_finish_if_late(c, GRPC_STATUS_CANCELLED, msg, -1))
+        return 0;
     call_finish(c, error_code == NGHTTP2_CANCEL ? GRPC_STATUS_CANCELLED : GRPC_STATUS_UNAVAILABLE,
                 msg, -1);
     return 0;
@@ -821,8 +854,16 @@ static int ep_resolve(const struct grpc_endpoint *ep, struct sockaddr_storage *s
             freeaddrinfo(res);
         return -1;
     }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
+    /* One address per attempt: the first IPv4 one if any (servers commonly listen on IPv4 only,
+     * e.g. etcd on 127.0.0.1 while "localhost" may also name ::1), else the first. */
+    const struct addrinfo *pick = res;
+    for (const struct addrinfo *a = res; a; a = a->ai_next)
+        if (a->ai_family == AF_INET) {
+            pick = a;
+            break;
+        }
+    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+    *len = pick->ai_addrlen;
     freeaddrinfo(res);
     return 0;
 }
@@ -863,8 +904,16 @@ static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
         snprintf(err, errcap, "cannot create the HTTP/2 session: %s", nghttp2_strerror(rv));
         return -1;
     }
-    ch->bev = bufferevent_socket_new(ch->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    /* Close-on-exec, so a child process never holds the connection open. */
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errcap, "socket: %s", strerror(e));
+        return -1;
+    }
+    ch->bev = bufferevent_socket_new(ch->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (ch->bev == NULL) {
+        close(fd);
         snprintf(err, errcap, "out of memory");
         return -1;
     }
@@ -907,6 +956,10 @@ struct grpc_channel *grpc_channel_new(struct event_base *base, const struct grpc
 {
     if (base == NULL || eps == NULL || neps < 1 || neps > GRPC_MAX_ENDPOINTS)
         return NULL;
+    for (int i = 0; i < neps; i++)
+        if (eps[i].host[0] == '\0' || eps[i].port < 1 || eps[i].port > 65535 ||
+            memchr(eps[i].host, '\0', sizeof(eps[i].host)) == NULL)
+            return NULL;
     struct grpc_channel *ch = calloc(1, sizeof(*ch));
     if (ch == NULL)
         return NULL;
@@ -1095,8 +1148,10 @@ struct grpc_call *grpc_call_start(struct grpc_channel *ch, const char *path,
         ch->calls->prev = c;
     ch->calls = c;
     ch->ncalls++;
-    if (timeout_ms > 0)
+    if (timeout_ms > 0) {
+        c->deadline_us = mono_us() + timeout_ms * 1000;
         timer_arm(c->deadline, timeout_ms);
+    }
     ping_arm(ch);
     schedule_work(ch);
     return c;

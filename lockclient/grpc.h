@@ -47,6 +47,8 @@ enum {
     GRPC_STATUS_UNAVAILABLE = 14,
 };
 
+/* A numeric address is used as is; a host name is resolved with getaddrinfo(), which BLOCKS the
+ * loop while it runs (use addresses where that matters). */
 struct grpc_endpoint {
     char host[256]; /* name or IPv4/IPv6 literal, without brackets */
     int port;
@@ -69,7 +71,8 @@ struct grpc_channel_cbs {
 };
 
 /* Creates a channel and starts connecting to eps[0]. eps is copied; neps 1..16. opts may be NULL
- * for defaults. Returns NULL when out of memory or given no endpoint. */
+ * for defaults (and a field <= 0 takes its default). Returns NULL when out of memory, given no
+ * endpoint or more than 16, or an endpoint with an empty host or a port outside 1..65535. */
 struct grpc_channel *grpc_channel_new(struct event_base *base, const struct grpc_endpoint *eps,
                                       int neps, const struct grpc_channel_opts *opts,
                                       const struct grpc_channel_cbs *cbs, void *arg);

@@ -457,6 +457,8 @@ static int test_setup(void **state)
 
 static int test_teardown(void **state)
 {
+    if (g_etcd.pid > 0)
+        kill(g_etcd.pid, SIGCONT); /* in case a test failed while it was frozen */
     grpc_channel_free(g_ch);
     g_ch = NULL;
     event_free(g_tick);
@@ -484,6 +486,13 @@ static void test_bad_arguments(void **state)
     struct chan_state s = {0};
     assert_null(grpc_channel_new(g_base, &ep, 0, NULL, &g_chan_cbs, &s));
     assert_null(grpc_channel_new(g_base, NULL, 1, NULL, &g_chan_cbs, &s));
+    struct grpc_endpoint bad_ep = ep_of(0);
+    assert_null(grpc_channel_new(g_base, &bad_ep, 1, NULL, &g_chan_cbs, &s));
+    bad_ep = ep_of(70000);
+    assert_null(grpc_channel_new(g_base, &bad_ep, 1, NULL, &g_chan_cbs, &s));
+    bad_ep = ep_of(g_etcd.cport);
+    bad_ep.host[0] = '\0';
+    assert_null(grpc_channel_new(g_base, &bad_ep, 1, NULL, &g_chan_cbs, &s));
     g_ch = grpc_channel_new(g_base, &ep, 1, NULL, &g_chan_cbs, &s);
     assert_non_null(g_ch);
     /* Not connected yet: calls are refused, not queued. */
@@ -528,6 +537,21 @@ static void test_put_then_range(void **state)
     assert_int_equal(g_cs.downs, 0);
 }
 
+/* A loopback host name is resolved (getaddrinfo) and used. */
+static void test_host_name(void **state)
+{
+    struct grpc_endpoint ep = ep_of(g_etcd.cport);
+    snprintf(ep.host, sizeof(ep.host), "localhost");
+    memset(&g_cs, 0, sizeof(g_cs));
+    g_ch = grpc_channel_new(g_base, &ep, 1, NULL, &g_chan_cbs, &g_cs);
+    assert_non_null(g_ch);
+    assert_true(run_until(&g_cs.ups, 1, 5000));
+    char want[64];
+    snprintf(want, sizeof(want), "localhost:%d", g_etcd.cport);
+    assert_string_equal(g_cs.up_ep, want);
+    assert_int_equal(do_put(g_ch, "fg-test/by-name", "ok"), GRPC_STATUS_OK);
+}
+
 static void test_server_errors_keep_channel(void **state)
 {
     connect_shared();
@@ -541,6 +565,7 @@ static void test_server_errors_keep_channel(void **state)
     /* A length-delimited field whose length runs past the end: not a RangeRequest. */
     static const uint8_t garbage[] = {0x0a, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
     int st = unary(g_ch, "/etcdserverpb.KV/Range", garbage, sizeof(garbage), &r);
+    print_message("garbage request: status %d \"%s\"\n", st, r.msg);
     assert_true(st > 0);
     assert_true(strlen(r.msg) > 0);
     /* The channel survived all three. */
@@ -634,12 +659,34 @@ static void test_deadline(void **state)
     assert_int_equal(grpc_call_send(c, b, n), 0);
     assert_true(run_until(&w.ended, 1, 3000));
     int64_t took = now_ms() - t0;
+    print_message("deadline: \"%s\" after %lld ms\n", w.msg, (long long)took);
     assert_int_equal(w.status, GRPC_STATUS_DEADLINE_EXCEEDED);
     assert_true(took >= 290 && took < 1500);
     run_for(200);
     assert_int_equal(w.ended, 1);
     assert_int_equal(do_put(g_ch, "fg-test/after-deadline", "ok"), GRPC_STATUS_OK);
     assert_int_equal(g_cs.downs, 0);
+}
+
+/* The loop is blocked past the deadline, so the server's own deadline error (etcd: UNKNOWN
+ * "context deadline exceeded") is read before the local timer runs: still DEADLINE_EXCEEDED. */
+static void test_deadline_with_blocked_loop(void **state)
+{
+    connect_shared();
+    uint8_t inner[64], b[128];
+    size_t n = pb_field_bytes(b, 1, inner, pb_field_bytes(inner, 1, "fg-test/never", 13));
+    struct result w = {0};
+    struct grpc_call *c =
+        grpc_call_start(g_ch, "/etcdserverpb.Watch/Watch", NULL, 0, 300, &g_res_cbs, &w);
+    assert_non_null(c);
+    assert_int_equal(grpc_call_send(c, b, n), 0);
+    run_for(50); /* the request goes out */
+    sleep_ms(900);
+    assert_true(run_until(&w.ended, 1, 3000));
+    print_message("deadline (blocked loop): \"%s\"\n", w.msg);
+    assert_int_equal(w.status, GRPC_STATUS_DEADLINE_EXCEEDED);
+    assert_non_null(strstr(w.msg, "deadline of 300 ms exceeded"));
+    assert_int_equal(do_put(g_ch, "fg-test/after-deadline", "ok"), GRPC_STATUS_OK);
 }
 
 static void test_kill_and_restart(void **state)
@@ -680,6 +727,38 @@ static void test_kill_and_restart(void **state)
     assert_true(run_until(&s.ups, 2, 15000));
     assert_string_equal(s.up_ep, want);
     assert_int_equal(do_put(g_ch, "fg-test/after-restart", "ok"), GRPC_STATUS_OK);
+    grpc_channel_free(g_ch);
+    g_ch = NULL;
+    etcd_destroy(&p);
+}
+
+/* etcd stopping gracefully (SIGTERM; 3.4 closes the connection): the open stream ends
+ * UNAVAILABLE naming the endpoint, `down` fires, and the channel takes no new calls. */
+static void test_graceful_stop(void **state)
+{
+    struct etcd_proc p;
+    memset(&p, 0, sizeof(p));
+    assert_true(etcd_start(&p));
+    struct chan_state s = {0};
+    g_ch = chan_new(&p.cport, 1, NULL, &s);
+    assert_non_null(g_ch);
+    uint8_t inner[64], b[128];
+    size_t n = pb_field_bytes(b, 1, inner, pb_field_bytes(inner, 1, "fg-test/g", 9));
+    struct result w = {0};
+    struct grpc_call *c =
+        grpc_call_start(g_ch, "/etcdserverpb.Watch/Watch", NULL, 0, 0, &g_res_cbs, &w);
+    assert_non_null(c);
+    assert_int_equal(grpc_call_send(c, b, n), 0);
+    assert_true(run_until(&w.nmsgs, 1, 5000));
+    kill(p.pid, SIGTERM);
+    assert_true(run_until(&w.ended, 1, 15000));
+    print_message("graceful stop: call \"%s\"; down \"%s\"\n", w.msg, s.down_why);
+    assert_int_equal(w.status, GRPC_STATUS_UNAVAILABLE);
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", p.cport);
+    assert_non_null(strstr(w.msg, want));
+    assert_true(run_until(&s.downs, 1, 2000));
+    assert_false(grpc_channel_ready(g_ch));
     grpc_channel_free(g_ch);
     g_ch = NULL;
     etcd_destroy(&p);
@@ -845,6 +924,10 @@ static void test_pings_keep_connection(void **state)
     grpc_channel_ping_counts(g_ch, &sent, &acked);
     print_message("pings sent %llu acked %llu in 12 s\n", (unsigned long long)sent,
                   (unsigned long long)acked);
+    if (w.ended || g_cs.downs)
+        print_message("watch ended: %d \"%s\"; down: \"%s\"\n", w.status, w.msg, g_cs.down_why);
+    assert_int_equal(w.ended, 0); /* no GOAWAY too_many_pings, no reset */
+    assert_int_equal(g_cs.downs, 0);
     assert_true(sent >= 2 && sent <= 3); /* every 5 s, not every 1 s */
     assert_true(acked >= sent - 1);
     assert_int_equal(w.ended, 0); /* no GOAWAY too_many_pings, no reset */
@@ -860,6 +943,172 @@ static void test_pings_keep_connection(void **state)
     grpc_channel_ping_counts(g_ch, &sent, NULL);
     assert_true(sent == sent0);
     assert_int_equal(g_cs.downs, 0);
+}
+
+/* Collects whole messages (any size) and counts them. */
+struct big {
+    int nmsgs, ended, status;
+    size_t total, maxlen;
+    int found; /* messages that contained `needle` */
+    const uint8_t *needle;
+    size_t needlelen;
+    char msg[1024];
+};
+
+static void big_message(void *arg, struct grpc_call *call, const uint8_t *m, size_t len)
+{
+    struct big *b = arg;
+    b->nmsgs++;
+    b->total += len;
+    if (len > b->maxlen)
+        b->maxlen = len;
+    if (b->needle && memmem(m, len, b->needle, b->needlelen))
+        b->found++;
+}
+
+static void big_end(void *arg, struct grpc_call *call, int status, const char *message)
+{
+    struct big *b = arg;
+    b->ended++;
+    b->status = status;
+    snprintf(b->msg, sizeof(b->msg), "%s", message);
+}
+
+static const struct grpc_call_cbs g_big_cbs = {big_message, big_end};
+
+static int put_big(const char *key, size_t vlen, uint8_t fill)
+{
+    uint8_t *v = malloc(vlen), *req = malloc(vlen + 64);
+    assert_non_null(v);
+    assert_non_null(req);
+    memset(v, fill, vlen);
+    size_t n = pb_field_bytes(req, 1, key, strlen(key));
+    n += pb_field_bytes(req + n, 2, v, vlen);
+    struct result r;
+    int st = unary(g_ch, "/etcdserverpb.KV/Put", req, n, &r);
+    free(v);
+    free(req);
+    return st;
+}
+
+/* Messages that span many DATA frames; a stream that carries far more than the flow-control
+ * windows (4 MiB per stream, 16 MiB per connection); a response over GRPC_MAX_MESSAGE. */
+static void test_large_messages_and_flow_control(void **state)
+{
+    connect_shared();
+    /* 200 KB value: the Range response spans >= 13 DATA frames of 16 KiB. */
+    static uint8_t needle[200000];
+    memset(needle, 'q', sizeof(needle));
+    assert_int_equal(put_big("fg-test/big", sizeof(needle), 'q'), GRPC_STATUS_OK);
+    uint8_t b[128];
+    size_t n = pb_field_bytes(b, 1, "fg-test/big", 11);
+    struct big r = {.needle = needle, .needlelen = sizeof(needle)};
+    assert_non_null(grpc_unary(g_ch, "/etcdserverpb.KV/Range", b, n, 5000, &g_big_cbs, &r));
+    assert_true(run_until(&r.ended, 1, 5000));
+    assert_int_equal(r.status, GRPC_STATUS_OK);
+    assert_int_equal(r.nmsgs, 1);
+    assert_int_equal(r.found, 1);
+
+    /* A watch stream receives 24 events of 1 MiB: 24 MiB, only possible if consumed data is
+     * acknowledged with WINDOW_UPDATE. */
+    uint8_t inner[64];
+    size_t in = pb_field_bytes(inner, 1, "fg-test/flow/", 13);
+    in += pb_field_bytes(inner + in, 2, "fg-test/flow0", 13);
+    n = pb_field_bytes(b, 1, inner, in);
+    struct big w = {0};
+    struct grpc_call *c =
+        grpc_call_start(g_ch, "/etcdserverpb.Watch/Watch", NULL, 0, 0, &g_big_cbs, &w);
+    assert_non_null(c);
+    assert_int_equal(grpc_call_send(c, b, n), 0);
+    assert_true(run_until(&w.nmsgs, 1, 5000)); /* created */
+    for (int i = 0; i < 24; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "fg-test/flow/%d", i);
+        assert_int_equal(put_big(key, 1 << 20, (uint8_t)('a' + i % 26)), GRPC_STATUS_OK);
+    }
+    assert_true(run_until(&w.nmsgs, 25, 20000));
+    assert_true(w.total > (size_t)24 << 20);
+    assert_int_equal(w.ended, 0);
+    grpc_call_cancel(c);
+
+    /* Three values of 1.4 MB in one Range response: over the 4 MiB receive limit. */
+    for (int i = 0; i < 3; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "fg-test/huge/%d", i);
+        assert_int_equal(put_big(key, 1400000, 'h'), GRPC_STATUS_OK);
+    }
+    n = pb_field_bytes(b, 1, "fg-test/huge/", 13);
+    n += pb_field_bytes(b + n, 2, "fg-test/huge0", 13);
+    struct big h = {0};
+    assert_non_null(grpc_unary(g_ch, "/etcdserverpb.KV/Range", b, n, 10000, &g_big_cbs, &h));
+    assert_true(run_until(&h.ended, 1, 10000));
+    assert_int_equal(h.status, GRPC_STATUS_RESOURCE_EXHAUSTED);
+    assert_int_equal(h.nmsgs, 0);
+    assert_non_null(strstr(h.msg, "exceeds the limit"));
+    assert_int_equal(do_put(g_ch, "fg-test/after-huge", "ok"), GRPC_STATUS_OK);
+    assert_int_equal(g_cs.downs, 0);
+}
+
+/* A loopback listener that accepts TCP (the kernel's backlog) but never speaks HTTP/2: the
+ * handshake must time out and the channel move on to the next endpoint. */
+static void test_silent_endpoint_times_out(void **state)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(lfd >= 0);
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(lfd, 8), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+    int ports[2] = {ntohs(a.sin_port), g_etcd.cport};
+    struct grpc_channel_opts o = {.connect_timeout_ms = 300};
+    memset(&g_cs, 0, sizeof(g_cs));
+    int64_t t0 = now_ms();
+    g_ch = chan_new(ports, 2, &o, &g_cs);
+    int64_t took = now_ms() - t0;
+    close(lfd);
+    assert_non_null(g_ch);
+    assert_true(took >= 290 && took < 3000);
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", g_etcd.cport);
+    assert_string_equal(g_cs.up_ep, want);
+    assert_int_equal(do_put(g_ch, "fg-test/after-silent", "ok"), GRPC_STATUS_OK);
+}
+
+/* A frozen server (SIGSTOP) stops answering PINGs: the open call ends UNAVAILABLE naming the
+ * PING timeout, `down` fires, and the channel comes back once the server runs again. */
+static void test_ping_timeout_kills_connection(void **state)
+{
+    struct grpc_channel_opts o = {.ping_interval_ms = 5000,
+                                  .ping_timeout_ms = 1000,
+                                  .backoff_min_ms = 20,
+                                  .backoff_max_ms = 200};
+    memset(&g_cs, 0, sizeof(g_cs));
+    g_ch = chan_new(&g_etcd.cport, 1, &o, &g_cs);
+    assert_non_null(g_ch);
+    uint8_t inner[64], b[128];
+    size_t n = pb_field_bytes(b, 1, inner, pb_field_bytes(inner, 1, "fg-test/z", 9));
+    struct result w = {0};
+    struct grpc_call *c =
+        grpc_call_start(g_ch, "/etcdserverpb.Watch/Watch", NULL, 0, 0, &g_res_cbs, &w);
+    assert_non_null(c);
+    assert_int_equal(grpc_call_send(c, b, n), 0);
+    assert_true(run_until(&w.nmsgs, 1, 5000));
+    kill(g_etcd.pid, SIGSTOP);
+    int64_t t0 = now_ms();
+    int ended = run_until(&w.ended, 1, 9000);
+    int64_t took = now_ms() - t0;
+    kill(g_etcd.pid, SIGCONT);
+    assert_true(ended);
+    assert_int_equal(w.status, GRPC_STATUS_UNAVAILABLE);
+    assert_non_null(strstr(w.msg, "PING not acknowledged within 1000 ms"));
+    assert_true(took >= 5500 && took < 8000); /* interval 5 s + timeout 1 s */
+    assert_int_equal(g_cs.downs, 1);
+    assert_true(run_until(&g_cs.ups, 2, 10000));
+    assert_int_equal(do_put(g_ch, "fg-test/after-freeze", "ok"), GRPC_STATUS_OK);
 }
 
 #define MANY 1000
@@ -894,15 +1143,26 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bad_arguments, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_put_then_range, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_host_name, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_server_errors_keep_channel, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_lease_keepalive_stream, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_watch_sees_put, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_deadline, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_with_blocked_loop, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_and_restart, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_graceful_stop, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_failover, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_reentrancy, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_pings_keep_connection, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_many_concurrent_unary, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_large_messages_and_flow_control, test_setup,
+                                        test_teardown),
+        cmocka_unit_test_setup_teardown(test_silent_endpoint_times_out, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_ping_timeout_kills_connection, test_setup,
+                                        test_teardown),
     };
+    const char *filter = getenv("FG_TEST_FILTER"); /* e.g. "test_pings*" */
+    if (filter && filter[0])
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
