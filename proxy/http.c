@@ -445,19 +445,12 @@ static void http_lock_delete(struct http_api *h, struct evhttp_request *req, con
     uint64_t token;
     long long rem;
     char body[1400], esc[1100];
-    const char *want = evhttp_find_header(evhttp_request_get_input_headers(req), "Fencing-Token");
     int st = h->sess ? lock_state(h->sess, name, len, &token, &rem) : 0;
     struct http_acquire *a;
 
     http_json_escape(esc, sizeof(esc), name);
-    if (st == 1 && want && strtoull(want, NULL, 10) != token) {
-        snprintf(body, sizeof(body),
-                 "{\"error\":\"token_mismatch\",\"message\":\"lock %s is held under token %" PRIu64
-                 ", not %" PRIu64 "; not released\"}",
-                 esc, token, (uint64_t)strtoull(want, NULL, 10));
-        http_json(req, 409, "Conflict", body);
+    if (st == 1 && !http_token_claim_ok(req, name, token))
         return;
-    }
     if (st != 1) {
         if (st < 0) /* lost: forget it */
             (void)lock_release(h->sess, name, len, NULL, NULL);
@@ -562,6 +555,39 @@ void http_release_all(struct http_api *h)
     }
     lock_session_free(h->sess); /* releases every lock of the session */
     h->sess = NULL;
+}
+
+int http_token_claim_ok(struct evhttp_request *req, const char *lock, uint64_t held)
+{
+    const char *want = evhttp_find_header(evhttp_request_get_input_headers(req), "Fencing-Token");
+    char body[1400], esc[1100];
+    uint64_t v = 0;
+    size_t i;
+
+    if (!want)
+        return 1;
+    for (i = 0; want[i] >= '0' && want[i] <= '9' && i < 20; i++) {
+        if (v > (UINT64_MAX - (uint64_t)(want[i] - '0')) / 10) {
+            i = 0;
+            break;
+        }
+        v = v * 10 + (uint64_t)(want[i] - '0');
+    }
+    if (i == 0 || want[i] != '\0') {
+        http_error(req, 400, NULL, "bad_request",
+                   "Fencing-Token: expected the decimal token POST /v1/locks returned");
+        return 0;
+    }
+    if (v == held)
+        return 1;
+    http_json_escape(esc, sizeof(esc), lock);
+    snprintf(body, sizeof(body),
+             "{\"error\":\"token_mismatch\",\"token\":%" PRIu64 ",\"held\":%" PRIu64
+             ",\"message\":\"lock %s is held by this sidecar under token %" PRIu64 ", not %" PRIu64
+             ": the lock this client took was lost and taken again; re-acquire\"}",
+             v, held, esc, held, v);
+    http_json(req, 409, NULL, body);
+    return 0;
 }
 
 void http_reply_error(struct evhttp_request *req, int status, const char *code, const char *msg)

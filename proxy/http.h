@@ -3,6 +3,7 @@
 #define FG_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct event_base;
 struct cfg;
@@ -30,6 +31,12 @@ int http_route_stores(struct http_api *h, int url_kind, const char *verb, http_s
 /* A readiness check: returns NULL when ready, else why not (shown by /readyz). */
 typedef const char *(*http_ready_check)(void *arg);
 int http_add_ready_check(struct http_api *h, http_ready_check fn, void *arg);
+
+/* A client may send "Fencing-Token: T", the token its POST /v1/locks/{lock} returned. Clients of
+ * one sidecar share its session, so this is how a client whose lock was lost (and then taken
+ * again by another client of the same sidecar) is told apart. Returns 1 when there is no such
+ * header or it names `held`; else answers req (400 malformed, 409 token_mismatch) and returns 0. */
+int http_token_claim_ok(struct evhttp_request *req, const char *lock, uint64_t held);
 
 /* Answers req with {"error": code, "message": msg} and the given status. */
 void http_reply_error(struct evhttp_request *req, int status, const char *code, const char *msg);

@@ -483,6 +483,10 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         http_reply_error(req, 409, "lock_lost", msg);
         return;
     }
+    if (!http_token_claim_ok(req, lock, token)) {
+        metrics_inc(&fg_metrics, M_HSTORE_LOCKLOST, 1);
+        return;
+    }
     klen = hs_mark_key(key, sizeof(key), st->name, lock);
     if (klen < 0 || !hs->locks) {
         http_reply_error(req, klen < 0 ? 400 : 503, klen < 0 ? "bad_request" : "unavailable",

@@ -849,6 +849,11 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
         pgjson_request_free(&rq);
         return;
     }
+    if (!http_token_claim_ok(req, rq.lock, token)) {
+        metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
+        pgjson_request_free(&rq);
+        return;
+    }
     if (token > (uint64_t)INT64_MAX) {
         http_reply_error(req, 503, "store_unavailable",
                          "the token does not fit PostgreSQL's bigint; refused");

@@ -195,7 +195,31 @@ class HttpStore(HttpStoreCase):
         metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
         self.assertEqual(metrics.get("fencegate_http_store_forwarded_total"), len(cases))
 
-    def test_headers_client_token_replaced_and_hop_by_hop_dropped(self):
+    def test_client_token_is_a_claim_checked_against_the_held_token(self):
+        fg = self.sidecar()
+        token = self.acquire(fg, "claim")
+        n = len(self.up.seen())
+        for sent, status, err in ((str(token + 1), 409, "token_mismatch"),
+                                  ("12abc", 400, "bad_request"),
+                                  ("99999999999999999999999", 400, "bad_request")):
+            c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+            c.request("PUT", "/v1/stores/blobs/http/c", body=b"x",
+                      headers={"Fence-Lock": "claim", "Fencing-Token": sent})
+            r = c.getresponse()
+            body = json.loads(r.read())
+            c.close()
+            self.assertEqual((r.status, body["error"]), (status, err), body)
+        self.assertEqual(len(self.up.seen()), n, "a refused claim reached the store")
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+        c.request("PUT", "/v1/stores/blobs/http/c", body=b"x",
+                  headers={"Fence-Lock": "claim", "Fencing-Token": str(token)})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        self.assertEqual(r.status, 201)
+        self.assertEqual(Upstream.header(self.up.seen()[-1], "Fencing-Token"), [str(token)])
+
+    def test_headers_client_token_not_duplicated_and_hop_by_hop_dropped(self):
         fg = self.sidecar()
         token = self.acquire(fg, "hdr")
         c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
@@ -203,7 +227,7 @@ class HttpStore(HttpStoreCase):
         c.putrequest("POST", "/v1/stores/blobs/http/h", skip_host=True,
                      skip_accept_encoding=True)
         for k, v in [("Host", "evil.example"), ("Fence-Lock", "hdr"),
-                     ("Fencing-Token", "999999999"), ("fencing-token", "1"),
+                     ("Fencing-Token", str(token)),
                      ("Connection", "keep-alive, X-Drop"), ("X-Drop", "1"),
                      ("Keep-Alive", "timeout=9"), ("TE", "trailers"), ("Upgrade", "h2c"),
                      ("Proxy-Authorization", "Basic eA=="), ("X-Keep", "yes"),

@@ -109,6 +109,23 @@ class PgStoreTest(FgTestCase):
         self.assertEqual((st, body["error"]), (409, "lock_lost"))
         self.assertEqual(len(self.rows()), 2)
 
+    def test_token_claim_must_match_the_held_token(self):
+        """Clients of one sidecar share its session: a client whose lock was lost and taken
+        again by another client says which grant it writes under with Fencing-Token."""
+        fg = self.fencegate()
+        t = self.acquire(fg, "C")
+        body = {"lock": "C", "statements": [{"sql": "DELETE FROM accounts"}]}
+        st, _, data = http_request(fg.http_port, "POST", "/v1/stores/pg/sql", body,
+                                   headers={"Fencing-Token": str(t - 1)})
+        self.assertEqual(st, 409, data)
+        self.assertEqual(json.loads(data)["error"], "token_mismatch")
+        self.assertEqual(len(self.rows()), 2, "a mismatched claim reached the table")
+        st, _, data = http_request(fg.http_port, "POST", "/v1/stores/pg/sql",
+                                   {"lock": "C", "statements": [{"sql": "SELECT 1 AS one"}]},
+                                   headers={"Fencing-Token": str(t)})
+        self.assertEqual(st, 200, data)
+        self.assertEqual(json.loads(data)["token"], t)
+
     # ---- transactions and results -------------------------------------------------------
 
     def test_batch_is_atomic(self):
