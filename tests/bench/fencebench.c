@@ -29,6 +29,7 @@
 #define FB_MAX_ELEMS    16 /* elements of a reply array we accept */
 #define FB_IO_TIMEOUT_S 10 /* a send or receive that blocks longer is a failure */
 #define FB_NAME_MAX     160
+#define FB_MAX_LATENCIES 1000000 /* acquire round trips recorded per connection (--latency) */
 #define FB_ERR_MAX      240
 #define FB_DEFAULT_TTL  10000        /* fencegate's default --session-ttl-ms */
 #define FB_PREFIX       "fencegate:" /* fencegate's default backend key prefix */
@@ -114,6 +115,7 @@ struct fb_opts {
     enum fb_mode mode;
     long locks;    /* hold mode: locks per connection */
     int gate;      /* hold mode: wait for SIGUSR1 between connecting and acquiring */
+    int latency;   /* cycle modes, pipeline 1: record each acquire's round trip */
     long keyspace; /* distinct keys per connection for SET */
     long ttl_ms;   /* acquire-script lease */
     char prefix[64];
@@ -150,6 +152,8 @@ struct fb_conn {
     char owner[64];
     char token[24]; /* script-set: the token its writes carry */
     char sha[48];   /* script-set: the write script's SHA-1, from SCRIPT LOAD */
+    uint32_t *lat;  /* --latency: microseconds of each acquire's round trip */
+    size_t nlat;
 };
 
 static struct fb_opts fb_opt;
@@ -626,6 +630,7 @@ static void *fb_load(void *arg)
     pthread_barrier_wait(&fb_start);
     for (;;) {
         uint64_t start = c->cmd_index, ok = 0;
+        int timed = c->lat && c->cmd_index % 2 == 0 && c->nlat < FB_MAX_LATENCIES;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (!fb_before(&now, &fb_deadline))
             break;
@@ -641,6 +646,11 @@ static void *fb_load(void *arg)
         if (fb_flush(c) < 0 || fb_read_batch(c, fb_opt.pipeline, cycle, start, &ok) < 0) {
             c->failed = 1;
             goto out;
+        }
+        if (timed) {
+            struct timespec t1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            c->lat[c->nlat++] = (uint32_t)((fb_secs(&t1) - fb_secs(&now)) * 1e6);
         }
         c->ops += ok;
         atomic_fetch_add(&fb_total_ops, ok);
@@ -665,6 +675,35 @@ out:
         }
     }
     return NULL;
+}
+
+static int fb_cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* --latency: p50 and p99 of the acquires' round trips over every connection. */
+static void fb_print_latency(void)
+{
+    size_t n = 0, k = 0;
+    uint32_t *all;
+
+    for (int i = 0; i < fb_opt.conns; i++)
+        n += fb_conns[i].nlat;
+    all = n ? malloc(n * sizeof(*all)) : NULL;
+    if (!all) {
+        printf("acquire_latency samples=0\n");
+        return;
+    }
+    for (int i = 0; i < fb_opt.conns; i++) {
+        memcpy(all + k, fb_conns[i].lat, fb_conns[i].nlat * sizeof(*all));
+        k += fb_conns[i].nlat;
+    }
+    qsort(all, n, sizeof(*all), fb_cmp_u32);
+    printf("acquire_latency samples=%zu p50_us=%u p99_us=%u\n", n, all[n / 2],
+           all[n * 99 / 100]);
+    free(all);
 }
 
 /* Runs fn on every connection, one thread each, and waits for all. Returns 0 or -1. */
@@ -728,7 +767,7 @@ static void fb_usage(FILE *f)
           "                  [--mode set|fenced-set|script-set|acquire-release|acquire-script|\n"
           "                          hold]\n"
           "                  [--requests CAP] [--keyspace K] [--ttl-ms MS] [--prefix NAME]\n"
-          "                  [--locks L] [--gate]\n"
+          "                  [--locks L] [--gate] [--latency]\n"
           "  set              SET k:<conn>:<n> straight (n cycles through --keyspace values)\n"
           "  fenced-set       FENCE.ACQUIRE <prefix>:<conn> once, then the same SETs\n"
           "  script-set       take the lock with the acquire script, then send each SET as\n"
@@ -740,7 +779,8 @@ static void fb_usage(FILE *f)
           "                   'held', keep them until SIGTERM or --seconds; with --gate, print\n"
           "                   'connected' first and wait for SIGUSR1 before acquiring\n"
           "Pipeline D = commands in flight per connection (in cycle modes an acquire and a\n"
-          "release are two commands). Output: one line of key=value pairs on stdout.\n"
+          "release are two commands). Output: one line of key=value pairs on stdout; with\n"
+          "--latency (cycle modes, pipeline 1) a second line with the acquires' p50 and p99.\n"
           "Exit: 0 measured (see errors=), 1 usage, 2 connection/setup failure.\n",
           f);
 }
@@ -768,6 +808,10 @@ static int fb_parse_opts(int argc, char **argv)
         }
         if (!strcmp(a, "--gate")) {
             fb_opt.gate = 1;
+            continue;
+        }
+        if (!strcmp(a, "--latency")) {
+            fb_opt.latency = 1;
             continue;
         }
         if (!val) {
@@ -901,6 +945,10 @@ int main(int argc, char **argv)
         c->wbuf = malloc(c->wcap);
         if (!c->rbuf || !c->wbuf)
             return 2;
+        if (fb_opt.latency && fb_opt.pipeline == 1 &&
+            (fb_opt.mode == FB_ACQUIRE_RELEASE || fb_opt.mode == FB_ACQUIRE_SCRIPT) &&
+            !(c->lat = malloc(FB_MAX_LATENCIES * sizeof(*c->lat))))
+            return 2;
         snprintf(c->lock, sizeof(c->lock), "%s:%d", fb_opt.prefix, i);
         snprintf(c->lock_key, sizeof(c->lock_key), FB_PREFIX "lock:{%s}", c->lock);
         snprintf(c->token_key, sizeof(c->token_key), FB_PREFIX "token:{%s}", c->lock);
@@ -946,5 +994,7 @@ int main(int argc, char **argv)
            " seconds=%.3f ops_per_sec=%.1f\n",
            fb_mode_names[fb_opt.mode], fb_opt.conns, fb_opt.pipeline, ops, errors, secs,
            secs > 0 ? (double)ops / secs : 0.0);
+    if (fb_opt.latency)
+        fb_print_latency();
     return rc;
 }
