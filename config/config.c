@@ -1730,6 +1730,13 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                      cfg_show_str(shown, r->store), list);
             return FG_ERR_CONFIG;
         }
+        if (cfg->stores[cfg_store_index(cfg, r->store)].url.kind == CFG_URL_POSTGRES) {
+            cfg_errf(err,
+                     "protect[%d].store: '%s' is a PostgreSQL store; SQL requests name their lock "
+                     "in the body, so protect rules apply to Redis and HTTP stores only",
+                     i, cfg_show_str(shown, r->store));
+            return FG_ERR_CONFIG;
+        }
         rc = cfg_check_rule(r, err);
         if (rc) {
             cfg_err_prefix(err, "protect[%d].lock: ", i);

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "fence.h"
 #include "http.h"
 #include "httphdr.h"
 #include "log.h"
@@ -71,6 +72,8 @@ struct hs_hook {
 struct httpstore {
     struct event_base *base;
     const struct cfg *cfg;
+    struct fence_rules *rules[CFG_MAX_STORES]; /* per store (index in cfg->stores): its protect
+                                                * rules over paths, or NULL */
     struct lock_client *locks;
     long long connect_ms, response_ms;
     struct hs_fwd *fwds;
@@ -417,8 +420,9 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     long long timeout = hs->response_ms, rem;
     uint64_t token;
     size_t len;
-    char msg[1200], target[HTTPHDR_MAX_TARGET], key[HS_MAX_KEY];
+    char msg[1200], target[HTTPHDR_MAX_TARGET], key[HS_MAX_KEY], ruled[LOCK_MAX_NAME + 1];
     struct hs_fwd *f;
+    int rl;
 
     if (!sess) {
         http_reply_error(req, 503, "unavailable",
@@ -431,10 +435,31 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
             lock = kv->value;
         }
     }
+    /* Protect rules of this store map the path (as sent, after /http/) to its lock. */
+    rl = hs->rules[st - hs->cfg->stores]
+             ? fence_lock_for_key(hs->rules[st - hs->cfg->stores], rest[0] == '/' ? rest + 1 : rest,
+                                  strlen(rest[0] == '/' ? rest + 1 : rest), ruled, LOCK_MAX_NAME)
+             : 0;
+    if (rl > 0) {
+        ruled[rl] = '\0';
+        if (lock && nlock == 1 && strcmp(lock, ruled) != 0) {
+            snprintf(msg, sizeof(msg),
+                     "Fence-Lock: path %.300s of store '%s' is protected by lock %.300s, not "
+                     "%.300s; nothing was forwarded",
+                     rest, st->name, ruled, lock);
+            http_reply_error(req, 409, "wrong_lock", msg);
+            return;
+        }
+        if (!lock) {
+            lock = ruled;
+            nlock = 1;
+        }
+    }
     if (!lock || !*lock) {
         http_reply_error(req, 400, "bad_request",
                          "missing Fence-Lock header: name the lock (taken with POST "
-                         "/v1/locks/{name}) that fences this request");
+                         "/v1/locks/{name}) that fences this request, or give the store a "
+                         "protect rule for this path");
         return;
     }
     len = strlen(lock);
@@ -597,6 +622,24 @@ struct httpstore *httpstore_new(struct event_base *base, const struct cfg *cfg,
         return NULL;
     hs->base = base;
     hs->cfg = cfg;
+    for (int i = 0; i < cfg->nstores; i++) {
+        struct fence_rule rules[CFG_MAX_PROTECT];
+        size_t n = 0;
+        int err = 0;
+        if (cfg->stores[i].url.kind != CFG_URL_HTTP)
+            continue;
+        for (int j = 0; j < cfg->nprotect; j++) {
+            if (strcmp(cfg->protect[j].store, cfg->stores[i].name) == 0) {
+                rules[n].glob = cfg->protect[j].keys;
+                rules[n].lock_template = cfg->protect[j].lock;
+                n++;
+            }
+        }
+        if (n > 0 && !(hs->rules[i] = fence_rules_new(rules, n, &err))) {
+            httpstore_free(hs);
+            return NULL;
+        }
+    }
     hs->connect_ms =
         opt && opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms : HTTPSTORE_CONNECT_TIMEOUT_MS;
     hs->response_ms = opt && opt->response_timeout_ms > 0 ? opt->response_timeout_ms
@@ -621,5 +664,7 @@ void httpstore_free(struct httpstore *hs)
         k->done(k->ctx, -1, 0, "shutting down");
         free(k);
     }
+    for (int i = 0; i < CFG_MAX_STORES; i++)
+        fence_rules_free(hs->rules[i]);
     free(hs);
 }

@@ -120,15 +120,15 @@ class HttpStoreCase(FgTestCase):
         self.up = Upstream()
         self.addCleanup(self.up.stop)
 
-    def config(self, url):
+    def config(self, url, extra=""):
         return self.write_file("fg-%d.yaml" % harness.free_port(), (
             "stores:\n"
             "  - { name: cache, url: \"%s\" }\n"
-            "  - { name: blobs, url: \"%s\" }\n" % (self.redis.url, url)))
+            "  - { name: blobs, url: \"%s\" }\n" % (self.redis.url, url)) + extra)
 
-    def sidecar(self, url=None, ttl_ms=10000):
+    def sidecar(self, url=None, ttl_ms=10000, extra=""):
         url = url or "http://127.0.0.1:%d/prefix" % self.up.port
-        fg = self.start_fencegate(self.redis, args=["--config", self.config(url),
+        fg = self.start_fencegate(self.redis, args=["--config", self.config(url, extra),
                                                     "--session-ttl-ms", str(ttl_ms)])
         self.addCleanup(self.stop_clean, fg)
         return fg
@@ -194,6 +194,29 @@ class HttpStore(HttpStoreCase):
         self.assertEqual(int(self.direct.get(mark_key("blobs", "job"))), token)
         metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
         self.assertEqual(metrics.get("fencegate_http_store_forwarded_total"), len(cases))
+
+    def test_protect_rules_map_paths_to_locks(self):
+        fg = self.sidecar(extra="protect:\n"
+                                "  - { store: blobs, keys: \"reports/*\", lock: \"report:$1\" }\n")
+        token = self.acquire(fg, "report:7")
+        # No Fence-Lock header: the rule names the lock.
+        st, _, body = self.store(fg, "PUT", "/reports/7", body=b"r7")
+        self.assertEqual(st, 201, body)
+        rec = self.up.seen()[-1]
+        self.assertEqual(Upstream.header(rec, "Fence-Lock"), ["report:7"])
+        self.assertEqual(Upstream.header(rec, "Fencing-Token"), [str(token)])
+        n = len(self.up.seen())
+        # A header naming another lock for a protected path is refused, unsent.
+        self.acquire(fg, "other")
+        st, _, body = self.store(fg, "PUT", "/reports/7", lock="other", body=b"x")
+        self.assertEqual((st, json.loads(body)["error"]), (409, "wrong_lock"), body)
+        # The rule's lock not held: refused, unsent.
+        st, _, body = self.store(fg, "PUT", "/reports/8", body=b"x")
+        self.assertEqual((st, json.loads(body)["error"]), (409, "lock_lost"), body)
+        self.assertEqual(len(self.up.seen()), n)
+        # Paths no rule claims still need the header.
+        st, _, body = self.store(fg, "PUT", "/other/1", body=b"x")
+        self.assertEqual(st, 400, body)
 
     def test_client_token_is_a_claim_checked_against_the_held_token(self):
         fg = self.sidecar()
