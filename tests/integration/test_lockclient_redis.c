@@ -497,8 +497,15 @@ static void test_invalid_arguments(void **state)
     char err[256];
     struct acq a;
     struct lock_options o;
-    assert_null(lock_client_new(g_base, "etcd://127.0.0.1:2379", NULL, err, sizeof(err)));
-    assert_string_equal(err, "etcd backend not built yet");
+    assert_null(lock_client_new(g_base, "etcd://127.0.0.1:99999", NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "bad endpoint"));
+    assert_null(lock_client_new(g_base, "etcd://127.0.0.1:2379/x", NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "only etcd://host:port"));
+    struct lock_client *ec = lock_client_new(g_base, "etcd://127.0.0.1:1,127.0.0.1:2", NULL, err,
+                                             sizeof(err));
+    assert_non_null(ec); /* connects in the background */
+    assert_int_equal(lock_client_ready(ec), 0);
+    lock_client_free(ec);
     assert_null(lock_client_new(g_base, "http://127.0.0.1:1", NULL, err, sizeof(err)));
     assert_non_null(strstr(err, "scheme"));
     assert_null(lock_client_new(g_base, "redis://127.0.0.1:0", NULL, err, sizeof(err)));
