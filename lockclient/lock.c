@@ -262,12 +262,14 @@ static void lock_note_direct(struct lock_session *s, enum lock_req_kind kind, lo
     lock_note_result(s, &r, status, token, msg);
 }
 
+/* Marks e lost. From the loop (never from inside the backend, which may be reporting this), the
+ * backend is then asked to free the lock's key, which may still exist even though this session
+ * can no longer count on it (a renewal confirmed too late, a lease the server rounds up); left
+ * there, it would keep every other owner waiting. Then the session's lost callback runs. */
 static void lock_mark_lost(struct lock_session *s, struct lock_entry *e, const char *why)
 {
     e->state = LOCK_ENTRY_LOST;
     s->c->stats.lost++;
-    if (s->lost == NULL)
-        return;
     size_t wl = strlen(why);
     struct lock_note *n = lock_note_new(s, LOCK_NOTE_LOST, e->node.len + 1 + wl);
     if (n == NULL)
@@ -283,6 +285,19 @@ static void lock_mark_lost(struct lock_session *s, struct lock_entry *e, const c
 
 static void lock_fence_done_cb(void *ctx, int status, uint64_t repaired_min, const char *msg);
 
+/* Frees the backend's key of a lock lost with token, unless the session has taken the name again
+ * (an entry with another token, or an acquisition in flight, may own that key now). */
+static void lock_lost_drop(struct lock_session *s, const char *name, size_t len, uint64_t token)
+{
+    struct lock_entry *e = lock_entry_find(s, name, len);
+    if (e && (e->state != LOCK_ENTRY_LOST || e->token != token))
+        return;
+    for (struct lock_req *r = s->reqs; r; r = r->s_next)
+        if (r->kind == LOCK_REQ_ACQUIRE && r->len == len && memcmp(r->name, name, len) == 0)
+            return;
+    s->c->ops->drop(s, name, len);
+}
+
 static void lock_note_run(struct lock_client *c, struct lock_note *n)
 {
     switch (n->kind) {
@@ -294,7 +309,9 @@ static void lock_note_run(struct lock_client *c, struct lock_note *n)
             n->release_cb(n->arg, n->status, n->text);
         break;
     case LOCK_NOTE_LOST:
-        n->lost_cb(n->arg, n->text, n->token, n->text + n->name_len + 1);
+        lock_lost_drop(n->s, n->text, n->name_len, n->token);
+        if (n->lost_cb)
+            n->lost_cb(n->arg, n->text, n->token, n->text + n->name_len + 1);
         break;
     case LOCK_NOTE_HOOK: {
         struct lock_req *r = n->req;

@@ -181,6 +181,8 @@ struct ed_client {
     struct ed_orphan *orphans;
     size_t norphans;
     struct ed_mark *marks;
+    size_t ndirty;       /* dirty names over all sessions */
+    struct event *maint; /* retries orphan deletes and dirty-name clean-ups every second */
     struct etcdpb_buf out;
     char mark_prefix[ED_MAX_PREFIX + 16];
 };
@@ -410,12 +412,19 @@ static struct ed_held *ed_held_find(struct ed_sess *es, const char *name, size_t
     return (struct ed_held *)(void *)lock_map_find(&es->held, name, len);
 }
 
-static void ed_held_forget(struct ed_sess *es, struct ed_held *h)
+/* Frees a held record that is out of the session's map (a release in flight keeps it there:
+ * the session may take the name again before the answer comes) and drops its lease reference. */
+static void ed_held_drop_record(struct ed_held *h)
 {
     struct ed_lease *l = h->lease;
-    lock_map_remove(&es->held, &h->node);
     free(h);
     ed_lease_unref(l);
+}
+
+static void ed_held_forget(struct ed_sess *es, struct ed_held *h)
+{
+    lock_map_remove(&es->held, &h->node);
+    ed_held_drop_record(h);
 }
 
 /* ---- leases ---- */
@@ -645,14 +654,19 @@ static void ed_lease_keepalive(struct ed_lease *l)
 {
     struct ed_client *ec = l->ec;
     int64_t now = lock_now_ms();
-    if (l->state != ED_LEASE_LIVE || !grpc_channel_ready(ec->ch))
-        return;
+    if (l->norenew || l->state != ED_LEASE_LIVE || !grpc_channel_ready(ec->ch))
+        return; /* a NORENEW lease is a fixed lease: never extended */
     if (l->ka_sent_ms != 0 && now - l->ka_sent_ms < ec->c->opt.op_timeout_ms)
         return; /* still waiting for the last answer */
     if (l->ka_sent_ms != 0 && ec->ka) {
-        /* No answer in time: the stream is stuck; a new one replaces it. */
+        /* No answer in time: the stream is stuck; a new one replaces it, and every answer that
+         * was due on the old one is given up, as when a stream ends. */
+        size_t b = 0;
+        struct lock_hnode *it = NULL, *n;
         grpc_call_cancel(ec->ka);
         ec->ka = NULL;
+        while ((n = lock_map_next(&ec->leases, &b, &it)) != NULL)
+            ((struct ed_lease *)(void *)n)->ka_sent_ms = 0;
     }
     if (ec->ka == NULL)
         ec->ka = grpc_call_start(ec->ch, ED_PATH_KEEPALIVE, ed_hasleader, 1, 0, &ed_ka_cbs, ec);
@@ -871,6 +885,7 @@ static void ed_acq_drop_key(struct ed_acq *a)
         free(d);
         return;
     }
+    ec->ndirty++;
     ed_dirty_clean(d);
 }
 
@@ -945,6 +960,8 @@ static void ed_acq_retry_cb(evutil_socket_t fd, short what, void *arg)
     struct ed_acq *a = arg;
     (void)fd;
     (void)what;
+    if (a->phase != ED_ACQ_PAUSED)
+        return; /* it moved on meanwhile */
     if (grpc_channel_ready(a->ec->ch))
         ed_acq_look(a);
     /* else: the channel's up callback looks again */
@@ -970,6 +987,8 @@ static void ed_acq_restart(struct ed_acq *a, const char *why)
     ed_rpc_cancel(a->call);
     a->call = NULL;
     ed_acq_unwatch(a);
+    if (a->retry)
+        evtimer_del(a->retry);
     if (r == NULL || r->s == NULL || ++a->restarts > ED_MAX_RESTARTS) {
         lock_fmt(msg, sizeof(msg), "lock %s: gave up waiting: %s", r ? r->name : "?", why);
         ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
@@ -1162,6 +1181,7 @@ static void ed_acq_start(struct ed_acq *a)
 
 static void ed_dirty_free(struct ed_dirty *d)
 {
+    ed_of(d->es->s->c)->ndirty--;
     lock_map_remove(&d->es->dirty, &d->node);
     ed_rpc_cancel(d->call);
     free(d);
@@ -1264,15 +1284,13 @@ static void ed_op_cancel(struct lock_req *r)
     struct ed_acq *a = r->b_call;
     if (a == NULL)
         return;
-    if (r->kind == LOCK_REQ_RELEASE) { /* b_call is the Txn in flight */
-        struct ed_sess *es = r->s->b_sess;
-        struct ed_held *h = es ? ed_held_find(es, r->name, r->len) : NULL;
+    if (r->kind == LOCK_REQ_RELEASE) { /* b_call is the Txn in flight, b_wait the record */
+        struct ed_held *h = r->b_wait;
         ed_rpc_cancel(r->b_call);
         r->b_call = NULL;
-        if (h) {
-            ed_orphan(ed_of(r->s->c), h->key, h->keylen, h->rev);
-            ed_held_forget(es, h);
-        }
+        r->b_wait = NULL;
+        ed_orphan(ed_of(r->s->c), h->key, h->keylen, h->rev);
+        ed_held_drop_record(h);
         return;
     }
     ed_acq_drop_key(a);
@@ -1286,21 +1304,18 @@ static void ed_release_done(void *arg, int status, const char *err, const uint8_
     struct lock_req *r = arg;
     static struct etcdpb_txn_resp t;
     char msg[LOCK_MSG_MAX];
-    struct ed_sess *es = r->s->b_sess;
-    struct ed_held *h = es ? ed_held_find(es, r->name, r->len) : NULL;
+    struct ed_held *h = r->b_wait;
     r->b_call = NULL;
+    r->b_wait = NULL;
     if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, 0) != 0) {
-        if (h)
-            ed_orphan(ed_of(r->s->c), h->key, h->keylen, h->rev);
+        ed_orphan(ed_of(r->s->c), h->key, h->keylen, h->rev);
+        ed_held_drop_record(h);
         lock_fmt(msg, sizeof(msg), "releasing lock %s: %s", r->name,
                  status == GRPC_STATUS_OK ? "malformed Txn response" : err);
-        if (h)
-            ed_held_forget(es, h);
         lock_req_finish(r, LOCK_UNAVAILABLE, 0, msg);
         return;
     }
-    if (h)
-        ed_held_forget(es, h);
+    ed_held_drop_record(h);
     if (t.succeeded) {
         lock_req_finish(r, LOCK_OK, 0, NULL);
     } else {
@@ -1320,16 +1335,19 @@ static void ed_op_release(struct lock_req *r)
         lock_req_finish(r, LOCK_NOT_HELD, 0, msg);
         return;
     }
+    lock_map_remove(&es->held, &h->node);
     if (ed_encode_delete(ec, h->key, h->keylen, h->rev) != 0 ||
         (r->b_call = ed_rpc_start(ec, ED_PATH_TXN, ed_release_done, r)) == NULL) {
         ed_orphan(ec, h->key, h->keylen, h->rev);
-        ed_held_forget(es, h);
+        ed_held_drop_record(h);
         lock_fmt(msg, sizeof(msg),
                  "releasing lock %s: etcd is not connected (the key is deleted after "
                  "reconnecting, or with the lease)",
                  r->name);
         lock_req_finish(r, LOCK_UNAVAILABLE, 0, msg);
+        return;
     }
+    r->b_wait = h;
 }
 
 static void ed_op_drop(struct lock_session *s, const char *name, size_t len)
@@ -1506,6 +1524,28 @@ static void ed_op_mark_raise(struct lock_client *c, const char *key, size_t len,
 
 /* ---- the channel ---- */
 
+/* Clean-ups that failed (or found etcd unreachable) are tried again every second: a key left
+ * under a live session lease would keep other owners waiting for as long as the session lives. */
+static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct ed_client *ec = arg;
+    (void)fd;
+    (void)what;
+    if (!grpc_channel_ready(ec->ch))
+        return;
+    if (ec->norphans > 0)
+        ed_orphans_flush(ec);
+    if (ec->ndirty == 0)
+        return;
+    for (struct lock_session *s = ec->c->sessions; s; s = s->next) {
+        struct ed_sess *es = s->b_sess;
+        size_t b = 0;
+        struct lock_hnode *it = NULL, *n;
+        while (es && (n = lock_map_next(&es->dirty, &b, &it)) != NULL)
+            ed_dirty_clean((struct ed_dirty *)(void *)n);
+    }
+}
+
 static void ed_channel_up(void *arg, const char *endpoint)
 {
     struct ed_client *ec = arg;
@@ -1527,7 +1567,8 @@ static void ed_channel_up(void *arg, const char *endpoint)
     }
     for (struct ed_acq *a = ec->acqs; a; a = a->next)
         if (a->phase == ED_ACQ_PAUSED && a->rev > 0) {
-            evtimer_del(a->retry);
+            if (a->retry)
+                evtimer_del(a->retry);
             ed_acq_look(a);
         }
     lock_backend_up(ec->c);
@@ -1634,13 +1675,18 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
     while (cut > 0 && prefix[cut - 1] != '/')
         cut--;
     lock_fmt(ec->mark_prefix, sizeof(ec->mark_prefix), "%.*smarks/", (int)cut, prefix);
-    ec->ch = grpc_channel_new(c->base, eps, neps, NULL, &ed_channel_cbs, ec);
+    ec->maint = event_new(c->base, -1, EV_PERSIST, ed_maint_cb, ec);
+    ec->ch = ec->maint ? grpc_channel_new(c->base, eps, neps, NULL, &ed_channel_cbs, ec) : NULL;
     if (ec->ch == NULL) {
+        if (ec->maint)
+            event_free(ec->maint);
         lock_fmt(err, errlen, "lock client: out of memory");
         free(ec);
         c->impl = NULL;
         return -1;
     }
+    struct timeval second = {1, 0};
+    event_add(ec->maint, &second);
     return 0;
 }
 
@@ -1681,6 +1727,7 @@ static void ed_op_close(struct lock_client *c)
     }
     lock_map_clear(&ec->leases);
     grpc_channel_free(ec->ch);
+    event_free(ec->maint);
     etcdpb_buf_free(&ec->out);
     free(ec);
     c->impl = NULL;

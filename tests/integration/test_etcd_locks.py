@@ -179,6 +179,24 @@ class EtcdLocks(EtcdTestCase):
         self.assertTrue(isinstance(r, Err) and r.startswith("LOCKLOST"), r)
         self.assertIsNone(self.direct.get("wallet:a"))
 
+    def test_a_lock_lost_locally_frees_its_key(self):
+        """Frozen just past its local lease (1.5 s) but not past etcd's (whole seconds: 2 s), the
+        sidecar reports the lock lost when it resumes, and must free the key: its lease is kept
+        alive again, so a key left there would block everyone else for as long as it runs."""
+        a = self.fencegate("--session-ttl-ms", "1500")
+        b = self.fencegate()
+        ca = self.raw(a.resp_port)
+        self.acquire(ca, "wallet:z")
+        self.freeze(a)
+        time.sleep(1.7)
+        a.signal(__import__("signal").SIGCONT)
+        harness.wait_until(lambda: ca.call("FENCE.LOCKS")[0][3] == b"lost", 3, 0.05,
+                           "the lock reported lost after the freeze")
+        cb = self.raw(b.resp_port, timeout=10)
+        t0 = time.monotonic()
+        self.acquire(cb, "wallet:z", "WAIT", 5000, timeout=10)
+        self.assertLess(time.monotonic() - t0, 2.0, "the lost lock's key was left in etcd")
+
     def test_norenew_lock_has_its_own_lease_and_runs_out(self):
         fg = self.fencegate()
         c, d = self.raw(fg.resp_port), self.raw(fg.resp_port, timeout=10)
