@@ -528,128 +528,119 @@ static int want_bytes(const struct pb_field *f, struct etcdpb_slice *out)
     return 0;
 }
 
-/* ResponseHeader, merged into *h (protobuf merges a repeated embedded message). */
-static int header_merge(struct etcdpb_slice s, struct etcdpb_header *h)
+/* Reads one field into the struct at out. Returns 0, or -1 when the field is malformed (a known
+ * field of the wrong wire type, a bad embedded message). Unknown fields are skipped (0). */
+typedef int (*pb_field_fn)(const struct pb_field *f, void *out);
+
+/* Reads every field of the message s into out with fn; embedded messages repeated on the wire
+ * are merged, as protobuf does. Returns 0, or -1 when malformed. */
+static int pb_walk(struct etcdpb_slice s, pb_field_fn fn, void *out)
 {
     struct pb_reader r = {s.p, s.n, 0};
     struct pb_field f;
     int rc;
 
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = want_uint(&f, &h->cluster_id);
-            break;
-        case 2:
-            bad = want_uint(&f, &h->member_id);
-            break;
-        case 3:
-            bad = want_varint(&f, &h->revision);
-            break;
-        case 4:
-            bad = want_uint(&f, &h->raft_term);
-            break;
-        default:
-            break;
-        }
-        if (bad)
+    if (s.p == NULL && s.n > 0)
+        return -1;
+    while ((rc = read_field(&r, &f)) == 1)
+        if (fn(&f, out) != 0)
             return -1;
-    }
     return rc;
 }
 
-/* Reads header field 1 of a response (the wire type must be length-delimited). */
-static int header_field(const struct pb_field *f, struct etcdpb_header *h)
+/* A top-level decode: *out (size bytes) zeroed, filled from p[0..n), zeroed again on failure. */
+static int pb_decode(const uint8_t *p, size_t n, pb_field_fn fn, void *out, size_t size)
 {
-    if (f->wt != PB_LEN)
+    struct etcdpb_slice s = {p, n};
+
+    memset(out, 0, size);
+    if (pb_walk(s, fn, out) != 0) {
+        memset(out, 0, size);
         return -1;
-    return header_merge(f->s, h);
-}
-
-/* mvccpb.KeyValue, merged into *kv. */
-static int kv_merge(struct etcdpb_slice s, struct etcdpb_kv *kv)
-{
-    struct pb_reader r = {s.p, s.n, 0};
-    struct pb_field f;
-    int rc;
-
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = want_bytes(&f, &kv->key);
-            break;
-        case 2:
-            bad = want_varint(&f, &kv->create_revision);
-            break;
-        case 3:
-            bad = want_varint(&f, &kv->mod_revision);
-            break;
-        case 4:
-            bad = want_varint(&f, &kv->version);
-            break;
-        case 5:
-            bad = want_bytes(&f, &kv->value);
-            break;
-        case 6:
-            bad = want_varint(&f, &kv->lease);
-            break;
-        default:
-            break;
-        }
-        if (bad)
-            return -1;
     }
-    return rc;
+    return 0;
 }
 
-static int kv_field(const struct pb_field *f, struct etcdpb_kv *kv)
+/* An embedded message field (the wire type must be length-delimited), merged into out. */
+static int pb_embedded(const struct pb_field *f, pb_field_fn fn, void *out)
 {
-    if (f->wt != PB_LEN)
-        return -1;
-    return kv_merge(f->s, kv);
+    return f->wt == PB_LEN ? pb_walk(f->s, fn, out) : -1;
+}
+
+/* etcdserverpb.ResponseHeader */
+static int header_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_header *h = out;
+
+    switch (f->num) {
+    case 1:
+        return want_uint(f, &h->cluster_id);
+    case 2:
+        return want_uint(f, &h->member_id);
+    case 3:
+        return want_varint(f, &h->revision);
+    case 4:
+        return want_uint(f, &h->raft_term);
+    default:
+        return 0;
+    }
+}
+
+/* mvccpb.KeyValue */
+static int kv_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_kv *kv = out;
+
+    switch (f->num) {
+    case 1:
+        return want_bytes(f, &kv->key);
+    case 2:
+        return want_varint(f, &kv->create_revision);
+    case 3:
+        return want_varint(f, &kv->mod_revision);
+    case 4:
+        return want_varint(f, &kv->version);
+    case 5:
+        return want_bytes(f, &kv->value);
+    case 6:
+        return want_varint(f, &kv->lease);
+    default:
+        return 0;
+    }
+}
+
+/* Checks the shape of a KeyValue that is counted or skipped, not kept. */
+static int kv_check(const struct pb_field *f)
+{
+    struct etcdpb_kv kv;
+
+    memset(&kv, 0, sizeof(kv));
+    return pb_embedded(f, kv_fn, &kv);
+}
+
+static int range_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_range_resp *r = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &r->header);
+    case 2:
+        r->nkvs++;
+        return kv_check(f);
+    case 3:
+        return want_bool(f, &r->more);
+    case 4:
+        return want_varint(f, &r->count);
+    default:
+        return 0;
+    }
 }
 
 int etcdpb_range_resp_decode(const uint8_t *p, size_t n, struct etcdpb_range_resp *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
+    if (pb_decode(p, n, range_resp_fn, out, sizeof(*out)) != 0)
         return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = header_field(&f, &out->header);
-            break;
-        case 2: {
-            struct etcdpb_kv kv;
-            memset(&kv, 0, sizeof(kv));
-            bad = kv_field(&f, &kv);
-            out->nkvs++;
-            break;
-        }
-        case 3:
-            bad = want_bool(&f, &out->more);
-            break;
-        case 4:
-            bad = want_varint(&f, &out->count);
-            break;
-        default:
-            break;
-        }
-        if (bad)
-            break;
-        rc = 0;
-    }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
     out->raw.p = p;
     out->raw.n = n;
     return 0;
@@ -684,83 +675,52 @@ int etcdpb_range_resp_next(const struct etcdpb_range_resp *r, size_t *off, struc
     memset(kv, 0, sizeof(*kv));
     if (rc != 1)
         return rc;
-    if (kv_field(&f, kv) < 0) {
+    if (pb_embedded(&f, kv_fn, kv) != 0) {
         memset(kv, 0, sizeof(*kv));
         return -1;
     }
     return 1;
 }
 
+static int put_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_put_resp *r = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &r->header);
+    case 2:
+        r->has_prev_kv = 1;
+        return pb_embedded(f, kv_fn, &r->prev_kv);
+    default:
+        return 0;
+    }
+}
+
 int etcdpb_put_resp_decode(const uint8_t *p, size_t n, struct etcdpb_put_resp *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
+    return pb_decode(p, n, put_resp_fn, out, sizeof(*out));
+}
 
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
-        return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = header_field(&f, &out->header);
-            break;
-        case 2:
-            bad = kv_field(&f, &out->prev_kv);
-            out->has_prev_kv = 1;
-            break;
-        default:
-            break;
-        }
-        if (bad)
-            break;
-        rc = 0;
+static int delete_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_delete_resp *r = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &r->header);
+    case 2:
+        return want_varint(f, &r->deleted);
+    case 3:
+        return kv_check(f); /* prev_kvs: checked for shape only; nothing reads them */
+    default:
+        return 0;
     }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
-    return 0;
 }
 
 int etcdpb_delete_resp_decode(const uint8_t *p, size_t n, struct etcdpb_delete_resp *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
-        return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = header_field(&f, &out->header);
-            break;
-        case 2:
-            bad = want_varint(&f, &out->deleted);
-            break;
-        case 3: {
-            /* prev_kvs: checked for shape only; nothing reads them. */
-            struct etcdpb_kv kv;
-            memset(&kv, 0, sizeof(kv));
-            bad = kv_field(&f, &kv);
-            break;
-        }
-        default:
-            break;
-        }
-        if (bad)
-            break;
-        rc = 0;
-    }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
-    return 0;
+    return pb_decode(p, n, delete_resp_fn, out, sizeof(*out));
 }
 
 /* ResponseOp: the last member of the oneof that is present wins (protobuf's rule), its body is
@@ -801,224 +761,138 @@ static int response_op(struct etcdpb_slice s, int *kind, struct etcdpb_slice *bo
     }
 }
 
+static int txn_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_txn_resp *t = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &t->header);
+    case 2:
+        return want_bool(f, &t->succeeded);
+    case 3:
+        if (f->wt != PB_LEN || t->nresponses >= ETCDPB_TXN_MAX_OPS)
+            return -1;
+        t->nresponses++;
+        return response_op(f->s, &t->responses[t->nresponses - 1].kind,
+                           &t->responses[t->nresponses - 1].body);
+    default:
+        return 0;
+    }
+}
+
 int etcdpb_txn_resp_decode(const uint8_t *p, size_t n, struct etcdpb_txn_resp *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
+    return pb_decode(p, n, txn_resp_fn, out, sizeof(*out));
+}
 
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
-        return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = header_field(&f, &out->header);
-            break;
-        case 2:
-            bad = want_bool(&f, &out->succeeded);
-            break;
-        case 3:
-            if (f.wt != PB_LEN || out->nresponses >= ETCDPB_TXN_MAX_OPS) {
-                bad = 1;
-                break;
-            }
-            bad = response_op(f.s, &out->responses[out->nresponses].kind,
-                              &out->responses[out->nresponses].body);
-            out->nresponses++;
-            break;
-        default:
-            break;
-        }
-        if (bad)
-            break;
-        rc = 0;
+static int lease_grant_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_lease_grant_resp *g = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &g->header);
+    case 2:
+        return want_varint(f, &g->id);
+    case 3:
+        return want_varint(f, &g->ttl);
+    case 4:
+        return want_bytes(f, &g->error);
+    default:
+        return 0;
     }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
-    return 0;
 }
 
 int etcdpb_lease_grant_resp_decode(const uint8_t *p, size_t n, struct etcdpb_lease_grant_resp *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
+    return pb_decode(p, n, lease_grant_resp_fn, out, sizeof(*out));
+}
 
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
-        return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = header_field(&f, &out->header);
-            break;
-        case 2:
-            bad = want_varint(&f, &out->id);
-            break;
-        case 3:
-            bad = want_varint(&f, &out->ttl);
-            break;
-        case 4:
-            bad = want_bytes(&f, &out->error);
-            break;
-        default:
-            break;
-        }
-        if (bad)
-            break;
-        rc = 0;
-    }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
-    return 0;
+static int header_only_fn(const struct pb_field *f, void *out)
+{
+    return f->num == 1 ? pb_embedded(f, header_fn, out) : 0;
 }
 
 int etcdpb_header_only_decode(const uint8_t *p, size_t n, struct etcdpb_header *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
+    return pb_decode(p, n, header_only_fn, out, sizeof(*out));
+}
 
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
-        return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        if (f.num == 1 && header_field(&f, out) < 0) {
-            rc = -1;
-            break;
-        }
-        rc = 0;
+static int keepalive_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_lease_keepalive_resp *k = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &k->header);
+    case 2:
+        return want_varint(f, &k->id);
+    case 3:
+        return want_varint(f, &k->ttl);
+    default:
+        return 0;
     }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
-    return 0;
 }
 
 int etcdpb_lease_keepalive_resp_decode(const uint8_t *p, size_t n,
                                        struct etcdpb_lease_keepalive_resp *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
-        return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = header_field(&f, &out->header);
-            break;
-        case 2:
-            bad = want_varint(&f, &out->id);
-            break;
-        case 3:
-            bad = want_varint(&f, &out->ttl);
-            break;
-        default:
-            break;
-        }
-        if (bad)
-            break;
-        rc = 0;
-    }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
-    return 0;
+    return pb_decode(p, n, keepalive_resp_fn, out, sizeof(*out));
 }
 
-/* mvccpb.Event into a zeroed *ev. */
-static int event_decode(struct etcdpb_slice s, struct etcdpb_event *ev)
+/* mvccpb.Event */
+static int event_fn(const struct pb_field *f, void *out)
 {
-    struct pb_reader r = {s.p, s.n, 0};
-    struct pb_field f;
-    int rc;
+    struct etcdpb_event *ev = out;
 
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = want_enum(&f, &ev->type);
-            break;
-        case 2:
-            bad = kv_field(&f, &ev->kv);
-            break;
-        case 3:
-            bad = kv_field(&f, &ev->prev_kv);
-            ev->has_prev_kv = 1;
-            break;
-        default:
-            break;
-        }
-        if (bad)
-            return -1;
+    switch (f->num) {
+    case 1:
+        return want_enum(f, &ev->type);
+    case 2:
+        return pb_embedded(f, kv_fn, &ev->kv);
+    case 3:
+        ev->has_prev_kv = 1;
+        return pb_embedded(f, kv_fn, &ev->prev_kv);
+    default:
+        return 0;
     }
-    return rc;
+}
+
+static int watch_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_watch_resp *w = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &w->header);
+    case 2:
+        return want_varint(f, &w->watch_id);
+    case 3:
+        return want_bool(f, &w->created);
+    case 4:
+        return want_bool(f, &w->canceled);
+    case 5:
+        return want_varint(f, &w->compact_revision);
+    case 6:
+        return want_bytes(f, &w->cancel_reason);
+    case 7:
+        return want_bool(f, &w->fragment);
+    case 11: {
+        struct etcdpb_event ev;
+        memset(&ev, 0, sizeof(ev));
+        w->nevents++;
+        return pb_embedded(f, event_fn, &ev);
+    }
+    default:
+        return 0;
+    }
 }
 
 int etcdpb_watch_resp_decode(const uint8_t *p, size_t n, struct etcdpb_watch_resp *out)
 {
-    struct pb_reader r = {p, n, 0};
-    struct pb_field f;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    if (p == NULL && n > 0)
+    if (pb_decode(p, n, watch_resp_fn, out, sizeof(*out)) != 0)
         return -1;
-    while ((rc = read_field(&r, &f)) == 1) {
-        int bad = 0;
-        switch (f.num) {
-        case 1:
-            bad = header_field(&f, &out->header);
-            break;
-        case 2:
-            bad = want_varint(&f, &out->watch_id);
-            break;
-        case 3:
-            bad = want_bool(&f, &out->created);
-            break;
-        case 4:
-            bad = want_bool(&f, &out->canceled);
-            break;
-        case 5:
-            bad = want_varint(&f, &out->compact_revision);
-            break;
-        case 6:
-            bad = want_bytes(&f, &out->cancel_reason);
-            break;
-        case 7:
-            bad = want_bool(&f, &out->fragment);
-            break;
-        case 11: {
-            struct etcdpb_event ev;
-            memset(&ev, 0, sizeof(ev));
-            bad = f.wt != PB_LEN || event_decode(f.s, &ev) < 0;
-            out->nevents++;
-            break;
-        }
-        default:
-            break;
-        }
-        if (bad)
-            break;
-        rc = 0;
-    }
-    if (rc != 0) {
-        memset(out, 0, sizeof(*out));
-        return -1;
-    }
     out->raw.p = p;
     out->raw.n = n;
     return 0;
@@ -1032,7 +906,7 @@ int etcdpb_watch_resp_next(const struct etcdpb_watch_resp *w, size_t *off, struc
     memset(ev, 0, sizeof(*ev));
     if (rc != 1)
         return rc;
-    if (f.wt != PB_LEN || event_decode(f.s, ev) < 0) {
+    if (pb_embedded(&f, event_fn, ev) != 0) {
         memset(ev, 0, sizeof(*ev));
         return -1;
     }
