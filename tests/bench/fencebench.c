@@ -18,21 +18,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FB_MAX_CONNS    1000
-#define FB_MAX_PIPELINE 1024
-#define FB_MAX_LOCKS    100000 /* locks one connection may hold in hold mode */
-#define FB_MAX_SECONDS  3600
-#define FB_READ_BUF     65536 /* one reply larger than this is refused */
-#define FB_CMD_MAX      2048  /* upper bound of one encoded command */
-#define FB_MAX_ARGS     12
-#define FB_MAX_DEPTH    4  /* nesting of arrays in a reply */
-#define FB_MAX_ELEMS    16 /* elements of a reply array we accept */
-#define FB_IO_TIMEOUT_S 10 /* a send or receive that blocks longer is a failure */
-#define FB_NAME_MAX     160
+#define FB_MAX_CONNS     1000
+#define FB_MAX_PIPELINE  1024
+#define FB_MAX_LOCKS     100000 /* locks one connection may hold in hold mode */
+#define FB_MAX_SECONDS   3600
+#define FB_READ_BUF      65536 /* one reply larger than this is refused */
+#define FB_CMD_MAX       2048  /* upper bound of one encoded command */
+#define FB_MAX_ARGS      12
+#define FB_MAX_DEPTH     4  /* nesting of arrays in a reply */
+#define FB_MAX_ELEMS     16 /* elements of a reply array we accept */
+#define FB_IO_TIMEOUT_S  10 /* a send or receive that blocks longer is a failure */
+#define FB_NAME_MAX      160
 #define FB_MAX_LATENCIES 1000000 /* acquire round trips recorded per connection (--latency) */
-#define FB_ERR_MAX      240
-#define FB_DEFAULT_TTL  10000        /* fencegate's default --session-ttl-ms */
-#define FB_PREFIX       "fencegate:" /* fencegate's default backend key prefix */
+#define FB_ERR_MAX       240
+#define FB_DEFAULT_TTL   10000        /* fencegate's default --session-ttl-ms */
+#define FB_PREFIX        "fencegate:" /* fencegate's default backend key prefix */
 
 /* The same SET NX PX + INCR script fencegate's Redis backend runs to acquire (see
  * lockclient/lock_redis.c). KEYS: lock, counter. ARGV: owner, ttl. Returns {1, token} or
@@ -701,8 +701,7 @@ static void fb_print_latency(void)
         k += fb_conns[i].nlat;
     }
     qsort(all, n, sizeof(*all), fb_cmp_u32);
-    printf("acquire_latency samples=%zu p50_us=%u p99_us=%u\n", n, all[n / 2],
-           all[n * 99 / 100]);
+    printf("acquire_latency samples=%zu p50_us=%u p99_us=%u\n", n, all[n / 2], all[n * 99 / 100]);
     free(all);
 }
 

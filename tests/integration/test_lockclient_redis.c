@@ -501,8 +501,8 @@ static void test_invalid_arguments(void **state)
     assert_non_null(strstr(err, "bad endpoint"));
     assert_null(lock_client_new(g_base, "etcd://127.0.0.1:2379/x", NULL, err, sizeof(err)));
     assert_non_null(strstr(err, "only etcd://host:port"));
-    struct lock_client *ec = lock_client_new(g_base, "etcd://127.0.0.1:1,127.0.0.1:2", NULL, err,
-                                             sizeof(err));
+    struct lock_client *ec =
+        lock_client_new(g_base, "etcd://127.0.0.1:1,127.0.0.1:2", NULL, err, sizeof(err));
     assert_non_null(ec); /* connects in the background */
     assert_int_equal(lock_client_ready(ec), 0);
     lock_client_free(ec);
