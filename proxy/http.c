@@ -44,6 +44,8 @@ struct http_acquire {
     struct http_api *h;
     struct http_acquire *prev, *next;
     struct evhttp_request *req;
+    struct evhttp_connection *conn; /* req's, remembered: libevent 2.1 detaches req from it
+                                     * before the close callback runs */
     struct event *retry; /* the lock is held by this very sidecar: poll until it is free */
     long long ttl_ms, wait_ms;
     uint64_t deadline_ms;
@@ -253,13 +255,23 @@ static void http_acquire_free(struct http_acquire *a)
     free(a);
 }
 
+/* The connection of a waiting request is going away. When the client closed or timed out,
+ * libevent 2.1 has already taken the unanswered request off the connection (its connection is
+ * NULL) and leaves it to us to free; when the connection is freed with the request on it,
+ * libevent frees the request. Matched on the connection remembered at the start. */
 static void http_on_conn_close(struct evhttp_connection *conn, void *arg)
 {
     struct http_api *h = arg;
 
-    for (struct http_acquire *a = h->pending; a; a = a->next)
-        if (a->req && evhttp_request_get_connection(a->req) == conn)
+    for (struct http_acquire *a = h->pending; a; a = a->next) {
+        if (a->req && a->conn == conn) {
+            struct evhttp_request *r = a->req;
             a->req = NULL;
+            a->conn = NULL;
+            if (!evhttp_request_get_connection(r))
+                evhttp_request_free(r);
+        }
+    }
 }
 
 /* A request that waits for the lock backend, tracked so that its connection closing early is
@@ -273,13 +285,14 @@ static struct http_acquire *http_pending_new(struct http_api *h, struct evhttp_r
         return NULL;
     a->h = h;
     a->req = req;
+    a->conn = evhttp_request_get_connection(req);
     a->len = len;
     memcpy(a->name, name, len);
     a->next = h->pending;
     if (h->pending)
         h->pending->prev = a;
     h->pending = a;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), http_on_conn_close, h);
+    evhttp_connection_set_closecb(a->conn, http_on_conn_close, h);
     return a;
 }
 

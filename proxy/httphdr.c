@@ -2,6 +2,7 @@
 #include "httphdr.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,44 @@ int httphdr_target(char *out, size_t cap, const char *prefix, const char *rest, 
     if (n < 0 || (size_t)n >= cap)
         return -2;
     return n;
+}
+
+static int httphdr_hex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int httphdr_decode_path(char *out, size_t cap, const char *rest)
+{
+    size_t o = 0;
+
+    if (cap == 0)
+        return -2;
+    for (const char *p = rest; *p; p++) {
+        int c = (unsigned char)*p;
+        if (c == '/' && p[1] == '/')
+            return HTTPHDR_PATH_REFUSED; /* empty segment: many stores merge "//" into "/" */
+        if (c == '%') {
+            int hi = httphdr_hex(p[1]), lo = hi < 0 ? -1 : httphdr_hex(p[2]);
+            if (lo < 0)
+                return HTTPHDR_PATH_REFUSED; /* malformed: stores differ on what it means */
+            c = hi * 16 + lo;
+            if (c == '/' || c == '\0')
+                return HTTPHDR_PATH_REFUSED;
+            p += 2;
+        }
+        if (o + 1 >= cap)
+            return -2;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return o > (size_t)INT_MAX ? -2 : (int)o;
 }
 
 int httphdr_parse_ms(const char *s, long long max, long long *out)

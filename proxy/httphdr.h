@@ -25,6 +25,14 @@ int httphdr_drop_request(const char *name, const char *connection);
  * Returns the length, -1 for a dot segment, -2 when it does not fit in cap. */
 int httphdr_target(char *out, size_t cap, const char *prefix, const char *rest, const char *query);
 
+/* The path as a store reads it, for matching protect rules: rest (the raw path after /http, ""
+ * or "/...") percent-decoded into out (cap bytes, NUL-terminated; may hold any byte but NUL).
+ * Refuses what a store could read as another path than the one decoded here: an encoded '/'
+ * (%2F), an encoded NUL (%00), a '%' not followed by two hex digits, and an empty segment ("//").
+ * Returns the decoded length, HTTPHDR_PATH_REFUSED for those, or -2 when it does not fit. */
+#define HTTPHDR_PATH_REFUSED (-1)
+int httphdr_decode_path(char *out, size_t cap, const char *rest);
+
 /* Parses a positive decimal number of milliseconds, at most max. Returns 0 with *out set, or -1
  * (empty, not a number, 0, above max, trailing bytes). */
 int httphdr_parse_ms(const char *s, long long max, long long *out);

@@ -28,13 +28,14 @@
 #include "log.h"
 #include "metrics.h"
 
-#define HS_WATERMARK (256 * 1024) /* client output bytes above which the store is not read */
-#define HS_MAX_KEY   (CFG_MAX_STR + LOCK_MAX_NAME + 2)
+#define HS_WATERMARK            (256 * 1024) /* client output bytes above which the store is not read */
+#define HS_MAX_RESPONSE_HEADERS (64 * 1024) /* the store's status line and headers, bytes */
+#define HS_MAX_KEY              (CFG_MAX_STR + LOCK_MAX_NAME + 2)
 
 enum hs_state {
     HS_RAISING,   /* waiting for the mark */
     HS_SENT,      /* forwarded; waiting for the response headers */
-    HS_STREAMING, /* the reply to the client has started */
+    HS_STREAMING, /* the reply to the client has started; the timer is the idle limit */
     HS_DONE,      /* finished; the frees are queued */
 };
 
@@ -42,17 +43,24 @@ struct hs_fwd {
     struct httpstore *hs;
     struct hs_fwd *prev, *next;
     const struct cfg_store *st;
-    struct evhttp_request *req;     /* the client's; NULL once answered or its connection went */
-    struct evhttp_connection *conn; /* to the store */
-    struct evhttp_request *ureq;    /* to the store; NULL once evhttp is done with it */
-    struct event *timer;            /* connect, then response deadline */
-    struct event *fin;              /* deferred teardown */
+    struct evhttp_request *req;      /* the client's; NULL once answered or its connection went */
+    struct evhttp_connection *cconn; /* the client's connection while req is set: libevent 2.1
+                                      * detaches req from it before the close callback runs */
+    struct evhttp_connection *conn;  /* to the store */
+    struct evhttp_request *ureq;     /* to the store; NULL once evhttp is done with it */
+    struct event *timer;             /* connect, then response deadline */
+    struct event *fin;               /* deferred teardown */
     enum hs_state state;
     int connected; /* the connect deadline passed with a connection */
+    int sent;      /* the store connection was up: the request may have reached the store */
+    int started;   /* the reply to the client has started */
+    int refused;   /* the store's answer cannot be relayed (a 1xx, an unknown transfer coding) */
     int uerr;      /* 1 + enum evhttp_request_error of a failed store request, else 0 */
     int paused;    /* reading from the store is off: the client is slow */
+    size_t unsent; /* paused: the client's pending output when the idle timer was last armed */
     long long timeout_ms;
     uint64_t token;
+    char why[96]; /* refused: what was wrong with the store's answer */
     char lock[LOCK_MAX_NAME + 1];
     char target[]; /* path and query sent to the store */
 };
@@ -120,8 +128,15 @@ static void hs_on_fin(evutil_socket_t fd, short what, void *arg)
 {
     struct hs_fwd *f = arg;
 
-    if (f->req) /* every path answers before it ends; never leave a client hanging regardless */
-        http_reply_error(f->req, 502, "store_unavailable", "the forward ended without an answer");
+    struct evhttp_request *r = f->req;
+
+    /* Every path answers before it ends; never leave a client hanging regardless. */
+    f->req = NULL;
+    if (r && f->started)
+        evhttp_connection_free(f->cconn); /* a started reply cannot be ended cleanly */
+    else if (r)
+        http_reply_error(r, 502, f->sent ? "outcome_unknown" : "store_unavailable",
+                         "the forward ended without an answer");
     hs_fwd_free(f);
 }
 
@@ -153,20 +168,38 @@ static void hs_abort_client(struct hs_fwd *f)
 
     f->req = NULL;
     if (r)
-        evhttp_connection_free(evhttp_request_get_connection(r));
+        evhttp_connection_free(f->cconn); /* frees r with it; hs_on_client_close sees req NULL */
 }
 
+/* The client's connection is going away. Matched on the connection remembered at the start:
+ * when the client closed or timed out, libevent 2.1 has already taken the unfinished request off
+ * the connection (evhttp_request_get_connection() is NULL) and no longer frees it, so it is
+ * freed here; when the connection is freed with the request still on it (evhttp_free at
+ * shutdown), libevent frees the request. */
 static void hs_on_client_close(struct evhttp_connection *conn, void *arg)
 {
     struct httpstore *hs = arg;
 
     for (struct hs_fwd *f = hs->fwds; f; f = f->next) {
-        if (f->req && evhttp_request_get_connection(f->req) == conn) {
-            f->req = NULL; /* evhttp frees it */
+        if (f->req && f->cconn == conn) {
+            struct evhttp_request *r = f->req;
+            f->req = NULL;
+            f->cconn = NULL;
+            if (!evhttp_request_get_connection(r))
+                evhttp_request_free(r);
             if (f->state != HS_RAISING)
                 hs_fwd_finish(f); /* the mark's answer ends a raising one */
         }
     }
+}
+
+/* The store connection closed or is freed after it was up (libevent calls this only for a
+ * connection that was connected): from then on the request may have reached the store. */
+static void hs_on_store_close(struct evhttp_connection *conn, void *arg)
+{
+    struct hs_fwd *f = arg;
+
+    f->sent = 1;
 }
 
 static void hs_on_error(enum evhttp_request_error err, void *arg)
@@ -181,17 +214,40 @@ static int hs_on_headers(struct evhttp_request *ureq, void *arg)
     struct hs_fwd *f = arg;
     struct evkeyvalq *in = evhttp_request_get_input_headers(ureq), *out;
     const char *conn = evhttp_find_header(in, "Connection");
+    const char *te = evhttp_find_header(in, "Transfer-Encoding");
+    int code = evhttp_request_get_response_code(ureq), cl = 0;
 
     if (!f->req || f->state != HS_SENT)
         return -1; /* nobody to answer: stop reading */
-    evtimer_del(f->timer);
+    if (code < 200) {
+        /* An interim answer (100 Continue, 103 Early Hints, ...): libevent 2.1 would take it for
+         * the final one (or stall after a 100), so it is neither relayed nor waited past. */
+        f->refused = 1;
+        snprintf(f->why, sizeof(f->why), "an interim %d response, which is not relayed", code);
+        return -1;
+    }
+    if (te && strcasecmp(te, "chunked") != 0) {
+        f->refused = 1;
+        snprintf(f->why, sizeof(f->why), "Transfer-Encoding '%.40s', which cannot be decoded", te);
+        return -1;
+    }
     out = evhttp_request_get_output_headers(f->req);
-    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
-        if (!httphdr_is_hop_by_hop(kv->key, conn))
-            evhttp_add_header(out, kv->key, kv->value);
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (httphdr_is_hop_by_hop(kv->key, conn))
+            continue;
+        if (strcasecmp(kv->key, "Content-Length") == 0) {
+            /* libevent de-chunks a chunked body and frames it anew (RFC 9112 §6.3: the
+             * Transfer-Encoding wins), and reads a plain one by the first Content-Length: pass
+             * on only that one, so the client's framing is the one libevent read. */
+            if (te || cl++)
+                continue;
+        }
+        evhttp_add_header(out, kv->key, kv->value);
+    }
     f->state = HS_STREAMING;
-    evhttp_send_reply_start(f->req, evhttp_request_get_response_code(ureq),
-                            evhttp_request_get_response_code_line(ureq));
+    f->started = 1;
+    hs_arm(f->timer, f->timeout_ms); /* from now on: the idle limit of the stream */
+    evhttp_send_reply_start(f->req, code, evhttp_request_get_response_code_line(ureq));
     return 0;
 }
 
@@ -202,6 +258,7 @@ static void hs_on_drained(struct evhttp_connection *conn, void *arg)
 
     if (f->paused && f->state == HS_STREAMING && f->ureq) {
         f->paused = 0;
+        hs_arm(f->timer, f->timeout_ms); /* the client made progress */
         bufferevent_enable(evhttp_connection_get_bufferevent(f->conn), EV_READ);
     }
 }
@@ -215,10 +272,11 @@ static void hs_on_chunk(struct evhttp_request *ureq, void *arg)
         hs_fwd_finish(f); /* the client left: the store connection is dropped */
         return;
     }
+    hs_arm(f->timer, f->timeout_ms); /* the store made progress */
     evhttp_send_reply_chunk_with_cb(f->req, b, hs_on_drained, f);
-    pending = bufferevent_get_output(
-        evhttp_connection_get_bufferevent(evhttp_request_get_connection(f->req)));
-    if (!f->paused && evbuffer_get_length(pending) > HS_WATERMARK) {
+    pending = bufferevent_get_output(evhttp_connection_get_bufferevent(f->cconn));
+    f->unsent = evbuffer_get_length(pending);
+    if (!f->paused && f->unsent > HS_WATERMARK) {
         f->paused = 1;
         bufferevent_disable(evhttp_connection_get_bufferevent(f->conn), EV_READ);
     }
@@ -241,6 +299,12 @@ static void hs_on_done(struct evhttp_request *ureq, void *arg)
                      f->uerr == 1 + EVREQ_HTTP_TIMEOUT ? "timeout" : "connection lost");
             hs_abort_client(f);
             hs_fwd_finish(f);
+        } else if (!f->sent) {
+            snprintf(msg, sizeof(msg),
+                     "store '%s' (%.200s) is unreachable or refused the connection; nothing was "
+                     "sent",
+                     f->st->name, f->st->url.raw);
+            hs_fwd_fail(f, 502, "store_unavailable", msg);
         } else if (f->uerr == 1 + EVREQ_HTTP_TIMEOUT) {
             snprintf(msg, sizeof(msg),
                      "store '%s' (%.200s) did not answer within %lld ms; the request may or may "
@@ -248,16 +312,24 @@ static void hs_on_done(struct evhttp_request *ureq, void *arg)
                      f->st->name, f->st->url.raw, f->timeout_ms);
             hs_fwd_fail(f, 504, "store_timeout", msg);
         } else {
+            const char *what = f->refused ? f->why
+                               : f->uerr == 1 + EVREQ_HTTP_INVALID_HEADER
+                                   ? "sent a response that could not be read (malformed, or "
+                                     "headers above 64 KiB)"
+                                   : "closed the connection before answering";
             snprintf(msg, sizeof(msg),
-                     "store '%s' (%.200s) is unreachable or closed the connection before "
-                     "answering",
-                     f->st->name, f->st->url.raw);
-            hs_fwd_fail(f, 502, "store_unavailable", msg);
+                     "store '%s' (%.200s) %s%s; the request may or may not have been applied",
+                     f->st->name, f->st->url.raw, f->refused ? "answered with " : "", what);
+            hs_fwd_fail(f, 502, "outcome_unknown", msg);
         }
         return;
     }
     if (f->state == HS_SENT && hs_on_headers(ureq, f) < 0) {
-        hs_fwd_finish(f);
+        snprintf(msg, sizeof(msg),
+                 "store '%s' (%.200s) answered with %s; the request may or may not have been "
+                 "applied",
+                 f->st->name, f->st->url.raw, f->refused ? f->why : "nothing usable");
+        hs_fwd_fail(f, 502, "outcome_unknown", msg);
         return;
     }
     if (f->req) {
@@ -286,13 +358,36 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
     struct httpstore *hs = f->hs;
     char msg[600];
 
+    if (f->state == HS_STREAMING && f->paused && f->req) {
+        size_t left = evbuffer_get_length(
+            bufferevent_get_output(evhttp_connection_get_bufferevent(f->cconn)));
+        if (left < f->unsent) { /* the client is reading, slowly: not idle */
+            f->unsent = left;
+            hs_arm(f->timer, f->timeout_ms);
+            return;
+        }
+    }
+    if (f->state == HS_STREAMING) {
+        /* Neither the store sent more nor the client took any for timeout_ms: a stalled store
+         * or a client that stopped reading. The reply cannot be finished cleanly. */
+        metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+        log_warn("http store %s: the response to %s made no progress for %lld ms (%s); closing "
+                 "the client's connection",
+                 f->st->name, f->target, f->timeout_ms,
+                 f->paused ? "the client stopped reading" : "the store stopped sending");
+        hs_abort_client(f);
+        hs_fwd_finish(f);
+        return;
+    }
     if (f->state != HS_SENT)
         return;
     if (!f->connected && !hs_connected(f)) {
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
-        snprintf(msg, sizeof(msg), "store '%s' (%.200s) did not accept a connection within %lld ms",
+        snprintf(msg, sizeof(msg),
+                 "store '%s' (%.200s) did not accept a connection within %lld ms; nothing was "
+                 "sent",
                  f->st->name, f->st->url.raw, hs->connect_ms);
-        hs_fwd_fail(f, 504, "store_timeout", msg);
+        hs_fwd_fail(f, 502, "store_unavailable", msg);
         return;
     }
     if (!f->connected && f->timeout_ms > hs->connect_ms) {
@@ -330,6 +425,8 @@ static void hs_forward(struct hs_fwd *f)
         return;
     }
     evhttp_connection_set_timeout_tv(f->conn, &tv); /* idle limit while the body streams */
+    evhttp_connection_set_max_headers_size(f->conn, HS_MAX_RESPONSE_HEADERS);
+    evhttp_connection_set_closecb(f->conn, hs_on_store_close, f);
     evhttp_request_set_header_cb(f->ureq, hs_on_headers);
     evhttp_request_set_chunked_cb(f->ureq, hs_on_chunk);
     evhttp_request_set_error_cb(f->ureq, hs_on_error);
@@ -422,6 +519,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     size_t len;
     char msg[1200], target[HTTPHDR_MAX_TARGET], key[HS_MAX_KEY], ruled[LOCK_MAX_NAME + 1];
     struct hs_fwd *f;
+    const struct fence_rules *rules = hs->rules[st - hs->cfg->stores];
     int rl;
 
     if (!sess) {
@@ -435,11 +533,25 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
             lock = kv->value;
         }
     }
-    /* Protect rules of this store map the path (as sent, after /http/) to its lock. */
-    rl = hs->rules[st - hs->cfg->stores]
-             ? fence_lock_for_key(hs->rules[st - hs->cfg->stores], rest[0] == '/' ? rest + 1 : rest,
-                                  strlen(rest[0] == '/' ? rest + 1 : rest), ruled, LOCK_MAX_NAME)
-             : 0;
+    /* Protect rules of this store map the path, as the store will read it (percent-decoded,
+     * after /http/), to its lock. */
+    rl = 0;
+    if (rules) {
+        int dlen = httphdr_decode_path(target, sizeof(target), rest);
+        const char *dkey = target[0] == '/' ? target + 1 : target;
+        if (dlen < 0) {
+            http_reply_error(req, dlen == HTTPHDR_PATH_REFUSED ? 400 : 414,
+                             dlen == HTTPHDR_PATH_REFUSED ? "bad_request" : "uri_too_long",
+                             dlen == HTTPHDR_PATH_REFUSED
+                                 ? "the path has an encoded '/' (%2F), an encoded NUL (%00), a "
+                                   "malformed %-escape or an empty segment (//); the store's "
+                                   "protect rules could not tell which lock guards it"
+                                 : "the path is too long");
+            return;
+        }
+        rl = fence_lock_for_key(rules, dkey, (size_t)dlen - (size_t)(dkey - target), ruled,
+                                LOCK_MAX_NAME);
+    }
     if (rl > 0) {
         ruled[rl] = '\0';
         if (lock && nlock == 1 && strcmp(lock, ruled) != 0) {
@@ -528,6 +640,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     f->hs = hs;
     f->st = st;
     f->req = req;
+    f->cconn = evhttp_request_get_connection(req);
     f->token = token;
     f->timeout_ms = timeout;
     memcpy(f->lock, lock, len + 1);
@@ -536,7 +649,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     if (hs->fwds)
         hs->fwds->prev = f;
     hs->fwds = f;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), hs_on_client_close, hs);
+    evhttp_connection_set_closecb(f->cconn, hs_on_client_close, hs);
     if (lock_mark_raise(hs->locks, key, (size_t)klen, token, hs_on_marked, f) != 0)
         hs_fwd_fail(f, 503, "unavailable", "the lock backend took no more calls");
 }

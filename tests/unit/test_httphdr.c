@@ -92,6 +92,43 @@ static void test_target(void **state)
     assert_int_equal(httphdr_target(out, 6, "", "/abcd", NULL), 5);
 }
 
+static void test_decode_path(void **state)
+{
+    char out[32];
+
+    /* Rules see the path as the store will: escapes decoded, any case of hex digits. */
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), "/reports/7"), 10);
+    assert_string_equal(out, "/reports/7");
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), "/r%65ports/%37"), 10);
+    assert_string_equal(out, "/reports/7");
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), "/R%65PORTS/%4a%4A"), 11);
+    assert_string_equal(out, "/RePORTS/JJ");
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), "/a%20b+c/%7Bt%7d"), 10);
+    assert_string_equal(out, "/a b+c/{t}");
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), "/%25zz"), 4); /* decoded once */
+    assert_string_equal(out, "/%zz");
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), "/%ff"), 2); /* any byte but NUL */
+    assert_int_equal((unsigned char)out[1], 0xff);
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), ""), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(httphdr_decode_path(out, sizeof(out), "/a/"), 3); /* a trailing '/' stays */
+    assert_string_equal(out, "/a/");
+
+    /* Refused: a store could read another path than the rules saw. */
+    const char *refused[] = {"/reports%2F7", "/reports%2f7", "/a%00b",  "/a%0",
+                             "/a%",          "/a%g0",        "/a%0g",   "//reports/7",
+                             "/reports//7",  "/a/%2F",       "/a%2F/b", "/x//"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        assert_int_equal(httphdr_decode_path(out, sizeof(out), refused[i]), HTTPHDR_PATH_REFUSED);
+
+    /* Too long: refused, never truncated. */
+    assert_int_equal(httphdr_decode_path(out, 4, "/abc"), -2);
+    assert_int_equal(httphdr_decode_path(out, 5, "/abc"), 4);
+    assert_int_equal(httphdr_decode_path(out, 4, "/%61%62"), 3);
+    assert_string_equal(out, "/ab");
+    assert_int_equal(httphdr_decode_path(out, 0, ""), -2);
+}
+
 static void test_parse_ms(void **state)
 {
     long long v = 0;
@@ -117,6 +154,7 @@ int main(void)
         cmocka_unit_test(test_hop_by_hop_named_by_connection),
         cmocka_unit_test(test_request_headers_replaced),
         cmocka_unit_test(test_target),
+        cmocka_unit_test(test_decode_path),
         cmocka_unit_test(test_parse_ms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
