@@ -246,7 +246,7 @@ static void pg_job_fail(struct pg_job *j, int status, const char *code, const ch
     } else if (j->req) {
         if (!strcmp(code, "pool_exhausted"))
             metrics_inc(&fg_metrics, M_PG_POOL_FULL, 1);
-        else if (!strcmp(code, "store_unavailable"))
+        else if (!strcmp(code, "store_unavailable") || !strcmp(code, "outcome_unknown"))
             metrics_inc(&fg_metrics, M_PG_UNAVAILABLE, 1);
         http_reply_error(j->req, status, code, text);
     }
