@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "json.h"
 
@@ -172,7 +173,7 @@ static int pgj_params(struct pgj_parse *p, struct pgjson_stmt *st, int si)
 static int pgj_statement(struct pgj_parse *p, struct pgjson_stmt *st, int si)
 {
     struct json_token t;
-    const char *kw;
+    const char *why;
     int have_sql = 0, have_params = 0, rc;
     size_t n = 0;
 
@@ -195,8 +196,6 @@ static int pgj_statement(struct pgj_parse *p, struct pgjson_stmt *st, int si)
             if (!st->sql)
                 return pgj_fail(p, FG_ERR_PROTO, "statements[%d].sql: holds a \\u0000 character",
                                 si);
-            if (strspn(st->sql, " \t\r\n\f\v") == n)
-                return pgj_fail(p, FG_ERR_PROTO, "statements[%d].sql: empty statement", si);
         } else if (json_string_equals(&t, "params")) {
             if (have_params++)
                 return pgj_fail(p, FG_ERR_PROTO, "statements[%d]: duplicate key \"params\"", si);
@@ -222,12 +221,16 @@ static int pgj_statement(struct pgj_parse *p, struct pgjson_stmt *st, int si)
     }
     if (!have_sql)
         return pgj_fail(p, FG_ERR_PROTO, "statements[%d]: missing \"sql\"", si);
-    kw = pgjson_txn_keyword(st->sql);
-    if (kw)
-        return pgj_fail(p, FG_ERR_PROTO,
-                        "statements[%d].sql: %s is not allowed: fencegate runs the whole batch as "
-                        "one transaction of its own",
-                        si, kw);
+    why = pgjson_refusal(st->sql);
+    if (why) {
+        const char *kw = pgjson_txn_keyword(st->sql);
+        if (kw)
+            return pgj_fail(p, FG_ERR_PROTO,
+                            "statements[%d].sql: %s is not allowed: fencegate runs the whole batch "
+                            "as one transaction of its own",
+                            si, kw);
+        return pgj_fail(p, FG_ERR_PROTO, "statements[%d].sql: %s", si, why);
+    }
     return FG_OK;
 }
 
@@ -372,14 +375,17 @@ void pgjson_request_free(struct pgjson_request *r)
     memset(r, 0, sizeof(*r));
 }
 
-/* Skips whitespace and SQL comments (-- to end of line, nested C-style blocks). */
-static const char *pgj_skip_space(const char *s)
+/* Skips whitespace, SQL comments and empty statements as PostgreSQL's lexer does: "--" comments
+ * end at \n or \r, block comments nest, and a ';' before a statement only ends an empty one.
+ * An unterminated block comment runs to the end (PostgreSQL refuses it anyway). */
+static const char *pgj_skip_space(const char *s, int semicolons)
 {
     for (;;) {
-        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v')
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v' ||
+               (semicolons && *s == ';'))
             s++;
         if (s[0] == '-' && s[1] == '-') {
-            while (*s && *s != '\n')
+            while (*s && *s != '\n' && *s != '\r')
                 s++;
         } else if (s[0] == '/' && s[1] == '*') {
             int depth = 1;
@@ -401,19 +407,92 @@ static const char *pgj_skip_space(const char *s)
     }
 }
 
+/* The keyword (identifier-like word) at s: its length, 0 when s does not start one. */
+static size_t pgj_word(const char *s)
+{
+    size_t n = 0;
+
+    while ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') || s[n] == '_' ||
+           (n > 0 && ((s[n] >= '0' && s[n] <= '9') || s[n] == '$')) || (unsigned char)s[n] >= 0x80)
+        n++;
+    return n;
+}
+
+/* 1 when the word s[0..n) is kw (upper case), ignoring case. */
+static int pgj_is(const char *s, size_t n, const char *kw)
+{
+    return strlen(kw) == n && strncasecmp(s, kw, n) == 0;
+}
+
+/* The word after the one at s[0..n), past whitespace and comments; its length in *len. */
+static const char *pgj_next_word(const char *s, size_t n, size_t *len)
+{
+    s = pgj_skip_space(s + n, 0);
+    *len = pgj_word(s);
+    return s;
+}
+
 const char *pgjson_txn_keyword(const char *sql)
 {
     static const char *const kw[] = {"BEGIN", "START",     "COMMIT",  "END",     "ROLLBACK",
                                      "ABORT", "SAVEPOINT", "RELEASE", "PREPARE", NULL};
-    const char *s = pgj_skip_space(sql);
-    size_t n = 0;
+    const char *s = pgj_skip_space(sql, 1);
+    size_t n = pgj_word(s);
 
-    while ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') || s[n] == '_' ||
-           (s[n] >= '0' && s[n] <= '9'))
-        n++;
     for (int i = 0; kw[i]; i++)
-        if (strlen(kw[i]) == n && strncasecmp(s, kw[i], n) == 0)
+        if (pgj_is(s, n, kw[i]))
             return kw[i];
+    return NULL;
+}
+
+/* 1 when s (case-insensitively) contains the fence table's name. */
+static int pgj_mentions_fence(const char *s)
+{
+    static const char name[] = "fencegate_fence";
+
+    for (; *s; s++)
+        if (strncasecmp(s, name, sizeof(name) - 1) == 0)
+            return 1;
+    return 0;
+}
+
+const char *pgjson_refusal(const char *sql)
+{
+    static const char *const session[] = {"LISTEN", "UNLISTEN", "DISCARD", "DEALLOCATE", NULL};
+    const char *s = pgj_skip_space(sql, 1), *w2, *w3;
+    size_t n, n2, n3;
+
+    if (!*s)
+        return "empty statement (nothing but whitespace, comments or ';')";
+    if (pgj_mentions_fence(sql))
+        return "fencegate_fence is fencegate's own table; statements may not mention it";
+    n = pgj_word(s);
+    if (pgjson_txn_keyword(s))
+        return "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, PREPARE, ...) is not "
+               "allowed: fencegate runs the whole batch as one transaction of its own";
+    if (pgj_is(s, n, "COPY"))
+        return "COPY is not allowed: fencegate does not carry COPY data";
+    for (int i = 0; session[i]; i++)
+        if (pgj_is(s, n, session[i]))
+            return "LISTEN, UNLISTEN, DISCARD and DEALLOCATE are not allowed: they change the "
+                   "state of a pooled connection that other batches share";
+    if (pgj_is(s, n, "RESET"))
+        return "RESET is not allowed: it changes the session of a pooled connection that other "
+               "batches share (SET LOCAL settings end with the batch anyway)";
+    if (pgj_is(s, n, "SET")) {
+        w2 = pgj_next_word(s, n, &n2);
+        /* Transaction-scoped forms end with the batch's transaction. */
+        if (pgj_is(w2, n2, "LOCAL") || pgj_is(w2, n2, "TRANSACTION") ||
+            pgj_is(w2, n2, "CONSTRAINTS"))
+            return NULL;
+        w3 = pgj_next_word(w2, n2, &n3);
+        if (pgj_is(w2, n2, "ROLE") ||
+            (pgj_is(w2, n2, "SESSION") && pgj_is(w3, n3, "AUTHORIZATION")))
+            return "SET ROLE and SET SESSION AUTHORIZATION are not allowed: they change the role "
+                   "of a pooled connection that other batches share";
+        return "a session-level SET is not allowed: it outlives the batch on a pooled connection "
+               "that other batches share; use SET LOCAL";
+    }
     return NULL;
 }
 
@@ -429,6 +508,11 @@ void pgjson_put(struct pgjson_buf *b, const char *s, size_t n)
 {
     if (b->failed)
         return;
+    if (b->limit && n > b->limit - (b->len < b->limit ? b->len : b->limit)) {
+        b->over = 1;
+        b->failed = 1;
+        return;
+    }
     if (b->len + n + 1 > b->cap) {
         size_t ncap = b->cap ? b->cap : 256;
         char *np;
@@ -663,7 +747,7 @@ void pgjson_put_result(struct pgjson_buf *b, const struct pgjson_result *r)
         pgjson_put_str(b, tn, strlen(tn));
     }
     pgjson_puts(b, "],\"rows\":[");
-    for (int i = 0; i < r->nrows; i++) {
+    for (int i = 0; i < r->nrows && !b->failed; i++) {
         pgjson_puts(b, i ? ",[" : "[");
         for (int c = 0; c < r->ncols; c++) {
             size_t n = 0;

@@ -34,7 +34,7 @@ struct pgjson_request {
 
 /* Parses body[0..len). Returns FG_OK with *out filled (free it with pgjson_request_free()),
  * FG_ERR_PROTO (not JSON, wrong shape, a missing, unknown or duplicate key, a value of the wrong
- * type, a transaction-control statement), FG_ERR_LIMIT (too many statements or parameters, a
+ * type, a statement pgjson_refusal() refuses), FG_ERR_LIMIT (too many statements or parameters, a
  * lock name too long, nesting too deep) or FG_ERR_NOMEM. On error *out is empty and err says
  * what was wrong, e.g. `statements[1].params[0]: a string holding \u0000 cannot be a text
  * parameter`. */
@@ -43,16 +43,33 @@ int pgjson_parse_request(const char *body, size_t len, struct pgjson_request *ou
 /* Frees what pgjson_parse_request() allocated; the struct is left empty. Safe twice. */
 void pgjson_request_free(struct pgjson_request *r);
 
-/* The transaction-control keyword sql starts with (after whitespace and comments), upper-cased
- * ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "PREPARE"),
- * or NULL. Such statements would end fencegate's transaction early, so they are refused. */
+/* The transaction-control keyword sql starts with, upper-cased ("BEGIN", "START", "COMMIT",
+ * "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "PREPARE"), or NULL. Leading whitespace,
+ * comments and empty statements are skipped as PostgreSQL's lexer does: "--" comments end at \n
+ * or \r, block comments nest, and ";COMMIT" is one statement, COMMIT. */
 const char *pgjson_txn_keyword(const char *sql);
 
-/* A growing output buffer. On allocation failure `failed` is set and later writes are dropped. */
+/* Why sql may not run in a batch (an English phrase), or NULL when it may. Refused:
+ * - empty statements (only whitespace, comments, ';'): they yield no result and would shift the
+ *   results against the statements;
+ * - transaction control (pgjson_txn_keyword()): it would end fencegate's transaction early;
+ * - COPY: its data is not carried (and would stall the connection);
+ * - LISTEN, UNLISTEN, DISCARD, DEALLOCATE, RESET, SET ROLE, SET SESSION AUTHORIZATION and every
+ *   session-level SET: they change a pooled connection that other batches share (SET LOCAL,
+ *   SET TRANSACTION and SET CONSTRAINTS end with the transaction and are allowed);
+ * - any text that mentions fencegate_fence (case-insensitively): fencegate's own table.
+ * This is a guard against mistakes, not a sandbox: functions can do what statements cannot, so
+ * pgstore.c also checks that the batch ends in the transaction it began. */
+const char *pgjson_refusal(const char *sql);
+
+/* A growing output buffer. On allocation failure `failed` is set and later writes are dropped;
+ * with a `limit` (bytes, 0 = none), a write that would pass it sets `over` and `failed`. */
 struct pgjson_buf {
     char *p;
     size_t len, cap;
+    size_t limit;
     int failed;
+    int over;
 };
 void pgjson_buf_free(struct pgjson_buf *b);
 void pgjson_put(struct pgjson_buf *b, const char *s, size_t n);

@@ -1,19 +1,35 @@
 /* pgstore.c — PostgreSQL stores: libpq's asynchronous API in pipeline mode on the event loop.
  *
- * Each store has a pool of connections. A connection is set up once (statement_timeout, the side
- * table fencegate_fence, five prepared fence statements); then a batch is one round trip: the
- * fence statements, the application's statements and a Sync, all in one pipeline, which
- * PostgreSQL runs as one implicit transaction. The first error skips everything after it up to
- * the Sync and rolls the whole transaction back.
+ * Each store has a pool of connections. A connection is set up once: statement_timeout; the
+ * schema the side table lives in (current_schema() of the fresh connection, so a batch's later
+ * search_path or temporary table can never redirect the fence); the table, created there; and
+ * the prepared statements, which name it fully qualified and call pg_catalog's functions and
+ * operators explicitly.
  *
- * The fence of a batch under token T (statements 0..2):
- *   F1 INSERT the lock's row with T when missing (ON CONFLICT DO NOTHING);
- *   F2 SELECT it FOR SHARE, raising an error when its mark is above T (stale): a share lock, so
- *      batches of the same holder run side by side, while a raise (F3, or fence on acquire)
- *      waits for them to commit;
- *   F3 UPDATE the mark to T when it is below T.
- * Fence on acquire (R1, R2): an upsert that raises the mark when it is below the token, under
- * the row's exclusive lock, and a read of the mark. */
+ * A batch runs in a transaction block that fencegate opens and closes itself, in two round trips:
+ *   1. one pipeline ended by a Sync:
+ *        BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED (whatever the session's defaults say)
+ *        S   set_config LOCAL: fencegate.batch := a random id of this batch,
+ *            synchronous_commit := on, statement_timeout := the store's
+ *        F1  INSERT the lock's row with T when missing (ON CONFLICT DO NOTHING);
+ *        F2  SELECT it FOR SHARE, raising an error when its mark is above T (stale): a share
+ *            lock, so batches of the same holder run side by side, while a raise (F3, or fence
+ *            on acquire) waits for them to commit;
+ *        F3  UPDATE the mark to T when it is below T;
+ *        the application's statements;
+ *        C   an error unless fencegate.batch still holds the id: a statement that ended the
+ *            block (COMMIT got past the filter) took the LOCAL setting with it, so C fails and
+ *            rolls back everything after that COMMIT. Inside a block, procedures and DO cannot
+ *            COMMIT at all (PostgreSQL refuses), so this is a second line.
+ *      The first error skips everything up to the Sync; the block stays open (failed).
+ *   2. COMMIT and a Sync when every result was fine, the block is still open and the client is
+ *      still there; else ROLLBACK and a Sync (the client is answered before it is sent).
+ * COMMIT is only ever sent after fencegate has seen every result, so an outcome is ambiguous
+ * only when the connection fails during round trip 2 (outcome_unknown). Results are rendered as
+ * they arrive, up to PGSTORE_RESULT_MAX bytes; past it the batch is rolled back (413).
+ *
+ * Fence on acquire runs the same way: BEGIN, S, R1 an upsert that raises the mark when it is
+ * below the token, under the row's exclusive lock, R2 a read of the mark; then COMMIT. */
 #include "pgstore.h"
 
 #include <event2/buffer.h>
@@ -24,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "config.h"
 #include "http.h"
@@ -34,29 +52,65 @@
 #define PG_CONNECT_TIMEOUT_MS 3000 /* connect and set-up of one connection */
 #define PG_BACKOFF_MIN_MS     100
 #define PG_BACKOFF_MAX_MS     5000
-#define PG_DEADLINE_SLACK_MS  2000 /* a batch's client-side deadline: statement_timeout + this */
-#define PG_STALE_MARKER       "fencegate stale token"
-#define PG_NFENCE             3 /* fence statements before the application's */
+#define PG_DEADLINE_SLACK_MS                                                                       \
+    2000 /* a round trip's client-side deadline: statement_timeout + this */
+#define PG_STALE_MARKER  "fencegate stale token"
+#define PG_ESCAPE_MARKER "fencegate: the batch ended the transaction fencegate began"
 
+/* Query indexes in round trip 1 of a batch (and of a fence job: R1, R2 at 2 and 3). */
+#define PG_Q_BEGIN  0
+#define PG_Q_SET    1
+#define PG_Q_F2     3 /* the stale check */
+#define PG_NPRE     5 /* queries before the application's statements */
+#define PG_Q_R1     2
+#define PG_Q_R2     3
+#define PG_Q_COMMIT 1000000 /* err_index of an error at COMMIT (round trip 2) */
+
+static const char pg_sql_begin[] = "BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED";
+/* Statements name the table as {T}: its quoted, schema-qualified name goes there. */
 static const char pg_sql_create[] =
-    "CREATE TABLE IF NOT EXISTS fencegate_fence (lock text PRIMARY KEY, token bigint NOT NULL)";
-static const char pg_sql_f1[] = "INSERT INTO fencegate_fence (lock, token) VALUES ($1, $2) "
-                                "ON CONFLICT (lock) DO NOTHING";
-static const char pg_sql_f2[] =
-    "SELECT CASE WHEN token <= $2 THEN 0 ELSE ('" PG_STALE_MARKER " ' || $2 || ' below mark ' || "
-    "token)::int END FROM fencegate_fence WHERE lock = $1 FOR SHARE";
-static const char pg_sql_f3[] =
-    "UPDATE fencegate_fence SET token = $2 WHERE lock = $1 AND token < $2";
-static const char pg_sql_r1[] = "INSERT INTO fencegate_fence (lock, token) VALUES ($1, $2) "
-                                "ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token "
-                                "WHERE fencegate_fence.token < EXCLUDED.token RETURNING token";
-static const char pg_sql_r2[] = "SELECT token FROM fencegate_fence WHERE lock = $1";
+    "CREATE TABLE IF NOT EXISTS {T} (lock text PRIMARY KEY, token bigint NOT NULL)";
 
 static const struct {
     const char *name, *sql;
+    int nparams;
+    Oid types[2];
 } pg_prepared[] = {
-    {"fencegate_f1", pg_sql_f1}, {"fencegate_f2", pg_sql_f2}, {"fencegate_f3", pg_sql_f3},
-    {"fencegate_r1", pg_sql_r1}, {"fencegate_r2", pg_sql_r2},
+    {"fencegate_s",
+     "SELECT pg_catalog.set_config('fencegate.batch', $1, true), "
+     "pg_catalog.set_config('synchronous_commit', 'on', true), "
+     "pg_catalog.set_config('statement_timeout', $2, true)",
+     2,
+     {25, 25}},
+    {"fencegate_f1",
+     "INSERT INTO {T} (lock, token) VALUES ($1, $2) ON CONFLICT (lock) DO NOTHING",
+     2,
+     {25, 20}},
+    {"fencegate_f2",
+     "SELECT CASE WHEN token OPERATOR(pg_catalog.<=) $2 THEN 0 ELSE CAST('" PG_STALE_MARKER
+     " ' OPERATOR(pg_catalog.||) $2 OPERATOR(pg_catalog.||) ' below mark ' "
+     "OPERATOR(pg_catalog.||) token AS pg_catalog.int4) END FROM {T} "
+     "WHERE lock OPERATOR(pg_catalog.=) $1 FOR SHARE",
+     2,
+     {25, 20}},
+    {"fencegate_f3",
+     "UPDATE {T} SET token = $2 WHERE lock OPERATOR(pg_catalog.=) $1 AND token "
+     "OPERATOR(pg_catalog.<) $2",
+     2,
+     {25, 20}},
+    {"fencegate_r1",
+     "INSERT INTO {T} AS f (lock, token) VALUES ($1, $2) ON CONFLICT (lock) DO UPDATE SET "
+     "token = EXCLUDED.token WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token RETURNING token",
+     2,
+     {25, 20}},
+    {"fencegate_r2", "SELECT token FROM {T} WHERE lock OPERATOR(pg_catalog.=) $1", 1, {25}},
+    {"fencegate_c",
+     "SELECT CASE WHEN pg_catalog.current_setting('fencegate.batch', true) "
+     "OPERATOR(pg_catalog.=) $1 THEN 0 ELSE CAST('" PG_ESCAPE_MARKER
+     " (' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting("
+     "'fencegate.batch', true), '') OPERATOR(pg_catalog.||) ')' AS pg_catalog.int4) END",
+     1,
+     {25}},
 };
 #define PG_NPREPARED ((int)(sizeof(pg_prepared) / sizeof(pg_prepared[0])))
 
@@ -72,8 +126,11 @@ struct pg_conn {
     struct event *timer;     /* backoff, connect deadline, batch deadline */
     enum pc_state state;
     int backoff_ms;
-    int setup_syncs; /* set-up segments still to complete */
+    int setup_stage; /* 1: settings and current_schema(); 2: the table and prepared statements */
+    int setup_syncs; /* set-up segments of this stage still to complete */
+    char *table;     /* the side table's quoted, schema-qualified name (malloc) */
     struct pg_job *job;
+    int phase;     /* PC_BUSY: 1 the batch's statements, 2 its COMMIT or ROLLBACK */
     int qi;        /* the query whose results are being read */
     int in_query;  /* a result of query qi came; the NULL that ends it has not */
     int syncs;     /* Syncs sent and not yet answered */
@@ -94,9 +151,12 @@ struct pg_job {
     lock_fence_done done;
     void *ctx;
     struct event *timer;
-    struct pgjson_buf out;
+    struct pgjson_buf out; /* the rendered results, limited to PGSTORE_RESULT_MAX */
     int nres;
-    int err_index; /* query index of the first error, -1 */
+    char batch[40]; /* the random id fencegate.batch holds while the batch's block is open */
+    int committed;  /* COMMIT answered COMMIT */
+    int escaped;    /* the block was no longer open at the end of round trip 1 */
+    int err_index;  /* query index of the first error, -1 */
     char sqlstate[6];
     char *errmsg;
     int raised;
@@ -111,9 +171,11 @@ struct pgstore {
     int nconns;
     long long timeout_ms;
     int queue_max;
+    char timeout_str[24]; /* timeout_ms in decimal, for SET LOCAL statement_timeout */
     struct pg_job *jobs;
     struct pg_job *qhead, *qtail;
-    int qlen;
+    int qlen;  /* queued HTTP batches (at most queue_max) */
+    int fqlen; /* queued fence-on-acquire jobs (at most PGSTORE_FENCE_QUEUE_MAX) */
     int nlive; /* connections in PC_IDLE or PC_BUSY */
     char last_error[512];
     char ready_msg[700];
@@ -165,7 +227,10 @@ static void pg_unqueue(struct pg_job *j)
         s->qtail = q;
     j->qnext = NULL;
     j->queued = 0;
-    s->qlen--;
+    if (j->fence)
+        s->fqlen--;
+    else
+        s->qlen--;
 }
 
 /* Answers a job that did not run to its end (or ran into an error of fencegate's own) and frees
@@ -181,7 +246,7 @@ static void pg_job_fail(struct pg_job *j, int status, const char *code, const ch
     } else if (j->req) {
         if (!strcmp(code, "pool_exhausted"))
             metrics_inc(&fg_metrics, M_PG_POOL_FULL, 1);
-        else if (!strcmp(code, "store_unavailable"))
+        else if (!strcmp(code, "store_unavailable") || !strcmp(code, "outcome_unknown"))
             metrics_inc(&fg_metrics, M_PG_UNAVAILABLE, 1);
         http_reply_error(j->req, status, code, text);
     }
@@ -273,11 +338,14 @@ static void pg_update_live(struct pgstore *s)
     }
 }
 
-/* Drops the connection (its batch, if any, is answered 503) and reconnects after a backoff. */
+/* Drops the connection and reconnects after a backoff. Its batch, if any, is answered 503:
+ * store_unavailable when fencegate had not sent COMMIT (the block dies with the connection, so
+ * nothing was committed), outcome_unknown when it had. */
 static void pc_broken(struct pg_conn *c, const char *why)
 {
     struct pgstore *s = c->s;
     struct pg_job *j = c->job;
+    int phase = c->phase;
     char msg[700];
     size_t n;
 
@@ -286,10 +354,13 @@ static void pc_broken(struct pg_conn *c, const char *why)
     while (n > 0 && (s->last_error[n - 1] == '\n' || s->last_error[n - 1] == ' '))
         s->last_error[--n] = '\0';
     c->job = NULL;
+    c->phase = 0;
     pc_events_free(c);
     if (c->pg)
         PQfinish(c->pg);
     c->pg = NULL;
+    free(c->table);
+    c->table = NULL;
     evtimer_del(c->timer);
     c->state = PC_WAIT;
     c->syncs = 0;
@@ -297,10 +368,16 @@ static void pc_broken(struct pg_conn *c, const char *why)
     if (c->backoff_ms > PG_BACKOFF_MAX_MS)
         c->backoff_ms = PG_BACKOFF_MAX_MS;
     pc_timer(c, c->backoff_ms / 2 + rand() % (c->backoff_ms / 2 + 1));
-    if (j) {
+    if (j && phase == 2) {
         snprintf(msg, sizeof(msg),
-                 "the connection failed while the batch ran (%s); it was rolled back unless "
-                 "PostgreSQL committed it just before",
+                 "the connection failed while PostgreSQL committed the batch (%s): it may or may "
+                 "not have committed; read the data back before retrying",
+                 s->last_error);
+        pg_job_fail(j, 503, "outcome_unknown", msg);
+    } else if (j) {
+        snprintf(msg, sizeof(msg),
+                 "the connection failed before the batch was committed (%s); it was rolled back: "
+                 "nothing was committed",
                  s->last_error);
         pg_job_fail(j, 503, "store_unavailable", msg);
     }
@@ -320,7 +397,8 @@ static int pc_flush(struct pg_conn *c)
     return 0;
 }
 
-/* Connected: the set-up segments, each ended by a Sync (a failing CREATE must not undo SET). */
+/* Connected, stage 1: the settings and the schema for the side table, each segment ended by a
+ * Sync. */
 static void pc_setup(struct pg_conn *c)
 {
     char sql[96];
@@ -333,24 +411,95 @@ static void pc_setup(struct pg_conn *c)
     }
     snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", c->s->timeout_ms);
     ok = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(c->pg) &&
-         PQsendQueryParams(c->pg, pg_sql_create, 0, NULL, NULL, NULL, NULL, 0) &&
+         PQsendQueryParams(c->pg, "SELECT pg_catalog.current_schema()", 0, NULL, NULL, NULL, NULL,
+                           0) &&
          PQpipelineSync(c->pg);
-    for (int i = 0; ok && i < PG_NPREPARED; i++) {
-        static const Oid types[2] = {25, 20}; /* text, int8 */
-        ok = PQsendPrepare(c->pg, pg_prepared[i].name, pg_prepared[i].sql,
-                           i == PG_NPREPARED - 1 ? 1 : 2, types);
-    }
-    if (!ok || !PQpipelineSync(c->pg)) {
+    if (!ok) {
         pc_broken(c, PQerrorMessage(c->pg));
         return;
     }
     c->state = PC_SETUP;
-    c->setup_syncs = 3;
-    c->syncs = 3;
+    c->setup_stage = 1;
+    c->setup_syncs = 2;
+    c->syncs = 2;
     c->qi = 0;
     c->in_query = 0;
     c->err[0] = '\0';
     event_add(c->rev, NULL);
+    pc_flush(c);
+}
+
+/* Stage 1's answer: the schema (current_schema(), NULL when search_path names none). */
+static void pc_setup_schema(struct pg_conn *c, const PGresult *r)
+{
+    const char *schema = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : NULL;
+    char *q;
+    size_t n;
+
+    if (!schema) {
+        snprintf(c->err, sizeof(c->err),
+                 "setting up the connection: no schema to create fencegate_fence in (the "
+                 "connection's search_path names no existing schema)");
+        return;
+    }
+    if (!strncmp(schema, "pg_temp", 7) || !strncmp(schema, "pg_toast_temp", 13)) {
+        snprintf(c->err, sizeof(c->err),
+                 "setting up the connection: the connection's first schema is temporary (%s); "
+                 "fencegate_fence must live in a permanent one",
+                 schema);
+        return;
+    }
+    q = PQescapeIdentifier(c->pg, schema, strlen(schema));
+    if (!q) {
+        snprintf(c->err, sizeof(c->err), "setting up the connection: cannot quote schema '%s'",
+                 schema);
+        return;
+    }
+    n = strlen(q) + sizeof(".fencegate_fence");
+    free(c->table);
+    c->table = malloc(n);
+    if (c->table)
+        snprintf(c->table, n, "%s.fencegate_fence", q);
+    else
+        snprintf(c->err, sizeof(c->err), "setting up the connection: out of memory");
+    PQfreemem(q);
+}
+
+/* tmpl with its {T} (if any) replaced by table, into out[0..n). 0 when it does not fit. */
+static int pg_fill(char *out, size_t n, const char *tmpl, const char *table)
+{
+    const char *t = strstr(tmpl, "{T}");
+    int w;
+
+    if (!t)
+        w = snprintf(out, n, "%s", tmpl);
+    else
+        w = snprintf(out, n, "%.*s%s%s", (int)(t - tmpl), tmpl, table, t + 3);
+    return w >= 0 && (size_t)w < n;
+}
+
+/* Stage 2: the table in that schema (a failing CREATE must not undo the rest: its own segment)
+ * and the prepared statements, which name it qualified. */
+static void pc_setup2(struct pg_conn *c)
+{
+    char sql[1024];
+    int ok;
+
+    ok = pg_fill(sql, sizeof(sql), pg_sql_create, c->table) &&
+         PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(c->pg);
+    for (int i = 0; ok && i < PG_NPREPARED; i++)
+        ok = pg_fill(sql, sizeof(sql), pg_prepared[i].sql, c->table) &&
+             PQsendPrepare(c->pg, pg_prepared[i].name, sql, pg_prepared[i].nparams,
+                           pg_prepared[i].types);
+    if (!ok || !PQpipelineSync(c->pg)) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    c->setup_stage = 2;
+    c->setup_syncs = 2;
+    c->syncs = 2;
+    c->qi = 0;
+    c->in_query = 0;
     pc_flush(c);
 }
 
@@ -465,7 +614,7 @@ static void pg_job_error(struct pg_job *j, int qi, const PGresult *r)
     j->errmsg = strdup(msg ? msg : PQresultErrorMessage(r));
 }
 
-/* One result of query qi of the running batch. */
+/* One result of query qi of the running batch (or of the set-up). */
 static void pc_result(struct pg_conn *c, PGresult *r)
 {
     struct pg_job *j = c->job;
@@ -475,15 +624,26 @@ static void pc_result(struct pg_conn *c, PGresult *r)
         if (st == PGRES_FATAL_ERROR && !c->err[0]) {
             const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
             /* Two connections creating the side table at once: one loses, harmlessly. */
-            if (!(c->setup_syncs == 2 && code &&
+            if (!(c->setup_stage == 2 && c->setup_syncs == 2 && code &&
                   (!strcmp(code, "42P07") || !strcmp(code, "23505"))))
                 snprintf(c->err, sizeof(c->err), "setting up the connection: %s",
                          PQresultErrorMessage(r));
+        } else if (st == PGRES_TUPLES_OK && c->setup_stage == 1 && c->setup_syncs == 1 &&
+                   !c->err[0]) {
+            pc_setup_schema(c, r);
         }
         return;
     }
     if (!j)
         return;
+    if (c->phase == 2) {
+        /* COMMIT's answer (a ROLLBACK's job was answered already). */
+        if (st == PGRES_FATAL_ERROR)
+            pg_job_error(j, PG_Q_COMMIT, r);
+        else if (st == PGRES_COMMAND_OK && !strcmp(PQcmdStatus(r), "COMMIT"))
+            j->committed = 1;
+        return;
+    }
     if (st == PGRES_FATAL_ERROR) {
         pg_job_error(j, c->qi, r);
         return;
@@ -491,13 +651,15 @@ static void pc_result(struct pg_conn *c, PGresult *r)
     if (st == PGRES_PIPELINE_ABORTED || j->err_index >= 0)
         return;
     if (j->fence) {
-        if (c->qi == 0 && PQntuples(r) > 0)
+        if (c->qi == PG_Q_R1 && PQntuples(r) > 0)
             j->raised = 1;
-        if (c->qi == 1 && PQntuples(r) > 0)
+        if (c->qi == PG_Q_R2 && PQntuples(r) > 0)
             j->mark = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         return;
     }
-    if (c->qi >= PG_NFENCE && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)) {
+    if (c->qi >= PG_NPRE && c->qi < PG_NPRE + j->rq.nstmts && !j->out.failed) {
+        /* Every statement gets a result, so results line up with statements. j->out stops at
+         * its limit (PGSTORE_RESULT_MAX); then the rest is not rendered and the batch fails. */
         struct pgjson_result pr = {PQcmdStatus(r), PQnfields(r), PQntuples(r), r,
                                    pg_col_name,    pg_col_type,  pg_value};
         if (j->nres++)
@@ -514,28 +676,49 @@ static long long pg_stale_mark(const char *msg)
     return m ? strtoll(m + strlen(" below mark "), NULL, 10) : -1;
 }
 
-static void pg_job_done(struct pg_conn *c, struct pg_job *j)
+/* 1 when the job ran through round trip 1 without a fault: COMMIT may be sent. */
+static int pg_job_ok(const struct pg_job *j)
+{
+    return j->err_index < 0 && !j->escaped && !j->out.failed;
+}
+
+/* Answers a fence job: after COMMIT, or (failed) before its ROLLBACK. */
+static void pg_fence_done(struct pg_job *j)
+{
+    char text[900];
+
+    if (j->err_index >= 0) {
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': raising the fence mark failed: %s (SQLSTATE %s)",
+                 j->s->cfg->name, j->errmsg ? j->errmsg : "", j->sqlstate);
+        j->done(j->ctx, -1, 0, text);
+    } else if (!j->committed) {
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': raising the fence mark failed: the transaction did not "
+                 "commit",
+                 j->s->cfg->name);
+        j->done(j->ctx, -1, 0, text);
+    } else if (j->raised) {
+        metrics_inc(&fg_metrics, M_PG_FENCE_RAISES, 1);
+        j->done(j->ctx, 0, 0, NULL);
+    } else {
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': its mark %lld is at or above the new token",
+                 j->s->cfg->name, j->mark);
+        j->done(j->ctx, 1, j->mark > 0 ? (uint64_t)j->mark : 0, text);
+    }
+    pg_job_free(j);
+}
+
+/* Answers an HTTP batch: after COMMIT, or (failed) before its ROLLBACK. */
+static void pg_job_done(struct pg_job *j)
 {
     struct pgjson_buf b = {0};
     char esc[PGJSON_MAX_LOCK * 6 + 1], text[2 * PGJSON_MAX_LOCK * 6 + 800];
+    const char *name = j->s->cfg->name;
 
     if (j->fence) {
-        if (j->err_index >= 0) {
-            snprintf(text, sizeof(text),
-                     "postgresql store '%s': raising the fence mark failed: %s (SQLSTATE %s)",
-                     j->s->cfg->name, j->errmsg ? j->errmsg : "", j->sqlstate);
-            j->done(j->ctx, -1, 0, text);
-        } else if (j->raised) {
-            metrics_inc(&fg_metrics, M_PG_FENCE_RAISES, 1);
-            j->done(j->ctx, 0, 0, NULL);
-        } else {
-            snprintf(text, sizeof(text),
-                     "postgresql store '%s': its mark %lld is at or above the "
-                     "new token",
-                     j->s->cfg->name, j->mark);
-            j->done(j->ctx, 1, j->mark > 0 ? (uint64_t)j->mark : 0, text);
-        }
-        pg_job_free(j);
+        pg_fence_done(j);
         return;
     }
     if (!j->req) {
@@ -543,7 +726,7 @@ static void pg_job_done(struct pg_conn *c, struct pg_job *j)
         return;
     }
     http_json_escape(esc, sizeof(esc), j->rq.lock);
-    if (j->err_index < 0 && !j->out.failed) {
+    if (pg_job_ok(j) && j->committed) {
         metrics_inc(&fg_metrics, M_PG_COMMITTED, 1);
         pgjson_puts(&b, "{\"lock\":\"");
         pgjson_puts(&b, esc);
@@ -553,12 +736,34 @@ static void pg_job_done(struct pg_conn *c, struct pg_job *j)
         pgjson_put(&b, j->out.p ? j->out.p : "", j->out.len);
         pgjson_puts(&b, "]}");
         if (b.failed)
-            http_reply_error(j->req, 500, "internal", "out of memory rendering the results");
+            http_reply_error(j->req, 500, "internal",
+                             "out of memory rendering the results (the batch was committed)");
         else
             http_reply_json(j->req, 200, b.p);
-    } else if (j->err_index < 0) {
-        http_reply_error(j->req, 500, "internal", "out of memory rendering the results");
-    } else if (j->err_index == 1 && j->errmsg && strstr(j->errmsg, PG_STALE_MARKER)) {
+    } else if (pg_job_ok(j)) {
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': COMMIT did not commit the batch; it was rolled back",
+                 name);
+        http_reply_error(j->req, 500, "internal", text);
+    } else if (j->err_index < 0 && j->out.over) {
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': the results are larger than %u bytes of JSON; the batch "
+                 "was rolled back: nothing was committed (select fewer rows or columns)",
+                 name, PGSTORE_RESULT_MAX);
+        http_reply_error(j->req, 413, "result_too_large", text);
+    } else if (j->err_index < 0 && j->out.failed) {
+        http_reply_error(j->req, 500, "internal",
+                         "out of memory rendering the results; the batch was rolled back");
+    } else if (j->err_index < 0 || (j->errmsg && strstr(j->errmsg, PG_ESCAPE_MARKER))) {
+        /* Only reachable if a statement ended the block despite the filter. */
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': a statement of the batch ended fencegate's transaction "
+                 "(a COMMIT or ROLLBACK the filter did not recognise); the statements after it "
+                 "were rolled back, those before it may have been committed",
+                 name);
+        metrics_inc(&fg_metrics, M_PG_SQL_ERRORS, 1);
+        http_reply_error(j->req, 500, "transaction_escaped", text);
+    } else if (j->err_index == PG_Q_F2 && j->errmsg && strstr(j->errmsg, PG_STALE_MARKER)) {
         long long mark = pg_stale_mark(j->errmsg);
         metrics_inc(&fg_metrics, M_PG_STALE_REFUSED, 1);
         snprintf(text, sizeof(text),
@@ -567,21 +772,24 @@ static void pg_job_done(struct pg_conn *c, struct pg_job *j)
                  "\"lock\":\"%s\",\"token\":%s,\"mark\":%lld}",
                  esc, j->tokstr, mark, esc, j->tokstr, mark);
         http_reply_json(j->req, 409, text);
-    } else if (j->err_index < PG_NFENCE) {
+    } else if (j->err_index < PG_NPRE) {
         snprintf(text, sizeof(text),
-                 "postgresql store '%s': the fence statement failed: %s "
+                 "postgresql store '%s': fencegate's own statement %d failed: %s "
                  "(SQLSTATE %s); nothing was committed",
-                 j->s->cfg->name, j->errmsg ? j->errmsg : "", j->sqlstate);
+                 name, j->err_index, j->errmsg ? j->errmsg : "", j->sqlstate);
         metrics_inc(&fg_metrics, M_PG_UNAVAILABLE, 1);
         http_reply_error(j->req, 503, "store_unavailable", text);
     } else {
-        char idx[32];
+        char idx[48];
         metrics_inc(&fg_metrics, M_PG_SQL_ERRORS, 1);
         pgjson_puts(&b, "{\"error\":\"sql_error\",\"sqlstate\":");
         pgjson_put_str(&b, j->sqlstate, strlen(j->sqlstate));
         pgjson_puts(&b, ",\"message\":");
         pgjson_put_str(&b, j->errmsg ? j->errmsg : "", j->errmsg ? strlen(j->errmsg) : 0);
-        snprintf(idx, sizeof(idx), ",\"statement\":%d", j->err_index - PG_NFENCE);
+        if (j->err_index == PG_Q_COMMIT)
+            snprintf(idx, sizeof(idx), ",\"statement\":null");
+        else
+            snprintf(idx, sizeof(idx), ",\"statement\":%d", j->err_index - PG_NPRE);
         pgjson_puts(&b, idx);
         pgjson_puts(&b, ",\"rolled_back\":true}");
         if (b.failed)
@@ -591,6 +799,36 @@ static void pg_job_done(struct pg_conn *c, struct pg_job *j)
     }
     pgjson_buf_free(&b);
     pg_job_free(j);
+}
+
+/* Round trip 1 answered: COMMIT when all is well, else answer the client and ROLLBACK. */
+static void pc_phase1_done(struct pg_conn *c)
+{
+    struct pg_job *j = c->job;
+    int ok = j && pg_job_ok(j), intrans = PQtransactionStatus(c->pg) == PQTRANS_INTRANS;
+
+    if (ok && !intrans) {
+        j->escaped = 1; /* the block is gone though the check passed: never commit */
+        ok = 0;
+    }
+    if (ok && !j->fence && !j->req)
+        ok = 0; /* the client went away: nobody to tell, so nothing is committed */
+    if (!ok && j) {
+        c->job = NULL; /* the outcome is known: rolled back (the block dies with the link too) */
+        pg_job_done(j);
+    }
+    c->phase = 2;
+    c->qi = 0;
+    c->in_query = 0;
+    if (!PQsendQueryParams(c->pg, ok ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) ||
+        !PQpipelineSync(c->pg)) {
+        pc_broken(c, PQerrorMessage(c->pg));
+        return;
+    }
+    c->syncs = 1;
+    evtimer_del(c->timer);
+    pc_timer(c, c->s->timeout_ms + PG_DEADLINE_SLACK_MS);
+    pc_flush(c);
 }
 
 /* A Sync answered. */
@@ -609,6 +847,10 @@ static void pc_sync(struct pg_conn *c)
             pc_broken(c, c->err);
             return;
         }
+        if (c->setup_stage == 1) {
+            pc_setup2(c);
+            return;
+        }
         evtimer_del(c->timer);
         c->state = PC_IDLE;
         c->backoff_ms = 0;
@@ -616,19 +858,47 @@ static void pc_sync(struct pg_conn *c)
         pg_next_job(c->s, c);
         return;
     }
-    if (c->state != PC_BUSY || !j)
+    if (c->state != PC_BUSY || c->syncs > 0)
         return;
+    if (c->phase == 1) {
+        pc_phase1_done(c);
+        return;
+    }
     if (PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
-        /* Cannot happen with the transaction-control statements refused; if it does, closing
-         * the connection rolls back whatever is open, and the batch is reported as failed. */
-        pc_broken(c, "the batch left a transaction open; it was rolled back");
+        /* Cannot happen after COMMIT or ROLLBACK; closing the connection rolls back whatever is
+         * open (a job still here is answered outcome_unknown). */
+        pc_broken(c, "a transaction was still open after COMMIT or ROLLBACK");
         return;
     }
     evtimer_del(c->timer);
     c->job = NULL;
+    c->phase = 0;
     c->state = PC_IDLE;
-    pg_job_done(c, j);
+    if (j)
+        pg_job_done(j);
     pg_next_job(c->s, c);
+}
+
+/* A statement started COPY: answer the batch (nothing was committed: COMMIT comes only after
+ * round trip 1) and drop the connection. */
+static void pc_copy(struct pg_conn *c)
+{
+    struct pg_job *j = c->job;
+    char msg[200];
+
+    if (j && c->phase == 1) {
+        c->job = NULL;
+        if (j->fence) {
+            pg_job_fail(j, 503, "store_unavailable", "COPY in a fence job");
+        } else {
+            snprintf(msg, sizeof(msg),
+                     "statement %d started COPY, which fencegate does not carry; the batch was "
+                     "rolled back: nothing was committed",
+                     c->qi - PG_NPRE);
+            pg_job_fail(j, 400, "bad_request", msg);
+        }
+    }
+    pc_broken(c, "a statement started COPY; connection dropped");
 }
 
 static void pc_on_read(evutil_socket_t fd, short what, void *arg)
@@ -645,6 +915,7 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
     }
     while (c->pg && c->syncs > 0 && !PQisBusy(c->pg)) {
         PGresult *r = PQgetResult(c->pg);
+        ExecStatusType st;
         if (!r) {
             if (!c->in_query)
                 break;
@@ -652,10 +923,18 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
             c->qi++;
             continue;
         }
-        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+        st = PQresultStatus(r);
+        if (st == PGRES_PIPELINE_SYNC) {
             PQclear(r);
             pc_sync(c);
             continue;
+        }
+        if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+            /* libpq would return this result forever. The filter refuses COPY; should one get
+             * through, drop the connection: before COMMIT that rolls the batch back. */
+            PQclear(r);
+            pc_copy(c);
+            return;
         }
         c->in_query = 1;
         pc_result(c, r);
@@ -665,28 +944,48 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
 
 /* ---- running batches ----------------------------------------------------------------------- */
 
+/* A random id for fencegate.batch. */
+static void pg_batch_id(char *out, size_t n)
+{
+    static uint64_t counter;
+    uint64_t v[2] = {0, 0};
+
+    if (getrandom(v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+        v[0] = (uint64_t)time(NULL) ^ ((uint64_t)rand() << 20);
+        v[1] = ++counter;
+    }
+    snprintf(out, n, "%016" PRIx64 "%016" PRIx64, v[0], v[1]);
+}
+
 static void pc_run(struct pg_conn *c, struct pg_job *j)
 {
     const char *fp[2] = {j->fence ? j->name : j->rq.lock, j->tokstr};
+    const char *sp[2] = {j->batch, c->s->timeout_str};
+    const char *cp[1] = {j->batch};
     int ok;
 
     c->job = j;
     c->state = PC_BUSY;
+    c->phase = 1;
     c->qi = 0;
     c->in_query = 0;
+    pg_batch_id(j->batch, sizeof(j->batch));
+    ok = PQsendQueryParams(c->pg, pg_sql_begin, 0, NULL, NULL, NULL, NULL, 0) &&
+         PQsendQueryPrepared(c->pg, "fencegate_s", 2, sp, NULL, NULL, 0);
     if (j->fence) {
-        ok = PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
+        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
              PQsendQueryPrepared(c->pg, "fencegate_r2", 1, fp, NULL, NULL, 0);
     } else {
-        ok = PQsendQueryPrepared(c->pg, "fencegate_f1", 2, fp, NULL, NULL, 0) &&
+        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_f1", 2, fp, NULL, NULL, 0) &&
              PQsendQueryPrepared(c->pg, "fencegate_f2", 2, fp, NULL, NULL, 0) &&
              PQsendQueryPrepared(c->pg, "fencegate_f3", 2, fp, NULL, NULL, 0);
         for (int i = 0; ok && i < j->rq.nstmts; i++)
             ok = PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
                                    j->rq.stmts[i].params, NULL, NULL, 0);
+        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_c", 1, cp, NULL, NULL, 0);
     }
     if (!ok || !PQpipelineSync(c->pg)) {
-        /* Without the Sync nothing commits; dropping the connection rolls back. */
+        /* No COMMIT was sent; dropping the connection rolls back. */
         pc_broken(c, PQerrorMessage(c->pg));
         return;
     }
@@ -729,10 +1028,10 @@ static void pg_submit(struct pgstore *s, struct pg_job *j)
                     s->last_error[0] ? s->last_error : "not connected yet");
         return;
     }
-    if (s->qlen >= s->queue_max) {
+    if (j->fence ? s->fqlen >= PGSTORE_FENCE_QUEUE_MAX : s->qlen >= s->queue_max) {
         char msg[160];
-        snprintf(msg, sizeof(msg), "all %d connections are busy and %d requests already wait",
-                 s->nconns, s->qlen);
+        snprintf(msg, sizeof(msg), "all %d connections are busy and %d %s already wait", s->nconns,
+                 j->fence ? s->fqlen : s->qlen, j->fence ? "fence-on-acquire jobs" : "requests");
         pg_job_fail(j, 503, "pool_exhausted", msg);
         return;
     }
@@ -754,7 +1053,10 @@ static void pg_submit(struct pgstore *s, struct pg_job *j)
         s->qtail = j;
     }
     j->queued = 1;
-    s->qlen++;
+    if (j->fence)
+        s->fqlen++;
+    else
+        s->qlen++;
     evtimer_add(j->timer, &tv);
 }
 
@@ -768,6 +1070,7 @@ static struct pg_job *pg_job_new(struct pgstore *s, uint64_t token)
     j->token = token;
     j->err_index = -1;
     j->mark = -1;
+    j->out.limit = PGSTORE_RESULT_MAX;
     snprintf(j->tokstr, sizeof(j->tokstr), "%" PRIu64, token);
     return j;
 }
@@ -916,6 +1219,7 @@ struct pgstores *pgstores_new(struct event_base *base, const struct cfg *cfg)
         s->nconns = cs->pool_size > 0 ? cs->pool_size : PGSTORE_POOL_SIZE;
         s->timeout_ms = cs->timeout_ms > 0 ? cs->timeout_ms : PGSTORE_TIMEOUT_MS;
         s->queue_max = cs->queue_max > 0 ? cs->queue_max : PGSTORE_QUEUE_MAX;
+        snprintf(s->timeout_str, sizeof(s->timeout_str), "%lld", s->timeout_ms);
         snprintf(s->last_error, sizeof(s->last_error), "connecting");
         s->conns = calloc((size_t)s->nconns, sizeof(*s->conns));
         if (!s->conns) {
@@ -962,6 +1266,8 @@ void pgstores_free(struct pgstores *p)
             if (c->pg)
                 PQfinish(c->pg);
             c->pg = NULL;
+            free(c->table);
+            c->table = NULL;
             if (c->timer)
                 event_free(c->timer);
             c->timer = NULL;

@@ -1,9 +1,11 @@
 /* pgstore.h — PostgreSQL stores: a bounded libpq connection pool per store on the event loop,
  * POST /v1/stores/{store}/sql (fenced SQL batches) and fence on acquire.
  *
- * A batch runs as one pipelined implicit transaction: the fence statements on the lock's row of
- * fencegate_fence (checked and raised to the token under a row lock; a stale token raises an
- * error, so nothing after it runs and nothing commits), then the statements, then Sync. */
+ * A batch runs in a transaction block fencegate opens and closes itself: BEGIN, the fence
+ * statements on the lock's row of fencegate_fence (checked and raised to the token under a row
+ * lock; a stale token raises an error, so nothing after it runs), the statements and a check
+ * that the block is still fencegate's, in one pipeline; then, once every result is in and fine,
+ * COMMIT (else ROLLBACK). See pgstore.c. */
 #ifndef FG_PGSTORE_H
 #define FG_PGSTORE_H
 
@@ -22,6 +24,11 @@ struct pgstore;
 #define PGSTORE_POOL_SIZE  8    /* connections per store, unless pool_size says otherwise */
 #define PGSTORE_TIMEOUT_MS 5000 /* statement_timeout, unless timeout_ms says otherwise */
 #define PGSTORE_QUEUE_MAX  1024 /* requests waiting for a connection, unless queue_max says */
+/* Fence-on-acquire jobs waiting for a connection: a reserve of their own, so that a flood of
+ * SQL batches filling queue_max never makes lock acquisitions fail. */
+#define PGSTORE_FENCE_QUEUE_MAX 1024
+/* Bytes of rendered JSON results per batch; past it the batch is rolled back and answered 413. */
+#define PGSTORE_RESULT_MAX (16u * 1024 * 1024)
 
 /* One pool per postgresql:// store of cfg; connects in the background. NULL when out of memory.
  * cfg must outlive it. */

@@ -66,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < rq.nstmts; i++) {
         const struct pgjson_stmt *st = &rq.stmts[i];
         struct pgjson_result r = {st->sql, st->nparams, 1, NULL, fuzz_name, fuzz_type, fuzz_value};
-        if (!st->sql[0] || pgjson_txn_keyword(st->sql) || st->nparams > PGJSON_MAX_PARAMS)
+        if (!st->sql[0] || pgjson_txn_keyword(st->sql) || pgjson_refusal(st->sql) ||
+            st->nparams > PGJSON_MAX_PARAMS)
             abort();
         fuzz_stmt = st;
         if (i)

@@ -165,6 +165,211 @@ class PgStoreTest(FgTestCase):
         self.assertIn("statements[1].sql: COMMIT is not allowed", body["message"])
         self.assertEqual(len(self.rows()), 2)
 
+    # ---- the batch cannot leave fencegate's transaction --------------------------------
+
+    def test_commit_bypass_forms_commit_nothing(self):
+        """Forms that slipped past the old keyword filter: each is refused (400) or fails
+        inside fencegate's transaction block (422), and nothing of the batch commits."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        self.pg.sql("CREATE PROCEDURE committer() LANGUAGE plpgsql AS $$BEGIN "
+                    "UPDATE accounts SET owner = 'proc' WHERE id = 2; COMMIT; END$$")
+        for stmt, want in ((";COMMIT", 400), ("-- x\rCOMMIT", 400), ("/* a /* b */ */;commit", 400),
+                           ("DO $$BEGIN COMMIT; END$$", 422), ("CALL committer()", 422)):
+            st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'changed' WHERE id = 1"},
+                                     {"sql": stmt}, {"sql": "SELECT 1/0"}])
+            self.assertEqual(st, want, (stmt, body))
+            if want == 400:
+                self.assertIn("statements[1].sql", body["message"])
+            else:
+                self.assertEqual((body["error"], body["statement"], body["sqlstate"]),
+                                 ("sql_error", 1, "2D000"), (stmt, body))
+            self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"], stmt)
+        # The connection is clean afterwards.
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'ok' WHERE id = 1"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.rows()[0], "1|ok|10")
+
+    def _stale_race(self, fg, token, first):
+        out = {}
+
+        def run():
+            out["r"] = self.sql(fg, first + [
+                {"sql": "SELECT pg_sleep(1.5)"},
+                {"sql": "UPDATE accounts SET owner = 'after' WHERE id = 1"}], timeout=15)
+        th = threading.Thread(target=run)
+        th.start()
+        time.sleep(0.5)
+        # A newer holder raises the mark meanwhile (as its fence on acquire would).
+        self.pg.sql("UPDATE fencegate_fence SET token = %d WHERE lock = 'L'" % (token + 100))
+        th.join(15)
+        return out["r"]
+
+    def test_stale_batch_cannot_commit_its_tail(self):
+        """The reviewer's race: a batch that ends fencegate's transaction early, then sleeps
+        while a newer holder raises the mark, then writes. The write must never commit."""
+        fg = self.fencegate("    pool_size: 2\n")
+        t = self.acquire(fg)
+        st, body = self._stale_race(fg, t, [{"sql": ";COMMIT"}])
+        self.assertEqual(st, 400, body)
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        # A COMMIT from inside a DO block reaches PostgreSQL, which refuses it inside
+        # fencegate's block. (Reset the mark the first round raised.)
+        self.pg.sql("UPDATE fencegate_fence SET token = %d WHERE lock = 'L'" % t)
+        st, body = self._stale_race(fg, t, [{"sql": "DO $$BEGIN COMMIT; END$$"}])
+        self.assertEqual((st, body["error"], body["statement"]), (422, "sql_error", 0), body)
+        self.assertEqual(self.rows()[0], "1|alice|10", "the stale batch's UPDATE committed")
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'L'"),
+                         str(t + 100))
+
+    def test_multiple_statements_in_one_string_are_refused(self):
+        fg = self.fencegate()
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'x' WHERE id = 1; "
+                                         "COMMIT; DELETE FROM accounts"}])
+        self.assertEqual((st, body["error"], body["sqlstate"], body["statement"]),
+                         (422, "sql_error", "42601", 0), body)
+        self.assertIn("cannot insert multiple commands", body["message"])
+        self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"])
+        # A trailing ';' is one statement.
+        st, body = self.sql(fg, [{"sql": "SELECT 1 AS one;"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[1]]), body)
+
+    def test_session_state_statements_are_refused(self):
+        fg = self.fencegate()
+        self.acquire(fg)
+        cases = [("COPY accounts TO STDOUT", "COPY is not allowed"),
+                 ("COPY accounts FROM STDIN", "COPY is not allowed"),
+                 ("LISTEN ch", "LISTEN"), ("UNLISTEN *", "LISTEN"), ("DISCARD ALL", "DISCARD"),
+                 ("DEALLOCATE ALL", "DEALLOCATE"), ("RESET ALL", "RESET is not allowed"),
+                 ("SET ROLE postgres", "SET ROLE"),
+                 ("SET SESSION AUTHORIZATION postgres", "SET ROLE"),
+                 ("SET search_path = s, public", "session-level SET"),
+                 ("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "session-level SET"),
+                 ("-- only a comment", "empty statement"), (";", "empty statement"),
+                 ("UPDATE fencegate_fence SET token = 0", "fencegate_fence"),
+                 ("CREATE TEMP TABLE FenceGate_Fence (lock text, token bigint)",
+                  "fencegate_fence")]
+        for sql, why in cases:
+            st, body = self.sql(fg, [{"sql": "SELECT 1"}, {"sql": sql}])
+            self.assertEqual((st, body["error"]), (400, "bad_request"), sql)
+            self.assertIn("statements[1].sql", body["message"], sql)
+            self.assertIn(why, body["message"], sql)
+        st, body = self.sql(fg, [
+            {"sql": "SET LOCAL statement_timeout = 1000"},
+            {"sql": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"},
+            {"sql": "SET CONSTRAINTS ALL IMMEDIATE"},
+            {"sql": "SELECT current_setting('statement_timeout') AS t"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["results"][3]["rows"], [["1s"]])
+
+    def test_copy_leaves_the_sidecar_responsive(self):
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        t0 = time.monotonic()
+        st, body = self.sql(fg, [{"sql": "COPY accounts TO STDOUT"}], timeout=5)
+        self.assertEqual(st, 400, body)
+        self.assertLess(time.monotonic() - t0, 2.0)
+        self.assertEqual(fg.http("/healthz")[0], 200)
+        st, body = self.sql(fg, [{"sql": "SELECT 2 AS two"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[2]]), body)
+
+    def test_search_path_and_temp_table_cannot_redirect_the_fence(self):
+        """A batch can still change its pooled session through functions (set_config, dynamic
+        SQL), which no keyword filter sees. The fence names its table schema-qualified, so a
+        decoy table earlier in search_path or a temporary one never stands in for it."""
+        fg = self.fencegate("    pool_size: 1\n")
+        t = self.acquire(fg)
+        self.pg.sql("CREATE SCHEMA s; CREATE TABLE s.fencegate_fence "
+                    "(lock text PRIMARY KEY, token bigint NOT NULL)")
+        st, body = self.sql(fg, [
+            {"sql": "SELECT set_config('search_path', 's, public', false)"},
+            {"sql": "DO $$BEGIN EXECUTE 'CREATE TEMP TABLE fencegate' || '_fence (lock text "
+                    "PRIMARY KEY, token bigint NOT NULL)'; END$$"}])
+        self.assertEqual(st, 200, body)
+        st, body = self.sql(fg, [{"sql": "SELECT current_setting('search_path') AS p"}])
+        self.assertEqual(body["results"][0]["rows"], [["s, public"]], "the session kept it")
+        self.pg.sql("UPDATE public.fencegate_fence SET token = %d WHERE lock = 'L'" % (t + 100))
+        st, body = self.sql(fg, [{"sql": "UPDATE public.accounts SET owner = 'stale' "
+                                         "WHERE id = 1"}])
+        self.assertEqual((st, body["error"], body["mark"]), (409, "stale_token", t + 100), body)
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM s.fencegate_fence"), "0")
+
+    def test_session_defaults_cannot_break_batches_or_fences(self):
+        """A session made READ ONLY (or SERIALIZABLE) by default: fencegate's BEGIN says READ
+        WRITE, READ COMMITTED, so batches and fence on acquire still work."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [
+            {"sql": "SELECT set_config('default_transaction_read_only', 'on', false)"},
+            {"sql": "SELECT set_config('default_transaction_isolation', 'serializable', false)"},
+            {"sql": "SELECT set_config('synchronous_commit', 'off', false)"}])
+        self.assertEqual(st, 200, body)
+        st, body = self.sql(fg, [
+            {"sql": "UPDATE accounts SET owner = 'rw' WHERE id = 1"},
+            {"sql": "SELECT current_setting('transaction_isolation') AS i, "
+                    "current_setting('synchronous_commit') AS s"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["results"][1]["rows"], [["read committed", "on"]])
+        self.assertEqual(self.rows()[0], "1|rw|10")
+        m = self.acquire(fg, "M")
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
+
+    def test_result_cap_rolls_back(self):
+        fg = self.fencegate()
+        self.acquire(fg)
+        st, body = self.sql(fg, [
+            {"sql": "UPDATE accounts SET owner = 'big' WHERE id = 1"},
+            {"sql": "SELECT repeat('x', 1000) FROM generate_series(1, 20000)"}], timeout=30)
+        self.assertEqual((st, body["error"]), (413, "result_too_large"), body)
+        self.assertIn("nothing was committed", body["message"])
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        st, body = self.sql(fg, [{"sql": "SELECT repeat('x', 1000) FROM generate_series(1, 10000)"}],
+                            timeout=30)
+        self.assertEqual(st, 200)
+        self.assertEqual(len(body["results"][0]["rows"]), 10000)
+
+    def test_connection_lost_before_commit_commits_nothing(self):
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        out = {}
+
+        def run():
+            out["r"] = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'lost' WHERE id = 1"},
+                                     {"sql": "SELECT pg_sleep(3)"}], timeout=15)
+        th = threading.Thread(target=run)
+        th.start()
+        time.sleep(0.7)
+        self.pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                    "application_name = 'fencegate' AND query LIKE '%pg_sleep%'")
+        th.join(15)
+        st, body = out["r"]
+        self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
+        self.assertIn("nothing was committed", body["message"])
+        self.assertEqual(self.rows()[0], "1|alice|10")
+
+    def test_fence_jobs_are_not_refused_by_a_full_queue(self):
+        fg = self.fencegate("    pool_size: 1\n    queue_max: 1\n")
+        self.acquire(fg)
+        results = {}
+
+        def run(name, sql):
+            results[name] = self.sql(fg, [{"sql": sql}], timeout=15)
+        slow = threading.Thread(target=run, args=("slow", "SELECT pg_sleep(1)"))
+        slow.start()
+        time.sleep(0.3)
+        queued = threading.Thread(target=run, args=("queued", "SELECT 2 AS two"))
+        queued.start()
+        time.sleep(0.3)
+        st, body = self.sql(fg, [{"sql": "SELECT 3"}])
+        self.assertEqual((st, body["error"]), (503, "pool_exhausted"), "the SQL queue is full")
+        m = self.acquire(fg, "M")  # its fence job waits in its own reserve
+        slow.join(15)
+        queued.join(15)
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
+        self.assertEqual((results["slow"][0], results["queued"][0]), (200, 200), results)
+
     def test_results_columns_and_types(self):
         fg = self.fencegate()
         t = self.acquire(fg)

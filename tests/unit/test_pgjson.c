@@ -157,6 +157,118 @@ static void test_txn_keyword(void **state)
                  FG_ERR_PROTO, "statements[1].sql: COMMIT is not allowed");
 }
 
+static void expect_refused(const char *sql, const char *want_substr)
+{
+    const char *why = pgjson_refusal(sql);
+
+    if (!why || !strstr(why, want_substr))
+        fail_msg("sql '%s': refusal '%s', want '%s'", sql, why ? why : "(none)", want_substr);
+}
+
+static void expect_allowed(const char *sql)
+{
+    const char *why = pgjson_refusal(sql);
+
+    if (why)
+        fail_msg("sql '%s' refused: %s", sql, why);
+}
+
+static void test_refusal_lexing(void **state)
+{
+    /* PostgreSQL ends "--" comments at \r too, nests block comments, and ";COMMIT" is COMMIT. */
+    assert_string_equal(pgjson_txn_keyword("-- x\rCOMMIT"), "COMMIT");
+    assert_string_equal(pgjson_txn_keyword("--x\r\nCOMMIT"), "COMMIT");
+    assert_string_equal(pgjson_txn_keyword(";COMMIT"), "COMMIT");
+    assert_string_equal(pgjson_txn_keyword(" ; ;\t;commit"), "COMMIT");
+    assert_string_equal(pgjson_txn_keyword("/* a /* b */ c */COMMIT"), "COMMIT");
+    assert_string_equal(pgjson_txn_keyword("/**/;/* */--\r;end"), "END");
+    assert_null(pgjson_txn_keyword("/* a /* b */ COMMIT */ SELECT 1"));
+    assert_null(pgjson_txn_keyword("-- COMMIT\nSELECT 1"));
+    assert_null(pgjson_txn_keyword("COMMITTED"));
+    expect_refused(";COMMIT", "transaction control");
+    expect_refused("-- x\rCOMMIT", "transaction control");
+    expect_refused("/* /* */ */ savepoint s", "transaction control");
+    expect_refused("ROLLBACK", "transaction control");
+    /* Empty statements yield no result: refused. */
+    expect_refused("", "empty statement");
+    expect_refused(" \r\n\t", "empty statement");
+    expect_refused(";", "empty statement");
+    expect_refused("; ;", "empty statement");
+    expect_refused("-- only a comment", "empty statement");
+    expect_refused("-- only\r", "empty statement");
+    expect_refused("/* a /* nested */ comment */", "empty statement");
+    expect_refused("/* unterminated", "empty statement");
+    expect_allowed("SELECT 1");
+    expect_allowed("-- c\rSELECT 1");
+    expect_allowed("/* COMMIT */ UPDATE t SET commit = 1");
+    expect_allowed("SELECT 'COMMIT'");
+    expect_allowed("DO $$BEGIN PERFORM 1; END$$");
+}
+
+static void test_refusal_keywords(void **state)
+{
+    expect_refused("COPY t TO STDOUT", "COPY is not allowed");
+    expect_refused(" copy t FROM STDIN", "COPY is not allowed");
+    expect_refused(";Copy t TO STDOUT", "COPY is not allowed");
+    expect_refused("LISTEN ch", "LISTEN, UNLISTEN");
+    expect_refused("unlisten *", "LISTEN, UNLISTEN");
+    expect_refused("DISCARD ALL", "LISTEN, UNLISTEN");
+    expect_refused("DEALLOCATE ALL", "LISTEN, UNLISTEN");
+    expect_refused("RESET ALL", "RESET is not allowed");
+    expect_refused("RESET ROLE", "RESET is not allowed");
+    expect_refused("SET ROLE other", "SET ROLE");
+    expect_refused("set/* */role other", "SET ROLE");
+    expect_refused("SET SESSION AUTHORIZATION other", "SET ROLE");
+    expect_refused("SET SESSION -- c\r AUTHORIZATION other", "SET ROLE");
+    expect_refused("SET search_path = s, public", "session-level SET");
+    expect_refused("SET SESSION search_path = s", "session-level SET");
+    expect_refused("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "session-level SET");
+    expect_refused("SET statement_timeout TO 0", "session-level SET");
+    expect_refused("SET LOCALE = 1", "session-level SET");
+    expect_allowed("SET LOCAL search_path = s");
+    expect_allowed("set local statement_timeout = 100");
+    expect_allowed("SET /* c */ LOCAL ROLE other");
+    expect_allowed("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE");
+    expect_allowed("SET CONSTRAINTS ALL DEFERRED");
+    expect_allowed("SELECT set_config('x.y', '1', true)");
+    expect_allowed("SETTLE");
+    expect_allowed("NOTIFY ch");
+    /* fencegate's own table, however it is spelled. */
+    expect_refused("UPDATE fencegate_fence SET token = 0", "fencegate_fence");
+    expect_refused("SELECT * FROM public.\"FenceGate_Fence\"", "fencegate_fence");
+    expect_refused("DROP TABLE FENCEGATE_FENCE", "fencegate_fence");
+    expect_refused("SELECT * FROM my_fencegate_fences", "fencegate_fence"); /* a plain substring */
+    expect_allowed("SELECT 'fencegate', 'fence'");
+    /* Through the parser: the index and the reason. */
+    expect_error("{\"lock\":\"L\",\"statements\":[{\"sql\":\"SELECT 1\"},{\"sql\":\";COMMIT\"}]}",
+                 FG_ERR_PROTO, "statements[1].sql: COMMIT is not allowed");
+    expect_error("{\"lock\":\"L\",\"statements\":[{\"sql\":\"-- x\\rCOMMIT\"}]}", FG_ERR_PROTO,
+                 "statements[0].sql: COMMIT is not allowed");
+    expect_error("{\"lock\":\"L\",\"statements\":[{\"sql\":\"SELECT 1\"},{\"sql\":\"SELECT 2\"},"
+                 "{\"sql\":\"COPY t TO STDOUT\"}]}",
+                 FG_ERR_PROTO, "statements[2].sql: COPY is not allowed");
+    expect_error("{\"lock\":\"L\",\"statements\":[{\"sql\":\"SET search_path = x\"}]}",
+                 FG_ERR_PROTO, "statements[0].sql: a session-level SET is not allowed");
+    expect_error("{\"lock\":\"L\",\"statements\":[{\"sql\":\"-- c\"},{\"sql\":\"SELECT 1\"}]}",
+                 FG_ERR_PROTO, "statements[0].sql: empty statement");
+}
+
+static void test_buf_limit(void **state)
+{
+    struct pgjson_buf b = {0};
+
+    b.limit = 10;
+    pgjson_puts(&b, "12345");
+    pgjson_puts(&b, "67890");
+    assert_int_equal(b.len, 10);
+    assert_int_equal(b.failed, 0);
+    pgjson_puts(&b, "x");
+    assert_int_equal(b.over, 1);
+    assert_int_equal(b.failed, 1);
+    assert_int_equal(b.len, 10);
+    pgjson_buf_free(&b);
+}
+
 /* The output must be one valid JSON document. */
 static void assert_valid_json(const char *s)
 {
@@ -275,11 +387,12 @@ static void test_put_result(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_ok),     cmocka_unit_test(test_parse_unicode),
-        cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_parse_limits),
-        cmocka_unit_test(test_txn_keyword),  cmocka_unit_test(test_put_str),
-        cmocka_unit_test(test_put_value),    cmocka_unit_test(test_command),
-        cmocka_unit_test(test_put_result),
+        cmocka_unit_test(test_parse_ok),         cmocka_unit_test(test_parse_unicode),
+        cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_parse_limits),
+        cmocka_unit_test(test_txn_keyword),      cmocka_unit_test(test_put_str),
+        cmocka_unit_test(test_put_value),        cmocka_unit_test(test_command),
+        cmocka_unit_test(test_put_result),       cmocka_unit_test(test_refusal_lexing),
+        cmocka_unit_test(test_refusal_keywords), cmocka_unit_test(test_buf_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
