@@ -144,6 +144,7 @@ struct pg_job {
     int queued;
     int fence; /* a fence-on-acquire job, not an HTTP one */
     struct evhttp_request *req;
+    struct evhttp_connection *conn; /* req's, remembered: libevent detaches req when it closes */
     struct pgjson_request rq;
     uint64_t token;
     char tokstr[24];
@@ -264,14 +265,26 @@ static void pg_on_job_timer(evutil_socket_t fd, short what, void *arg)
     pg_job_fail(j, 503, "pool_exhausted", msg);
 }
 
+/* The client's connection is going away. When the client closed or timed out, libevent 2.1 has
+ * already taken the unanswered request off the connection (so it is matched on the connection
+ * remembered at the start) and no longer frees it: it is freed here, and the job carries on
+ * without a client (a batch not yet committed is rolled back). When the connection is freed with
+ * the request still on it (shutdown), libevent frees the request. */
 static void pg_on_http_close(struct evhttp_connection *conn, void *arg)
 {
     struct pgstores *p = arg;
 
-    for (int i = 0; i < p->n; i++)
-        for (struct pg_job *j = p->st[i].jobs; j; j = j->next)
-            if (j->req && evhttp_request_get_connection(j->req) == conn)
+    for (int i = 0; i < p->n; i++) {
+        for (struct pg_job *j = p->st[i].jobs; j; j = j->next) {
+            if (j->req && j->conn == conn) {
+                struct evhttp_request *r = j->req;
                 j->req = NULL;
+                j->conn = NULL;
+                if (!evhttp_request_get_connection(r))
+                    evhttp_request_free(r);
+            }
+        }
+    }
 }
 
 /* ---- connections --------------------------------------------------------------------------- */
@@ -1171,7 +1184,8 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
     }
     j->rq = rq;
     j->req = req;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), pg_on_http_close, p);
+    j->conn = evhttp_request_get_connection(req);
+    evhttp_connection_set_closecb(j->conn, pg_on_http_close, p);
     pg_submit(s, j);
 }
 
