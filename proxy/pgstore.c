@@ -6,30 +6,35 @@
  * the prepared statements, which name it fully qualified and call pg_catalog's functions and
  * operators explicitly.
  *
- * A batch runs in a transaction block that fencegate opens and closes itself, in two round trips:
- *   1. one pipeline ended by a Sync:
+ * A batch runs in a transaction block that fencegate opens and closes itself, in one round trip
+ * when all goes well:
+ *   one pipeline ended by a Sync:
  *        BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED (whatever the session's defaults say)
- *        S   set_config LOCAL: fencegate.batch := a random id of this batch,
- *            synchronous_commit := on, statement_timeout := the store's
- *        F1  INSERT the lock's row with T when missing (ON CONFLICT DO NOTHING);
- *        F2  SELECT it FOR SHARE, raising an error when its mark is above T (stale): a share
- *            lock, so batches of the same holder run side by side, while a raise (F3, or fence
- *            on acquire) waits for them to commit;
- *        F3  UPDATE the mark to T when it is below T;
+ *        A   set_config LOCAL: fencegate.batch := a random id of this batch, synchronous_commit
+ *            := on, statement_timeout := the store's; and the lock's advisory lock, shared (class
+ *            PG_ADVISORY_CLASS, key hashtext(lock)): batches of the same holder run side by
+ *            side, while a raise by a newer holder's fence on acquire (which takes it exclusive)
+ *            waits for them to commit, and batches starting meanwhile wait for the raise;
+ *        F   the fence check, in a statement of its own so that its snapshot is taken with the
+ *            advisory lock held: the lock's row must hold exactly T. Above T is stale (an error
+ *            carrying the mark); missing or below T means the row was deleted or reset behind
+ *            fencegate's back, refused too (fence on acquire raised it to T before T was handed
+ *            out, and marks only grow). A plain read: no row lock, nothing written;
  *        the application's statements;
  *        C   an error unless fencegate.batch still holds the id: a statement that ended the
  *            block (COMMIT got past the filter) took the LOCAL setting with it, so C fails and
  *            rolls back everything after that COMMIT. Inside a block, procedures and DO cannot
  *            COMMIT at all (PostgreSQL refuses), so this is a second line.
- *      The first error skips everything up to the Sync; the block stays open (failed).
- *   2. COMMIT and a Sync when every result was fine, the block is still open and the client is
- *      still there; else ROLLBACK and a Sync (the client is answered before it is sent).
- * COMMIT is only ever sent after fencegate has seen every result, so an outcome is ambiguous
- * only when the connection fails during round trip 2 (outcome_unknown). Results are rendered as
- * they arrive, up to PGSTORE_RESULT_MAX bytes; past it the batch is rolled back (413).
+ *        COMMIT.
+ * The first error skips everything up to the Sync, COMMIT included: nothing is committed, and the
+ * block, left open (failed), is closed by a ROLLBACK in a second round trip after the client was
+ * answered. An outcome is ambiguous only when the connection fails after the pipeline was sent
+ * and before an error or COMMIT's answer came back (outcome_unknown). Results are rendered as
+ * they arrive, up to PGSTORE_RESULT_MAX bytes; a batch whose results are larger is still
+ * committed (COMMIT is in the pipeline) and answered 413 without them.
  *
- * Fence on acquire runs the same way: BEGIN, S, R1 an upsert that raises the mark when it is
- * below the token, under the row's exclusive lock, R2 a read of the mark; then COMMIT. */
+ * Fence on acquire runs the same way: BEGIN, S (the settings and the advisory lock, exclusive),
+ * R1 an upsert that raises the mark when it is below the token, R2 a read of the mark, COMMIT. */
 #include "pgstore.h"
 
 #include <event2/buffer.h>
@@ -56,17 +61,22 @@
     2000 /* a round trip's client-side deadline: statement_timeout + this */
 #define PG_STALE_MARKER  "fencegate stale token"
 #define PG_ESCAPE_MARKER "fencegate: the batch ended the transaction fencegate began"
+/* Goes into an SQL string literal: no quotes. */
+#define PG_RESET_MARKER                                                                            \
+    "fencegate: the fence row of this lock was deleted or lowered behind the back of fencegate; "  \
+    "re-acquire the lock to raise it again"
 
 /* Query indexes in round trip 1 of a batch (and of a fence job: R1, R2 at 2 and 3). */
-#define PG_Q_BEGIN  0
-#define PG_Q_SET    1
-#define PG_Q_F2     3 /* the stale check */
-#define PG_NPRE     5 /* queries before the application's statements */
-#define PG_Q_R1     2
-#define PG_Q_R2     3
-#define PG_Q_COMMIT 1000000 /* err_index of an error at COMMIT (round trip 2) */
+#define PG_Q_BEGIN 0
+#define PG_Q_F     2 /* the batch's fence check */
+#define PG_NPRE    3 /* queries before the application's statements */
+#define PG_Q_R1    2
+#define PG_Q_R2    3
+/* The class of fencegate's advisory locks (the two-int4 key space, which PostgreSQL keeps apart
+ * from the one-bigint one); the other int4 is hashtext(lock name). 0x46454e43 = "FENC". */
+#define PG_ADVISORY_CLASS "1178946883"
+#define PG_Q_COMMIT       1000000 /* err_index of an error at COMMIT */
 
-static const char pg_sql_begin[] = "BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED";
 /* Statements name the table as {T}: its quoted, schema-qualified name goes there. */
 static const char pg_sql_create[] =
     "CREATE TABLE IF NOT EXISTS {T} (lock text PRIMARY KEY, token bigint NOT NULL)";
@@ -74,28 +84,42 @@ static const char pg_sql_create[] =
 static const struct {
     const char *name, *sql;
     int nparams;
-    Oid types[2];
+    Oid types[4];
 } pg_prepared[] = {
+    /* Transaction control prepared too: no parse and plan per batch. */
+    {"fencegate_begin", "BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED", 0, {0, 0}},
+    {"fencegate_commit", "COMMIT", 0, {0, 0}},
+    /* Settings of a fence job, and the lock's advisory lock, exclusive: a raise waits for the
+     * batches checking the old mark to end, and batches starting meanwhile wait for it. */
     {"fencegate_s",
      "SELECT pg_catalog.set_config('fencegate.batch', $1, true), "
      "pg_catalog.set_config('synchronous_commit', 'on', true), "
-     "pg_catalog.set_config('statement_timeout', $2, true)",
-     2,
-     {25, 25}},
-    {"fencegate_f1",
-     "INSERT INTO {T} (lock, token) VALUES ($1, $2) ON CONFLICT (lock) DO NOTHING",
-     2,
-     {25, 20}},
-    {"fencegate_f2",
-     "SELECT CASE WHEN token OPERATOR(pg_catalog.<=) $2 THEN 0 ELSE CAST('" PG_STALE_MARKER
+     "pg_catalog.set_config('statement_timeout', $2, true), "
+     "pg_catalog.pg_advisory_xact_lock(" PG_ADVISORY_CLASS ", pg_catalog.hashtext($3))",
+     3,
+     {25, 25, 25}},
+    /* A batch's settings, and the lock's advisory lock, shared: batches of the current holder run
+     * side by side. Taken in its own statement, so that the check after it reads the mark with
+     * a snapshot taken once the lock is held (READ COMMITTED). */
+    {"fencegate_a",
+     "SELECT pg_catalog.set_config('fencegate.batch', $1, true), "
+     "pg_catalog.set_config('synchronous_commit', 'on', true), "
+     "pg_catalog.set_config('statement_timeout', $2, true), "
+     "pg_catalog.pg_advisory_xact_lock_shared(" PG_ADVISORY_CLASS ", pg_catalog.hashtext($3))",
+     3,
+     {25, 25, 25}},
+    /* A batch's fence check. The lock's row must hold exactly the token: fence on acquire raised
+     * it to T before T was handed out and marks only grow, so above T is stale, and missing or
+     * below T means the row was deleted or reset: refused. Every error branch refers to m, so
+     * no branch is folded into an error at plan time. */
+    {"fencegate_f",
+     "SELECT CASE WHEN m OPERATOR(pg_catalog.=) $2 THEN 0 "
+     "WHEN m OPERATOR(pg_catalog.>) $2 THEN CAST('" PG_STALE_MARKER
      " ' OPERATOR(pg_catalog.||) $2 OPERATOR(pg_catalog.||) ' below mark ' "
-     "OPERATOR(pg_catalog.||) token AS pg_catalog.int4) END FROM {T} "
-     "WHERE lock OPERATOR(pg_catalog.=) $1 FOR SHARE",
-     2,
-     {25, 20}},
-    {"fencegate_f3",
-     "UPDATE {T} SET token = $2 WHERE lock OPERATOR(pg_catalog.=) $1 AND token "
-     "OPERATOR(pg_catalog.<) $2",
+     "OPERATOR(pg_catalog.||) m AS pg_catalog.int4) "
+     "ELSE CAST('" PG_RESET_MARKER " (' OPERATOR(pg_catalog.||) COALESCE(CAST(m AS "
+     "pg_catalog.text), 'missing') OPERATOR(pg_catalog.||) ')' AS pg_catalog.int4) END "
+     "FROM (SELECT (SELECT token FROM {T} WHERE lock OPERATOR(pg_catalog.=) $1) AS m) AS s",
      2,
      {25, 20}},
     {"fencegate_r1",
@@ -130,7 +154,7 @@ struct pg_conn {
     int setup_syncs; /* set-up segments of this stage still to complete */
     char *table;     /* the side table's quoted, schema-qualified name (malloc) */
     struct pg_job *job;
-    int phase;     /* PC_BUSY: 1 the batch's statements, 2 its COMMIT or ROLLBACK */
+    int phase;     /* PC_BUSY: 1 the batch (its statements and COMMIT), 2 a ROLLBACK after it */
     int qi;        /* the query whose results are being read */
     int in_query;  /* a result of query qi came; the NULL that ends it has not */
     int syncs;     /* Syncs sent and not yet answered */
@@ -156,7 +180,7 @@ struct pg_job {
     int nres;
     char batch[40]; /* the random id fencegate.batch holds while the batch's block is open */
     int committed;  /* COMMIT answered COMMIT */
-    int escaped;    /* the block was no longer open at the end of round trip 1 */
+    int commit_qi;  /* the query index of the pipeline's COMMIT */
     int err_index;  /* query index of the first error, -1 */
     char sqlstate[6];
     char *errmsg;
@@ -352,8 +376,9 @@ static void pg_update_live(struct pgstore *s)
 }
 
 /* Drops the connection and reconnects after a backoff. Its batch, if any, is answered 503:
- * store_unavailable when fencegate had not sent COMMIT (the block dies with the connection, so
- * nothing was committed), outcome_unknown when it had. */
+ * outcome_unknown while its COMMIT may have run (no error and no answer to COMMIT yet),
+ * store_unavailable when an error had already doomed it (the block dies with the connection, so
+ * nothing was committed). */
 static void pc_broken(struct pg_conn *c, const char *why)
 {
     struct pgstore *s = c->s;
@@ -381,10 +406,10 @@ static void pc_broken(struct pg_conn *c, const char *why)
     if (c->backoff_ms > PG_BACKOFF_MAX_MS)
         c->backoff_ms = PG_BACKOFF_MAX_MS;
     pc_timer(c, c->backoff_ms / 2 + rand() % (c->backoff_ms / 2 + 1));
-    if (j && phase == 2) {
+    if (j && phase == 1 && j->err_index < 0 && !j->committed) {
         snprintf(msg, sizeof(msg),
-                 "the connection failed while PostgreSQL committed the batch (%s): it may or may "
-                 "not have committed; read the data back before retrying",
+                 "the connection failed after the batch and its COMMIT were sent (%s): it may or "
+                 "may not have committed; read the data back before retrying",
                  s->last_error);
         pg_job_fail(j, 503, "outcome_unknown", msg);
     } else if (j) {
@@ -647,10 +672,9 @@ static void pc_result(struct pg_conn *c, PGresult *r)
         }
         return;
     }
-    if (!j)
-        return;
-    if (c->phase == 2) {
-        /* COMMIT's answer (a ROLLBACK's job was answered already). */
+    if (!j || c->phase != 1)
+        return; /* a ROLLBACK's job was answered already */
+    if (c->qi == j->commit_qi) {
         if (st == PGRES_FATAL_ERROR)
             pg_job_error(j, PG_Q_COMMIT, r);
         else if (st == PGRES_COMMAND_OK && !strcmp(PQcmdStatus(r), "COMMIT"))
@@ -689,13 +713,13 @@ static long long pg_stale_mark(const char *msg)
     return m ? strtoll(m + strlen(" below mark "), NULL, 10) : -1;
 }
 
-/* 1 when the job ran through round trip 1 without a fault: COMMIT may be sent. */
+/* 1 when every result of the job came back fine. */
 static int pg_job_ok(const struct pg_job *j)
 {
-    return j->err_index < 0 && !j->escaped && !j->out.failed;
+    return j->err_index < 0 && !j->out.failed;
 }
 
-/* Answers a fence job: after COMMIT, or (failed) before its ROLLBACK. */
+/* Answers a fence job: after COMMIT's answer, or (failed) before its ROLLBACK. */
 static void pg_fence_done(struct pg_job *j)
 {
     char text[900];
@@ -723,7 +747,7 @@ static void pg_fence_done(struct pg_job *j)
     pg_job_free(j);
 }
 
-/* Answers an HTTP batch: after COMMIT, or (failed) before its ROLLBACK. */
+/* Answers an HTTP batch: after COMMIT's answer, or (failed) before its ROLLBACK. */
 static void pg_job_done(struct pg_job *j)
 {
     struct pgjson_buf b = {0};
@@ -753,20 +777,22 @@ static void pg_job_done(struct pg_job *j)
                              "out of memory rendering the results (the batch was committed)");
         else
             http_reply_json(j->req, 200, b.p);
+    } else if (j->committed && j->out.over) {
+        metrics_inc(&fg_metrics, M_PG_COMMITTED, 1);
+        snprintf(text, sizeof(text),
+                 "{\"error\":\"result_too_large\",\"committed\":true,\"message\":\"postgresql "
+                 "store '%s': the batch was committed, but its results are larger than %u bytes "
+                 "of JSON and are not returned (select fewer rows or columns)\"}",
+                 name, PGSTORE_RESULT_MAX);
+        http_reply_json(j->req, 413, text);
+    } else if (j->committed) {
+        http_reply_error(j->req, 500, "internal",
+                         "out of memory rendering the results (the batch was committed)");
     } else if (pg_job_ok(j)) {
         snprintf(text, sizeof(text),
                  "postgresql store '%s': COMMIT did not commit the batch; it was rolled back",
                  name);
         http_reply_error(j->req, 500, "internal", text);
-    } else if (j->err_index < 0 && j->out.over) {
-        snprintf(text, sizeof(text),
-                 "postgresql store '%s': the results are larger than %u bytes of JSON; the batch "
-                 "was rolled back: nothing was committed (select fewer rows or columns)",
-                 name, PGSTORE_RESULT_MAX);
-        http_reply_error(j->req, 413, "result_too_large", text);
-    } else if (j->err_index < 0 && j->out.failed) {
-        http_reply_error(j->req, 500, "internal",
-                         "out of memory rendering the results; the batch was rolled back");
     } else if (j->err_index < 0 || (j->errmsg && strstr(j->errmsg, PG_ESCAPE_MARKER))) {
         /* Only reachable if a statement ended the block despite the filter. */
         snprintf(text, sizeof(text),
@@ -776,7 +802,7 @@ static void pg_job_done(struct pg_job *j)
                  name);
         metrics_inc(&fg_metrics, M_PG_SQL_ERRORS, 1);
         http_reply_error(j->req, 500, "transaction_escaped", text);
-    } else if (j->err_index == PG_Q_F2 && j->errmsg && strstr(j->errmsg, PG_STALE_MARKER)) {
+    } else if (j->err_index == PG_Q_F && j->errmsg && strstr(j->errmsg, PG_STALE_MARKER)) {
         long long mark = pg_stale_mark(j->errmsg);
         metrics_inc(&fg_metrics, M_PG_STALE_REFUSED, 1);
         snprintf(text, sizeof(text),
@@ -814,26 +840,27 @@ static void pg_job_done(struct pg_job *j)
     pg_job_free(j);
 }
 
-/* Round trip 1 answered: COMMIT when all is well, else answer the client and ROLLBACK. */
+/* The batch's pipeline answered: the outcome is known; answer it. A block left open (an error
+ * skipped the COMMIT) is rolled back in a second round trip. */
 static void pc_phase1_done(struct pg_conn *c)
 {
     struct pg_job *j = c->job;
-    int ok = j && pg_job_ok(j), intrans = PQtransactionStatus(c->pg) == PQTRANS_INTRANS;
+    int open = PQtransactionStatus(c->pg) != PQTRANS_IDLE;
 
-    if (ok && !intrans) {
-        j->escaped = 1; /* the block is gone though the check passed: never commit */
-        ok = 0;
-    }
-    if (ok && !j->fence && !j->req)
-        ok = 0; /* the client went away: nobody to tell, so nothing is committed */
-    if (!ok && j) {
-        c->job = NULL; /* the outcome is known: rolled back (the block dies with the link too) */
+    c->job = NULL;
+    if (j)
         pg_job_done(j);
+    if (!open) {
+        evtimer_del(c->timer);
+        c->phase = 0;
+        c->state = PC_IDLE;
+        pg_next_job(c->s, c);
+        return;
     }
     c->phase = 2;
     c->qi = 0;
     c->in_query = 0;
-    if (!PQsendQueryParams(c->pg, ok ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) ||
+    if (!PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) ||
         !PQpipelineSync(c->pg)) {
         pc_broken(c, PQerrorMessage(c->pg));
         return;
@@ -892,7 +919,7 @@ static void pc_sync(struct pg_conn *c)
     pg_next_job(c->s, c);
 }
 
-/* A statement started COPY: answer the batch (nothing was committed: COMMIT comes only after
+/* A statement started COPY: answer the batch (nothing was committed: the COMMIT behind it in the
  * round trip 1) and drop the connection. */
 static void pc_copy(struct pg_conn *c)
 {
@@ -973,7 +1000,7 @@ static void pg_batch_id(char *out, size_t n)
 static void pc_run(struct pg_conn *c, struct pg_job *j)
 {
     const char *fp[2] = {j->fence ? j->name : j->rq.lock, j->tokstr};
-    const char *sp[2] = {j->batch, c->s->timeout_str};
+    const char *sp[3] = {j->batch, c->s->timeout_str, fp[0]};
     const char *cp[1] = {j->batch};
     int ok;
 
@@ -983,22 +1010,24 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
     c->qi = 0;
     c->in_query = 0;
     pg_batch_id(j->batch, sizeof(j->batch));
-    ok = PQsendQueryParams(c->pg, pg_sql_begin, 0, NULL, NULL, NULL, NULL, 0) &&
-         PQsendQueryPrepared(c->pg, "fencegate_s", 2, sp, NULL, NULL, 0);
+    ok = PQsendQueryPrepared(c->pg, "fencegate_begin", 0, NULL, NULL, NULL, 0);
     if (j->fence) {
-        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
+        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_s", 3, sp, NULL, NULL, 0) &&
+             PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
              PQsendQueryPrepared(c->pg, "fencegate_r2", 1, fp, NULL, NULL, 0);
+        j->commit_qi = PG_Q_R2 + 1;
     } else {
-        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_f1", 2, fp, NULL, NULL, 0) &&
-             PQsendQueryPrepared(c->pg, "fencegate_f2", 2, fp, NULL, NULL, 0) &&
-             PQsendQueryPrepared(c->pg, "fencegate_f3", 2, fp, NULL, NULL, 0);
+        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_a", 3, sp, NULL, NULL, 0) &&
+             PQsendQueryPrepared(c->pg, "fencegate_f", 2, fp, NULL, NULL, 0);
         for (int i = 0; ok && i < j->rq.nstmts; i++)
             ok = PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
                                    j->rq.stmts[i].params, NULL, NULL, 0);
         ok = ok && PQsendQueryPrepared(c->pg, "fencegate_c", 1, cp, NULL, NULL, 0);
+        j->commit_qi = PG_NPRE + j->rq.nstmts + 1;
     }
+    ok = ok && PQsendQueryPrepared(c->pg, "fencegate_commit", 0, NULL, NULL, NULL, 0);
     if (!ok || !PQpipelineSync(c->pg)) {
-        /* No COMMIT was sent; dropping the connection rolls back. */
+        /* No Sync went out: dropping the connection rolls back whatever was sent. */
         pc_broken(c, PQerrorMessage(c->pg));
         return;
     }

@@ -8,8 +8,9 @@
 # the `postgres` user), a redis-server (the lock backend) and fencegate with the store `pg`
 # (pool_size = C), on 127.0.0.1 free ports. Table bench(id, n) with 1000 rows; the statement is
 # `UPDATE bench SET n = n + 1 WHERE id = <random 1..1000>`. Then, in this order, pgbench
-# (-n -c C -j 2 -T S, simple protocol) and wrk (-t 2 -c C -d S, tests/bench/pg_post.lua).
-# Prints both rates and the ratio (target >= 0.5). Runtime about 2 * S + 15 s (S <= 40).
+# (-n -c C -j 2 -T S, simple protocol) and wrk (-t 2 -c C -d S, tests/bench/pg_post.lua),
+# three interleaved rounds. Prints each round, the medians and the median round's ratio
+# (target >= 0.5). Runtime about 6 * S + 15 s (S <= 40).
 #
 # Exit status: 0 when the measurement completed (even if the target FAILs); non-zero when a
 # process fails to start or a run errors out (any non-200 reply, or rows not updated).
@@ -19,6 +20,7 @@ SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
 
 RUN_SECONDS=10
+ROUNDS=3           # interleaved pgbench / wrk rounds; medians reported
 CLIENTS=16
 BIN="$REPO_ROOT/build/bin/fencegate"
 START_TIMEOUT=20
@@ -120,35 +122,54 @@ echo "  fencegate:   $BIN, store pg pool_size=$CLIENTS, lock L token $TOKEN"
 echo "  statement:   UPDATE bench SET n = n + 1 WHERE id = random(1..$ROWS); $CLIENTS clients, ${RUN_SECONDS}s each"
 echo
 
-before=$(total_n)
-log "pgbench straight at postgres"
-out=$(timeout $((RUN_SECONDS + 30)) pgbench -n -f "$TMPDIR_BENCH/update.sql" -c "$CLIENTS" -j 2 \
-  -T "$RUN_SECONDS" -h 127.0.0.1 -p "$PG_PORT" -U "$PGUSER" postgres 2>&1) \
-  || { printf '%s\n' "$out" >&2; die "pgbench failed"; }
-PG_TPS=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n1)
-PG_TX=$(printf '%s\n' "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')
-[ -n "$PG_TPS" ] && [ -n "$PG_TX" ] || { printf '%s\n' "$out" >&2; die "cannot parse pgbench output"; }
-mid=$(total_n)
-[ $((mid - before)) -ge "$PG_TX" ] || die "pgbench reported $PG_TX transactions, rows grew by $((mid - before))"
+# One pgbench run straight at postgres: sets PG_TPS.
+run_pgbench() {
+  local before out tx
+  before=$(total_n)
+  log "pgbench straight at postgres (round $1)"
+  out=$(timeout $((RUN_SECONDS + 30)) pgbench -n -f "$TMPDIR_BENCH/update.sql" -c "$CLIENTS" -j 2 \
+    -T "$RUN_SECONDS" -h 127.0.0.1 -p "$PG_PORT" -U "$PGUSER" postgres 2>&1) \
+    || { printf '%s\n' "$out" >&2; die "pgbench failed"; }
+  PG_TPS=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n1)
+  tx=$(printf '%s\n' "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')
+  [ -n "$PG_TPS" ] && [ -n "$tx" ] || { printf '%s\n' "$out" >&2; die "cannot parse pgbench output"; }
+  [ $(($(total_n) - before)) -ge "$tx" ] || die "pgbench reported $tx transactions, fewer rows grew"
+}
 
-log "wrk through fencegate"
-out=$(timeout $((RUN_SECONDS + 30)) wrk -t 2 -c "$CLIENTS" -d "${RUN_SECONDS}s" -s "$TMPDIR_BENCH/post.lua" \
-  "http://127.0.0.1:$FG_HTTP_PORT/v1/stores/pg/sql" 2>&1) \
-  || { printf '%s\n' "$out" >&2; die "wrk failed"; }
-kill -0 "$FG_PID" 2>/dev/null || { show_log fencegate "$TMPDIR_BENCH/fencegate.log"; die "fencegate died"; }
-FG_RPS=$(printf '%s\n' "$out" | sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p')
-FG_REQ=$(printf '%s\n' "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
-BAD=$(printf '%s\n' "$out" | sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p')
-[ -n "$FG_RPS" ] && [ -n "$FG_REQ" ] || { printf '%s\n' "$out" >&2; die "cannot parse wrk output"; }
-[ -z "$BAD" ] || { printf '%s\n' "$out" >&2; die "$BAD requests through fencegate were not answered 200"; }
-after=$(total_n)
-# wrk may stop counting replies still in flight at the end: those updates land too.
-[ $((after - mid)) -ge "$FG_REQ" ] || die "wrk reported $FG_REQ requests, rows grew by $((after - mid))"
+# One wrk run through fencegate: sets FG_RPS.
+run_wrk() {
+  local before out req bad
+  before=$(total_n)
+  log "wrk through fencegate (round $1)"
+  out=$(timeout $((RUN_SECONDS + 30)) wrk -t 2 -c "$CLIENTS" -d "${RUN_SECONDS}s" -s "$TMPDIR_BENCH/post.lua" \
+    "http://127.0.0.1:$FG_HTTP_PORT/v1/stores/pg/sql" 2>&1) \
+    || { printf '%s\n' "$out" >&2; die "wrk failed"; }
+  kill -0 "$FG_PID" 2>/dev/null || { show_log fencegate "$TMPDIR_BENCH/fencegate.log"; die "fencegate died"; }
+  FG_RPS=$(printf '%s\n' "$out" | sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p')
+  req=$(printf '%s\n' "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
+  bad=$(printf '%s\n' "$out" | sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p')
+  [ -n "$FG_RPS" ] && [ -n "$req" ] || { printf '%s\n' "$out" >&2; die "cannot parse wrk output"; }
+  [ -z "$bad" ] || { printf '%s\n' "$out" >&2; die "$bad requests through fencegate were not answered 200"; }
+  # wrk may stop counting replies still in flight at the end: those updates land too.
+  [ $(($(total_n) - before)) -ge "$req" ] || die "wrk reported $req requests, fewer rows grew"
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
+# Interleaved rounds (the machine's load drifts; a round measures both sides close in time).
+pg_all=() fg_all=() ratio_all=()
+for round in $(seq 1 "$ROUNDS"); do
+  run_pgbench "$round"
+  run_wrk "$round"
+  pg_all+=("$PG_TPS") fg_all+=("$FG_RPS")
+  ratio_all+=("$(awk -v a="$FG_RPS" -v b="$PG_TPS" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')")
+  echo "  round $round: pgbench $PG_TPS tps, fencegate $FG_RPS req/s, ratio ${ratio_all[-1]}"
+done
 MARK=$("${PSQL[@]}" -c "SELECT token FROM fencegate_fence WHERE lock = 'L'")
 [ "$MARK" = "$TOKEN" ] || die "fence mark is '$MARK', expected the token $TOKEN"
 
-RATIO=$(awk -v a="$FG_RPS" -v b="$PG_TPS" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}')
+RATIO=$(median "${ratio_all[@]}")
 VERDICT=$(awk -v r="$RATIO" 'BEGIN {print (r + 0 >= 0.5) ? "PASS" : "FAIL"}')
-printf '  %-44s %12s\n' "pgbench, UPDATE straight at postgres (tps)" "$PG_TPS"
-printf '  %-44s %12s\n' "wrk, fenced POST /v1/stores/pg/sql (req/s)" "$FG_RPS"
-printf '  %-44s %12s   target >= 0.5: %s\n' "ratio fencegate / direct" "$RATIO" "$VERDICT"
+printf '  %-44s %12s\n' "pgbench, UPDATE straight at postgres (tps)" "$(median "${pg_all[@]}")"
+printf '  %-44s %12s\n' "wrk, fenced POST /v1/stores/pg/sql (req/s)" "$(median "${fg_all[@]}")"
+printf '  %-44s %12s   target >= 0.5: %s\n' "ratio fencegate / direct (median round)" "$RATIO" "$VERDICT"

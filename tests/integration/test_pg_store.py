@@ -92,6 +92,28 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"])
         self.assertGreaterEqual(fg.metrics()["fencegate_pg_stale_refused_total"], 1)
 
+    def test_fence_row_deleted_or_lowered_is_refused(self):
+        """Fence on acquire put exactly T in the row; a row that is gone or below T was reset
+        behind fencegate's back, and the batch cannot be proven current: refused, nothing
+        written."""
+        fg = self.fencegate()
+        t = self.acquire(fg)
+        for reset in ("DELETE FROM fencegate_fence WHERE lock = 'L'",
+                      "INSERT INTO fencegate_fence VALUES ('L', %d) ON CONFLICT (lock) DO UPDATE "
+                      "SET token = %d" % (t - 1, t - 1)):
+            self.pg.sql(reset)
+            st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 0"}])
+            self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
+            self.assertIn("deleted or lowered", body["message"])
+            self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"])
+        # Taking the lock again raises the row, and writes work again.
+        st, _, _ = http_request(fg.http_port, "DELETE", "/v1/locks/L")
+        self.assertEqual(st, 200)
+        t2 = self.acquire(fg)
+        self.assertGreater(t2, t)
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 1 WHERE id = 1"}])
+        self.assertEqual(st, 200, body)
+
     def test_missing_lock_is_refused_before_postgres(self):
         fg = self.fencegate()
         st, body = self.sql(fg, [{"sql": "DELETE FROM accounts"}], lock="never-taken")
@@ -316,15 +338,18 @@ class PgStoreTest(FgTestCase):
         m = self.acquire(fg, "M")
         self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
 
-    def test_result_cap_rolls_back(self):
+    def test_result_cap_commits_but_withholds_the_results(self):
+        """COMMIT travels in the batch's one round trip, so a batch whose results pass the cap is
+        committed; the answer says so and carries no results."""
         fg = self.fencegate()
         self.acquire(fg)
         st, body = self.sql(fg, [
             {"sql": "UPDATE accounts SET owner = 'big' WHERE id = 1"},
             {"sql": "SELECT repeat('x', 1000) FROM generate_series(1, 20000)"}], timeout=30)
         self.assertEqual((st, body["error"]), (413, "result_too_large"), body)
-        self.assertIn("nothing was committed", body["message"])
-        self.assertEqual(self.rows()[0], "1|alice|10")
+        self.assertIs(body["committed"], True, body)
+        self.assertNotIn("results", body)
+        self.assertEqual(self.rows()[0], "1|big|10")
         st, body = self.sql(fg, [{"sql": "SELECT repeat('x', 1000) FROM generate_series(1, 10000)"}],
                             timeout=30)
         self.assertEqual(st, 200)
