@@ -22,26 +22,12 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "grpc.h"
 
 #define TEST_MAX_ETCD        4
 #define STATUS_UNIMPLEMENTED 12
-
-/* ---- clock ---- */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 /* ---- etcd processes ---- */
 
@@ -52,25 +38,6 @@ struct etcd_proc {
 };
 
 static struct etcd_proc *g_procs[TEST_MAX_ETCD];
-
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t al = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &al) != 0) {
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 /* Runs argv with stdio on /dev/null; returns its exit status, or -1 when it did not finish within
  * timeout_ms (it is killed then). */
@@ -199,16 +166,11 @@ static int etcd_start(struct etcd_proc *p)
     return 1;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 static void etcd_destroy(struct etcd_proc *p)
 {
     etcd_kill(p);
     if (p->dir[0])
-        nftw(p->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        rm_tree(p->dir);
     p->dir[0] = '\0';
     for (int i = 0; i < TEST_MAX_ETCD; i++)
         if (g_procs[i] == p)
@@ -228,20 +190,14 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 }
 
-/* Runs the loop until *flag >= want or timeout_ms passed; returns 1 if the flag got there. */
 static int run_until(const int *flag, int want, int timeout_ms)
 {
-    int64_t end = now_ms() + timeout_ms;
-    while (*flag < want && now_ms() < end)
-        event_base_loop(g_base, EVLOOP_ONCE);
-    return *flag >= want;
+    return loop_until(g_base, flag, want, timeout_ms);
 }
 
 static void run_for(int ms)
 {
-    int64_t end = now_ms() + ms;
-    while (now_ms() < end)
-        event_base_loop(g_base, EVLOOP_ONCE);
+    loop_for(g_base, ms);
 }
 
 struct chan_state {

@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "lock.h"
 
 #define TEST_MAX_REDIS   4
@@ -39,22 +41,6 @@
 #endif
 #endif
 
-/* ---- clock ---- */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* ---- redis-server processes ---- */
 
 struct redis_proc {
@@ -64,25 +50,6 @@ struct redis_proc {
 };
 
 static struct redis_proc *g_procs[TEST_MAX_REDIS];
-
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t al = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &al) != 0) {
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 static redisContext *admin_connect(int port)
 {
@@ -230,16 +197,11 @@ static int redis_start(struct redis_proc *p)
     return 1;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 static void redis_destroy(struct redis_proc *p)
 {
     redis_kill(p);
     if (p->dir[0])
-        nftw(p->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        rm_tree(p->dir);
     p->dir[0] = '\0';
     for (int i = 0; i < TEST_MAX_REDIS; i++)
         if (g_procs[i] == p)
@@ -265,20 +227,14 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 }
 
-/* Runs the loop until *flag >= want or timeout_ms passed; returns 1 if the flag got there. */
 static int run_until(const int *flag, int want, int timeout_ms)
 {
-    int64_t end = now_ms() + timeout_ms;
-    while (*flag < want && now_ms() < end)
-        event_base_loop(g_base, EVLOOP_ONCE);
-    return *flag >= want;
+    return loop_until(g_base, flag, want, timeout_ms);
 }
 
 static void run_for(int ms)
 {
-    int64_t end = now_ms() + ms;
-    while (now_ms() < end)
-        event_base_loop(g_base, EVLOOP_ONCE);
+    loop_for(g_base, ms);
 }
 
 static int client_ready_flag(struct lock_client *c, int timeout_ms)

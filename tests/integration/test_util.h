@@ -1,0 +1,84 @@
+/* test_util.h — helpers the C integration tests share: the clock, free loopback ports, removing a
+ * temporary directory, and running a libevent loop until a flag is set or a deadline passes.
+ * Header-only (static functions): each test is one program. */
+#ifndef FG_TEST_UTIL_H
+#define FG_TEST_UTIL_H
+
+#include <errno.h>
+#include <event2/event.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* A TCP port on 127.0.0.1 that nothing listens on now, or -1. */
+static inline int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &al) != 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static inline int test_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Removes dir and everything below it (best effort). */
+static inline void rm_tree(const char *dir)
+{
+    nftw(dir, test_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Runs base's loop until *flag >= want or timeout_ms passed; returns 1 if the flag got there.
+ * The loop must have a timer ticking (EVLOOP_ONCE returns only after an event). */
+static inline int loop_until(struct event_base *base, const int *flag, int want, int timeout_ms)
+{
+    int64_t end = now_ms() + timeout_ms;
+    while (*flag < want && now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    return *flag >= want;
+}
+
+/* Runs base's loop for ms milliseconds. */
+static inline void loop_for(struct event_base *base, int ms)
+{
+    int64_t end = now_ms() + ms;
+    while (now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+}
+
+#endif
