@@ -85,25 +85,9 @@ static int etcd_wait_up(struct etcd_proc *p, int timeout_ms)
     return 0;
 }
 
-static void etcd_reap(struct etcd_proc *p)
-{
-    int64_t end = now_ms() + 5000;
-    while (p->pid > 0 && now_ms() < end) {
-        pid_t w = waitpid(p->pid, NULL, WNOHANG);
-        if (w == p->pid || (w < 0 && errno == ECHILD)) {
-            p->pid = 0;
-            return;
-        }
-        sleep_ms(5);
-    }
-}
-
 static void etcd_kill(struct etcd_proc *p)
 {
-    if (p->pid <= 0)
-        return;
-    kill(p->pid, SIGKILL);
-    etcd_reap(p);
+    proc_kill(&p->pid);
 }
 
 /* Starts etcd on p's ports (free ones when 0) with its data in p->dir (a new temp dir when

@@ -126,26 +126,10 @@ static int redis_wait_up(int port, int timeout_ms)
     return 0;
 }
 
-static void redis_reap(struct redis_proc *p)
-{
-    int64_t end = now_ms() + 5000;
-    while (p->pid > 0 && now_ms() < end) {
-        pid_t w = waitpid(p->pid, NULL, WNOHANG);
-        if (w == p->pid || (w < 0 && errno == ECHILD)) {
-            p->pid = 0;
-            return;
-        }
-        sleep_ms(5);
-    }
-}
-
 /* Kills the server (SIGKILL, also when stopped) and reaps it. */
 static void redis_kill(struct redis_proc *p)
 {
-    if (p->pid <= 0)
-        return;
-    kill(p->pid, SIGKILL);
-    redis_reap(p);
+    proc_kill(&p->pid);
 }
 
 /* Starts redis-server on p->port (a free one when 0) in p->dir (a new temp dir when empty). */

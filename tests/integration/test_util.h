@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +63,29 @@ static inline int test_rm_entry(const char *path, const struct stat *sb, int fla
 static inline void rm_tree(const char *dir)
 {
     nftw(dir, test_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Waits (up to 5 s) for the child *pid to exit and reaps it; *pid becomes 0. */
+static inline void proc_reap(pid_t *pid)
+{
+    int64_t end = now_ms() + 5000;
+    while (*pid > 0 && now_ms() < end) {
+        pid_t w = waitpid(*pid, NULL, WNOHANG);
+        if (w == *pid || (w < 0 && errno == ECHILD)) {
+            *pid = 0;
+            return;
+        }
+        sleep_ms(5);
+    }
+}
+
+/* Kills the child *pid (SIGKILL works on a stopped one too) and reaps it. */
+static inline void proc_kill(pid_t *pid)
+{
+    if (*pid <= 0)
+        return;
+    kill(*pid, SIGKILL);
+    proc_reap(pid);
 }
 
 /* Runs base's loop until *flag >= want or timeout_ms passed; returns 1 if the flag got there.
