@@ -65,8 +65,8 @@ struct grpc_channel_opts {
 struct grpc_channel_cbs {
     /* The channel has a working connection (after the HTTP/2 preface and SETTINGS exchange). */
     void (*up)(void *arg, const char *endpoint);
-    /* The connection was lost; every open call has already ended. `why` names endpoint and cause.
-     */
+    /* The connection was lost; every open call has already ended. `why` names endpoint and
+     * cause. Only for a connection that had come `up`; failed attempts just move on. */
     void (*down)(void *arg, const char *why);
 };
 
