@@ -43,20 +43,10 @@ static struct etcd_proc *g_procs[TEST_MAX_ETCD];
  * timeout_ms (it is killed then). */
 static int run_cmd(char *const argv[], int timeout_ms)
 {
-    pid_t pid = fork();
+    setenv("ETCDCTL_API", "3", 1); /* etcdctl 3.4's default too; said for clarity */
+    pid_t pid = spawn_server(argv, NULL);
     if (pid < 0)
         return -1;
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) {
-            dup2(devnull, 0);
-            dup2(devnull, 1);
-            dup2(devnull, 2);
-        }
-        setenv("ETCDCTL_API", "3", 1);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
     int64_t end = now_ms() + timeout_ms;
     int st;
     while (now_ms() < end) {
@@ -111,29 +101,20 @@ static int etcd_start(struct etcd_proc *p)
     snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", p->pport);
     snprintf(cluster, sizeof(cluster), "%s=%s", name, purl);
     snprintf(log, sizeof(log), "%s/etcd.log", p->dir);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    char *argv[] = {"etcd",   "--name",
+                    name,     "--data-dir",
+                    p->dir,   "--listen-client-urls",
+                    curl,     "--advertise-client-urls",
+                    curl,     "--listen-peer-urls",
+                    purl,     "--initial-advertise-peer-urls",
+                    purl,     "--initial-cluster",
+                    cluster,  "--initial-cluster-state",
+                    "new",    "--logger",
+                    "zap",    "--log-outputs",
+                    "stderr", NULL};
+    pid_t pid = spawn_server(argv, log);
     if (pid < 0)
         return 0;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test, however the test ends */
-        if (getppid() != parent)
-            _exit(1);
-        int devnull = open("/dev/null", O_RDWR);
-        int lf = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        if (lf >= 0) {
-            dup2(lf, 1);
-            dup2(lf, 2);
-        }
-        execlp("etcd", "etcd", "--name", name, "--data-dir", p->dir, "--listen-client-urls", curl,
-               "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-               "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-               "--initial-cluster-state", "new", "--logger", "zap", "--log-outputs", "stderr",
-               (char *)NULL);
-        _exit(127);
-    }
     p->pid = pid;
     for (int i = 0; i < TEST_MAX_ETCD; i++) {
         if (g_procs[i] == p)

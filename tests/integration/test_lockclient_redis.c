@@ -147,24 +147,12 @@ static int redis_start(struct redis_proc *p)
         return 0;
     snprintf(port, sizeof(port), "%d", p->port);
     snprintf(log, sizeof(log), "%s/redis.log", p->dir);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    char *argv[] = {
+        "redis-server", "--save", "",      "--appendonly", "no",        "--bind", "127.0.0.1",
+        "--port",       port,     "--dir", p->dir,         "--logfile", log,      NULL};
+    pid_t pid = spawn_server(argv, NULL);
     if (pid < 0)
         return 0;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test, however the test ends */
-        if (getppid() != parent)
-            _exit(1);
-        int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) {
-            dup2(devnull, 0);
-            dup2(devnull, 1);
-            dup2(devnull, 2);
-        }
-        execlp("redis-server", "redis-server", "--save", "", "--appendonly", "no", "--bind",
-               "127.0.0.1", "--port", port, "--dir", p->dir, "--logfile", log, (char *)NULL);
-        _exit(127);
-    }
     p->pid = pid;
     for (int i = 0; i < TEST_MAX_REDIS; i++) {
         if (g_procs[i] == p)

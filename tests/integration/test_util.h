@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -63,6 +65,30 @@ static inline int test_rm_entry(const char *path, const struct stat *sb, int fla
 static inline void rm_tree(const char *dir)
 {
     nftw(dir, test_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Starts argv[0] (found on PATH) as a child that dies with the test however the test ends:
+ * stdin from /dev/null, stdout and stderr appended to log (or /dev/null when log is NULL).
+ * Returns its pid, or -1. */
+static inline pid_t spawn_server(char *const argv[], const char *log)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    int devnull = open("/dev/null", O_RDWR);
+    int out = log ? open(log, O_WRONLY | O_CREAT | O_APPEND, 0600) : devnull;
+    if (devnull >= 0)
+        dup2(devnull, 0);
+    if (out >= 0) {
+        dup2(out, 1);
+        dup2(out, 2);
+    }
+    execvp(argv[0], argv);
+    _exit(127);
 }
 
 /* Waits (up to 5 s) for the child *pid to exit and reaps it; *pid becomes 0. */
