@@ -17,7 +17,7 @@
 #define CFG_SHOW_MAX       100 /* bytes of a value quoted in an error message; the rest is "..." */
 #define CFG_SHOW_BUF       (CFG_SHOW_MAX * 4 + 8)
 #define CFG_ADDR_MAX       300 /* longest "HOST:PORT" (a host name is at most 253 bytes) */
-#define CFG_MAP_KEYS       8   /* most keys any one YAML mapping of the schema has */
+#define CFG_MAP_KEYS       12  /* most keys any one YAML mapping of the schema has */
 
 #define CFG_STR2(x) #x
 #define CFG_STR(x)  CFG_STR2(x)
@@ -34,6 +34,7 @@ enum cfg_kind {
     CFG_K_LLONG,
     CFG_K_LOG,
     CFG_K_PATH,
+    CFG_K_BOOL,
 };
 
 struct cfg_setting {
@@ -58,6 +59,8 @@ static const struct cfg_setting cfg_settings[] = {
      offsetof(struct cfg, backend_prefix), 0, 0},
     {"backend.session_ttl_ms", "FENCEGATE_SESSION_TTL_MS", "session-ttl-ms", CFG_K_LLONG,
      offsetof(struct cfg, session_ttl_ms), 500, 3600000},
+    {"upstream_multiplex", "FENCEGATE_UPSTREAM_MULTIPLEX", "upstream-multiplex", CFG_K_BOOL,
+     offsetof(struct cfg, upstream_multiplex), 0, 0},
     {"limits.max_clients", "FENCEGATE_MAX_CLIENTS", "max-clients", CFG_K_INT,
      offsetof(struct cfg, max_clients), 1, 1000000},
     {"limits.max_request_bytes", "FENCEGATE_MAX_REQUEST_BYTES", "max-request-bytes", CFG_K_LLONG,
@@ -75,9 +78,9 @@ static const struct cfg_setting cfg_settings[] = {
 
 #define CFG_NSETTINGS (sizeof cfg_settings / sizeof cfg_settings[0])
 
-static const char *const cfg_top_keys[] = {"listen", "upstream",          "backend",
-                                           "stores", "protect",           "limits",
-                                           "log",    "shutdown_grace_ms", NULL};
+static const char *const cfg_top_keys[] = {
+    "listen", "upstream", "upstream_multiplex", "backend", "stores", "protect",
+    "limits", "log",      "shutdown_grace_ms",  NULL};
 static const char *const cfg_listen_keys[] = {"resp", "http", NULL};
 static const char *const cfg_backend_keys[] = {"url", "prefix", "session_ttl_ms", NULL};
 static const char *const cfg_limits_keys[] = {"max_clients", "max_request_bytes",
@@ -91,6 +94,8 @@ enum { CFG_STORE_NAME, CFG_STORE_URL, CFG_STORE_POOL, CFG_STORE_TIMEOUT, CFG_STO
 enum { CFG_RULE_STORE, CFG_RULE_KEYS, CFG_RULE_LOCK };
 
 static const char *const cfg_log_names[] = {"error", "warn", "info", "debug"};
+/* Pairs: the even ones mean true. */
+static const char *const cfg_bool_names[] = {"true", "false", "on", "off", "yes", "no", "1", "0"};
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
@@ -757,6 +762,15 @@ static int cfg_set(struct cfg *cfg, const struct cfg_setting *s, const char *val
         return FG_ERR_CONFIG;
     case CFG_K_PATH:
         return FG_OK;
+    case CFG_K_BOOL:
+        for (size_t i = 0; i < sizeof cfg_bool_names / sizeof cfg_bool_names[0]; i++) {
+            if (strcasecmp(val, cfg_bool_names[i]) == 0) {
+                *(int *)(void *)field = (int)(i % 2 == 0);
+                return FG_OK;
+            }
+        }
+        cfg_errf(err, "bad value '%s': expected true or false", cfg_show_str(shown, val));
+        return FG_ERR_CONFIG;
     }
     return FG_OK;
 }
@@ -779,6 +793,8 @@ static const char *cfg_expect(const struct cfg_setting *s)
         return "a log level (error, warn, info or debug)";
     case CFG_K_PATH:
         return "a file path";
+    case CFG_K_BOOL:
+        return "true or false";
     }
     return "a value";
 }
@@ -1594,6 +1610,7 @@ void cfg_defaults(struct cfg *cfg)
     cfg->max_clients = 10000;
     cfg->max_request_bytes = 512LL * 1024 * 1024 + 64 * 1024;
     cfg->max_pending_bytes = 1024 * 1024;
+    cfg->upstream_multiplex = 1;
     cfg->max_args = 8LL * 1024 * 1024;
     cfg->shutdown_grace_ms = 10000;
     cfg->log_level = CFG_LOG_INFO;
@@ -1775,6 +1792,11 @@ const char *cfg_usage(void)
            "/fencegate/locks/)\n"
            "  --session-ttl-ms N        FENCEGATE_SESSION_TTL_MS     session lease, 500..3600000 "
            "(default 10000)\n"
+           "  --upstream-multiplex B    FENCEGATE_UPSTREAM_MULTIPLEX share one upstream connection "
+           "among\n"
+           "                                                         clients until one needs its "
+           "own "
+           "(default true)\n"
            "  --max-clients N           FENCEGATE_MAX_CLIENTS        client connections, "
            "1..1000000 (default 10000)\n"
            "  --max-request-bytes N     FENCEGATE_MAX_REQUEST_BYTES  largest request, "

@@ -60,6 +60,7 @@ struct cfg {
     struct cfg_addr listen_http; /* default 127.0.0.1:8380 */
     struct cfg_url upstream;     /* the RESP endpoint's upstream: --upstream, else the first redis
                                   * store, else redis://127.0.0.1:6379 */
+    int upstream_multiplex;      /* default 1: unpinned clients share one upstream connection */
     struct cfg_url backend;      /* default redis://127.0.0.1:6379 */
     char backend_prefix[256];    /* default "/fencegate/locks/" */
     long long session_ttl_ms;    /* default 10000; 500..3600000 */

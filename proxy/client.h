@@ -19,10 +19,14 @@ struct lock_session;
 struct fence_rules;
 struct fencing_held;
 struct fencing_txn;
+struct ulink;
 
 #define SRV_ACCEPT_PAUSE_MS 100 /* accept pause when out of descriptors */
 #define SRV_READ_CHUNK      65536
 #define SRV_MAX_OPS         65536 /* pipelined commands awaiting replies before we stop reading */
+/* A client on the shared upstream connection with this many replies due pins before it sends
+ * more: deep pipelines get a connection of their own, where back-pressure reaches Redis. */
+#define SRV_SHARED_MAX_OPS 32
 
 enum op_kind {
     OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
@@ -106,6 +110,10 @@ struct client {
     unsigned dead : 1;
     unsigned processing : 1;    /* inside req_process: callbacks must not re-enter it */
     unsigned script_loaded : 1; /* the fence script was loaded on this upstream connection */
+    unsigned pinned : 1;        /* has (or is about to get) an upstream connection of its own */
+    unsigned pin_pending : 1;   /* pins at its next request, once no reply is due to it */
+    unsigned slow_reader : 1;   /* left max_pending_bytes of replies unread: pins next time */
+    uint32_t shared_pending;    /* replies still due to it on the shared upstream connection */
     char marker[48];
     size_t marker_len;
 
@@ -131,6 +139,9 @@ struct server {
     int draining;
     void (*drained)(void *arg);
     void *drained_arg;
+
+    struct ulink
+        *shared; /* the upstream connection unpinned clients share (NULL: multiplexing off) */
 
     struct lock_client *locks; /* the lock backend */
     struct fence_rules *rules; /* protect rules for the upstream store */
@@ -159,8 +170,15 @@ void ops_emit_ready(struct client *c);
 void cl_reply_local(struct client *c, const char *p, size_t n);
 /* Queues "-<text>\r\n" built from a printf format; CR/LF in it become spaces. */
 void cl_reply_error(struct client *c, const char *fmt, ...) FG_PRINTF(2, 3);
-/* Sends bytes to the upstream (queued while it connects). */
+/* Sends bytes to the client's upstream connection, its own or the shared one (queued while it
+ * connects). */
 void up_send(struct client *c, const char *p, size_t n);
+/* Tells the shared connection that one more reply is due to c, for a request sent again without
+ * a new op (NOSCRIPT); a no-op for a pinned client. */
+void up_expect_again(struct client *c);
+/* Whether the fence script is loaded on the client's upstream connection; and setting it. */
+int up_script_loaded(const struct client *c);
+void up_set_script_loaded(struct client *c, int loaded);
 /* Contiguous ranges of the input, forwarded with one write. */
 void span_flush(struct client *c, struct span *s, int to_upstream);
 void span_add(struct client *c, struct span *s, const char *p, size_t n, int to_upstream);

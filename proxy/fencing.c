@@ -543,7 +543,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         return;
     }
     span_flush(c, sp, 1);
-    if (!c->script_loaded) {
+    if (!up_script_loaded(c)) {
         char len[32];
         int ln = snprintf(len, sizeof(len), "$%zu\r\n", strlen(body));
         up_send(c, load_head, sizeof(load_head) - 1);
@@ -555,7 +555,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
             c->dead = 1;
             return;
         }
-        c->script_loaded = 1;
+        up_set_script_loaded(c, 1);
     }
     up_send(c, out, need);
     o = op_push(c, OP_FORWARD);
@@ -1022,7 +1022,7 @@ int fencing_noscript(struct client *c, struct op *o)
     char head[64];
     size_t hn = 0, skip;
 
-    c->script_loaded = 0;
+    up_set_script_loaded(c, 0);
     if (c->ops_count != 1 || !o->reply)
         return 0; /* later requests already ran: sending this one again would reorder them */
     skip = fencing_eval_form(o->reply, o->reply_len, head, &hn);
@@ -1035,6 +1035,7 @@ int fencing_noscript(struct client *c, struct op *o)
     up_send(c, body, strlen(body));
     up_send(c, "\r\n", 2);
     up_send(c, o->reply + skip, o->reply_len - skip);
+    up_expect_again(c);
     free(o->reply);
     o->reply = NULL; /* a second NOSCRIPT cannot happen with EVAL */
     return 1;

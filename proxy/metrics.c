@@ -44,6 +44,9 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
                           "Upstream connections lost while in use."},
     [M_UNAVAILABLE_REPLIES] = {"fencegate_unavailable_replies_total",
                                "Commands answered with -UNAVAILABLE."},
+    [M_CLIENTS_PINNED] = {"fencegate_clients_pinned_total",
+                          "Client connections that left the shared upstream connection for one of "
+                          "their own (their first command that keeps state on its connection)."},
     [M_HTTP_REQUESTS] = {"fencegate_http_requests_total", "Requests served on the HTTP endpoint."},
     [M_LOCKS_ACQUIRED] = {"fencegate_locks_acquired_total", "Lock acquisitions granted."},
     [M_LOCKS_BUSY] = {"fencegate_locks_busy_total",

@@ -19,6 +19,7 @@ enum metric_counter {
     M_UPSTREAM_CONNECT_ERRORS, /* failed upstream connects */
     M_UPSTREAM_DROPS,          /* upstream connections lost while in use */
     M_UNAVAILABLE_REPLIES,     /* commands answered -UNAVAILABLE */
+    M_CLIENTS_PINNED,          /* clients moved off the shared upstream connection to their own */
     M_HTTP_REQUESTS,
     M_LOCKS_ACQUIRED,     /* FENCE.ACQUIRE / POST /v1/locks granted */
     M_LOCKS_BUSY,         /* acquisitions refused: held by another after the wait */

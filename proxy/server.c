@@ -1,11 +1,19 @@
-/* server.c — the RESP endpoint: client connections, each with its own upstream connection.
+/* server.c — the RESP endpoint: client connections and their upstream connections.
  *
- * A client connection owns one upstream connection, so every piece of Redis connection state
- * (SELECT, MULTI, WATCH, subscriptions, CLIENT SETNAME, RESP3) lives where Redis keeps it. Requests
- * are parsed only to classify them; their bytes are forwarded as received. Replies are scanned only
- * to find their boundaries, so each can be matched to the request that caused it: a queue of
- * pending operations ("ops") keeps replies fencegate writes itself (errors, FENCE.* replies) in
- * the exact order of the pipeline. Lock commands and fenced writes live in fencing.c. */
+ * A client starts on the shared upstream connection, which carries the requests of every client
+ * that has no connection state on the server (twemproxy's multiplexing): plain reads and writes,
+ * PING, ECHO, fenced writes. The first request that would create or read connection state (SELECT,
+ * MULTI, WATCH, subscriptions, blocking commands, CLIENT, HELLO, AUTH, scripts, admin commands)
+ * "pins" the client: once its shared replies are in, it gets an upstream connection of its own
+ * and keeps it, so that state lives where Redis keeps it. With `upstream_multiplex: false` every
+ * client is pinned from the start.
+ *
+ * Requests are parsed only to classify them; their bytes are forwarded as received. Replies are
+ * scanned only to find their boundaries, so each can be matched to the request that caused it: a
+ * queue of pending operations ("ops") per client keeps replies fencegate writes itself (errors,
+ * FENCE.* replies) in the exact order of the pipeline, and the shared connection keeps, for each
+ * reply it waits for, the client it belongs to. Lock commands and fenced writes live in
+ * fencing.c. */
 #include "server.h"
 
 #include <errno.h>
@@ -22,6 +30,7 @@
 
 #include "buf.h"
 #include "client.h"
+#include "cmdtable.h"
 #include "config.h"
 #include "fence.h"
 #include "fencing.h"
@@ -32,11 +41,38 @@
 #include "resp.h"
 #include "upstream.h"
 
+/* One upstream connection that carries the requests of every unpinned client. Redis answers a
+ * connection's requests in order, so `who` (a ring) names, for each reply still due, the client
+ * it goes to: NULL for the link's own prelude (AUTH/SELECT) and for a client that has gone. */
+struct ulink {
+    struct server *srv;
+    int fd;
+    enum up_state state;
+    struct event *rev, *wev;
+    int rev_on, wev_on;
+    struct event *fail_ev;  /* runs lk_fail() outside the callback that found the failure */
+    struct event *flush_ev; /* writes `out` after the events ready now were handled */
+    struct buf in, out;
+    struct resp_scanner scan;
+    size_t rscan_off;
+    int reply_partial; /* part of the head reply already went to its client */
+    int prelude_left;  /* replies to the link's own AUTH/SELECT still due */
+    unsigned script_loaded : 1;
+    unsigned failed : 1;    /* a write failed; lk_fail() is scheduled */
+    unsigned flush_due : 1; /* flush_ev is active */
+    unsigned out_full : 1;  /* `out` passed max_pending_bytes: unpinned clients stop parsing */
+    char why[256];          /* why it is down */
+    struct client **who;
+    size_t who_head, who_count, who_cap;
+};
+
 /* Scratch space for reads: a connection keeps a buffer only for bytes it could not handle yet. */
 static char srv_scratch[SRV_READ_CHUNK];
 
 static void cl_close(struct client *c);
 static void cl_process_input(struct client *c);
+static void lk_send(struct ulink *lk, const char *p, size_t n);
+static int lk_push(struct ulink *lk, struct client *c);
 static void cl_flush(struct client *c);
 
 /* Reads what fd has: into the shared scratch space when b holds nothing (*scratch = 1), else
@@ -87,8 +123,8 @@ static size_t cl_pending_limit(const struct client *c)
 
 static int cl_can_parse(const struct client *c)
 {
-    return !c->closing && !c->quit_sent && !c->blocked && !c->srv->draining &&
-           c->ops_count < SRV_MAX_OPS && buf_len(&c->uout) < cl_pending_limit(c) &&
+    return !c->closing && !c->quit_sent && !c->blocked && c->ops_count < SRV_MAX_OPS &&
+           buf_len(&c->uout) < cl_pending_limit(c) && (c->pinned || !c->srv->shared->out_full) &&
            buf_len(&c->out) < cl_pending_limit(c);
 }
 
@@ -115,6 +151,8 @@ struct op *op_push(struct client *c, enum op_kind kind)
         c->ops_cap = cap;
         c->ops_head = 0;
     }
+    if (kind != OP_LOCAL && !c->pinned && lk_push(c->srv->shared, c) < 0)
+        return NULL;
     o = op_at(c, c->ops_count++);
     memset(o, 0, sizeof(*o));
     o->kind = (uint8_t)kind;
@@ -170,6 +208,10 @@ void up_send(struct client *c, const char *p, size_t n)
     if (n == 0)
         return;
     metrics_inc(&fg_metrics, M_BYTES_TO_UPSTREAM, n);
+    if (!c->pinned) {
+        lk_send(c->srv->shared, p, n);
+        return;
+    }
     if (c->ustate == U_READY && buf_len(&c->uout) == 0) {
         ssize_t w = write(c->ufd, p, n);
         if (w < 0 && errno != EAGAIN && errno != EINTR) {
@@ -409,10 +451,448 @@ static int up_connect(struct client *c)
     return 0;
 }
 
+/* ---- the shared upstream connection ---------------------------------------------------------- */
+
+static int rep_normal(struct client *c, const char *r, size_t n, char type, struct span *sp);
+static int rep_may_stream(const struct client *c, char top_type);
+
+static int lk_push(struct ulink *lk, struct client *c)
+{
+    if (lk->who_count == lk->who_cap) {
+        size_t cap = lk->who_cap ? lk->who_cap * 2 : 64;
+        struct client **n = malloc(cap * sizeof(*n));
+        if (!n)
+            return -1;
+        for (size_t i = 0; i < lk->who_count; i++)
+            n[i] = lk->who[(lk->who_head + i) % lk->who_cap];
+        free(lk->who);
+        lk->who = n;
+        lk->who_cap = cap;
+        lk->who_head = 0;
+    }
+    lk->who[(lk->who_head + lk->who_count++) % lk->who_cap] = c;
+    if (c)
+        c->shared_pending++;
+    return 0;
+}
+
+static struct client *lk_head(const struct ulink *lk)
+{
+    return lk->who_count ? lk->who[lk->who_head] : NULL;
+}
+
+static void lk_pop(struct ulink *lk)
+{
+    struct client *c = lk->who[lk->who_head];
+
+    if (c)
+        c->shared_pending--;
+    lk->who_head = (lk->who_head + 1) % lk->who_cap;
+    lk->who_count--;
+}
+
+/* A client that closes leaves its replies to be read and dropped. */
+static void lk_forget(struct ulink *lk, struct client *c)
+{
+    for (size_t i = 0; c->shared_pending && i < lk->who_count; i++) {
+        struct client **w = &lk->who[(lk->who_head + i) % lk->who_cap];
+        if (*w == c) {
+            *w = NULL;
+            c->shared_pending--;
+        }
+    }
+}
+
+static void lk_close_fd(struct ulink *lk)
+{
+    if (lk->flush_due)
+        event_del(lk->flush_ev);
+    lk->flush_due = 0;
+    if (lk->rev)
+        event_free(lk->rev);
+    if (lk->wev)
+        event_free(lk->wev);
+    lk->rev = lk->wev = NULL;
+    lk->rev_on = lk->wev_on = 0;
+    if (lk->fd >= 0)
+        close(lk->fd);
+    lk->fd = -1;
+    lk->state = U_DOWN;
+    buf_free(&lk->in);
+    buf_free(&lk->out);
+    resp_scanner_init(&lk->scan);
+    lk->rscan_off = 0;
+    lk->reply_partial = 0;
+    lk->prelude_left = 0;
+    lk->script_loaded = 0;
+    lk->failed = 0;
+    lk->out_full = 0;
+}
+
+/* The link is gone: every reply still due to a client becomes -UNAVAILABLE, in order. The
+ * clients stay connected (they had no state on the server), except one that was being sent half
+ * a reply. Runs only from the link's own callbacks, never inside a client's. */
+static void lk_fail(struct ulink *lk, const char *why)
+{
+    struct server *s = lk->srv;
+    struct client *c, *next;
+
+    if (lk->state == U_READY) {
+        metrics_inc(&fg_metrics, M_UPSTREAM_DROPS, 1);
+        log_warn("shared upstream connection lost: %s", why);
+    }
+    snprintf(lk->why, sizeof(lk->why), "%s", why);
+    lk_close_fd(lk);
+    for (size_t i = 0; i < lk->who_count; i++) {
+        c = lk->who[(lk->who_head + i) % lk->who_cap];
+        if (c)
+            c->shared_pending = 0;
+    }
+    lk->who_count = lk->who_head = 0;
+    for (c = s->clients; c; c = next) {
+        next = c->next;
+        if (c->pinned)
+            continue;
+        if (c->ops_count == 0) {
+            cl_update(c); /* one stopped by a full link may go on */
+            continue;
+        }
+        if (c->reply_partial) {
+            c->dead = 1; /* half a reply went out; nothing can follow it */
+        } else {
+            snprintf(c->down_why, sizeof(c->down_why), "%s", why);
+            ops_fail_upstream(c);
+        }
+        cl_update(c);
+    }
+}
+
+static void lk_on_fail(evutil_socket_t fd, short what, void *arg)
+{
+    struct ulink *lk = arg;
+
+    if (lk->failed)
+        lk_fail(lk, lk->why);
+}
+
+/* A write failed inside some client's callback: fail the link from a callback of its own. */
+static void lk_schedule_fail(struct ulink *lk, const char *why)
+{
+    if (lk->failed)
+        return;
+    lk->failed = 1;
+    snprintf(lk->why, sizeof(lk->why), "connection lost: %s", why);
+    event_active(lk->fail_ev, 0, 0);
+}
+
+static void lk_update(struct ulink *lk)
+{
+    ev_want(lk->rev, &lk->rev_on, lk->state == U_READY && !lk->failed);
+    ev_want(lk->wev, &lk->wev_on,
+            !lk->failed &&
+                (lk->state == U_CONNECTING || (lk->state == U_READY && buf_len(&lk->out) > 0)));
+}
+
+/* Queues bytes for the link. They are written once the event loop has handled every event that
+ * was ready with them (lk_on_flush), so the requests of many clients travel in one write and
+ * Redis reads them with one read: the point of sharing a connection. */
+static void lk_send(struct ulink *lk, const char *p, size_t n)
+{
+    if (lk->failed)
+        return; /* its replies fail with the link */
+    if (buf_append(&lk->out, p, n) != FG_OK) {
+        lk_schedule_fail(lk, "fencegate is out of memory");
+        return;
+    }
+    if (buf_len(&lk->out) >= (size_t)lk->srv->cfg->max_pending_bytes)
+        lk->out_full = 1;
+    if (lk->state == U_READY && !lk->wev_on && !lk->flush_due) {
+        lk->flush_due = 1;
+        event_active(lk->flush_ev, 0, 0);
+    }
+}
+
+static void lk_on_read(evutil_socket_t fd, short what, void *arg);
+static void lk_on_write(evutil_socket_t fd, short what, void *arg);
+
+/* Opens the shared connection (asynchronously), with the upstream's AUTH/SELECT prelude queued.
+ * Returns -1 when it could not even start; lk->why says why. */
+static int lk_connect(struct ulink *lk)
+{
+    struct server *s = lk->srv;
+    const struct net_addr *a = upstream_addr(s->up);
+    const char *prelude;
+    size_t plen;
+    int nrep;
+
+    if (!a) {
+        snprintf(lk->why, sizeof(lk->why), "%s", upstream_error(s->up));
+        return -1;
+    }
+    lk->fd = net_connect(a);
+    if (lk->fd < 0) {
+        int e = errno;
+        snprintf(lk->why, sizeof(lk->why), "%s", strerror(e));
+        if (e != EMFILE && e != ENFILE) { /* our shortage, not the upstream's */
+            metrics_inc(&fg_metrics, M_UPSTREAM_CONNECT_ERRORS, 1);
+            upstream_report_failure(s->up, lk->why);
+        }
+        return -1;
+    }
+    lk->rev = event_new(s->base, lk->fd, EV_READ | EV_PERSIST, lk_on_read, lk);
+    lk->wev = event_new(s->base, lk->fd, EV_WRITE | EV_PERSIST, lk_on_write, lk);
+    if (!lk->rev || !lk->wev) {
+        lk_close_fd(lk);
+        snprintf(lk->why, sizeof(lk->why), "fencegate is out of memory");
+        return -1;
+    }
+    lk->state = U_CONNECTING;
+    prelude = upstream_prelude(s->up, &plen, &nrep);
+    for (int i = 0; i < nrep; i++)
+        if (lk_push(lk, NULL) < 0) {
+            lk_close_fd(lk);
+            snprintf(lk->why, sizeof(lk->why), "fencegate is out of memory");
+            return -1;
+        }
+    lk->prelude_left = nrep;
+    if (plen)
+        lk_send(lk, prelude, plen);
+    lk_update(lk);
+    return 0;
+}
+
+/* Redis took enough of what waited for it: unpinned clients may send again. */
+static void lk_resume_clients(struct ulink *lk)
+{
+    struct client *c, *next;
+
+    lk->out_full = 0;
+    for (c = lk->srv->clients; c; c = next) {
+        next = c->next;
+        if (!c->pinned)
+            cl_update(c);
+    }
+}
+
+static void lk_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct ulink *lk = arg;
+
+    lk->flush_due = 0;
+    if (lk->failed)
+        return;
+    if (lk->state == U_CONNECTING) {
+        int e = net_connect_result(lk->fd);
+        if (e != 0) {
+            metrics_inc(&fg_metrics, M_UPSTREAM_CONNECT_ERRORS, 1);
+            upstream_report_failure(lk->srv->up, strerror(e));
+            lk_fail(lk, strerror(e));
+            return;
+        }
+        lk->state = U_READY;
+    }
+    while (buf_len(&lk->out) > 0) {
+        ssize_t w = write(lk->fd, buf_head(&lk->out), buf_len(&lk->out));
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EINTR) {
+                lk_fail(lk, strerror(errno));
+                return;
+            }
+            break;
+        }
+        buf_consume(&lk->out, (size_t)w);
+    }
+    lk_update(lk);
+    if (lk->out_full && buf_len(&lk->out) < (size_t)lk->srv->cfg->max_pending_bytes)
+        lk_resume_clients(lk);
+}
+
+/* Sends the bytes gathered for client `to` and lets it act on what it received. */
+static void lk_hand_over(struct client **to, struct span *sp)
+{
+    if (*to) {
+        span_flush(*to, sp, 0);
+        cl_update(*to); /* may close it */
+        *to = NULL;
+    }
+}
+
+/* Handles reply bytes src[0..len) (the first lk->rscan_off already scanned): each whole reply goes
+ * to the client at the head of `who`. Returns the bytes handled, or -1 when the link failed. */
+static long lk_process(struct ulink *lk, const char *src, size_t len)
+{
+    size_t pos = 0, scan = lk->rscan_off, used;
+    struct span sp = {NULL, 0};
+    struct client *to = NULL, *c;
+    int rc;
+
+    while (scan < len && !lk->failed) {
+        rc = resp_scan_reply(&lk->scan, src + scan, len - scan, &used);
+        scan += used;
+        if (rc == RESP_SCAN_INVALID) {
+            lk_hand_over(&to, &sp);
+            lk_fail(lk, "protocol error in upstream reply");
+            return -1;
+        }
+        if (lk->who_count == 0) {
+            lk_hand_over(&to, &sp);
+            lk_fail(lk, "the upstream sent a reply nobody asked for");
+            return -1;
+        }
+        c = lk_head(lk);
+        if (c != to)
+            lk_hand_over(&to, &sp);
+        if (rc == RESP_SCAN_MORE) {
+            if (scan > pos && (!c || rep_may_stream(c, lk->scan.top_type))) {
+                if (c) { /* stream it; a gone client's is dropped as it comes */
+                    span_add(c, &sp, src + pos, scan - pos, 0);
+                    c->reply_partial = 1;
+                    to = c;
+                }
+                lk->reply_partial = 1;
+                pos = scan;
+            }
+            break;
+        }
+        lk_pop(lk);
+        if (!c && lk->prelude_left > 0) {
+            lk->prelude_left--;
+            if (lk->scan.top_type == '-') {
+                char why[200];
+                snprintf(why, sizeof(why), "it rejected fencegate's AUTH/SELECT: %.*s",
+                         (int)(scan - pos > 120 ? 120 : scan - pos - 2), src + pos + 1);
+                lk_fail(lk, why);
+                return -1;
+            }
+        } else if (c) {
+            to = c;
+            if (rep_normal(c, src + pos, scan - pos, lk->scan.top_type, &sp) < 0)
+                c->dead = 1;
+            c->reply_partial = 0;
+        }
+        lk->reply_partial = 0;
+        pos = scan;
+    }
+    lk_hand_over(&to, &sp);
+    lk->rscan_off = scan - pos;
+    return (long)pos;
+}
+
+static void lk_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct ulink *lk = arg;
+    const char *src;
+    size_t len;
+    long done;
+    int scratch;
+    ssize_t n = srv_read(lk->fd, &lk->in, &scratch);
+
+    if (n == -2) {
+        lk_fail(lk, "fencegate is out of memory");
+        return;
+    }
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        lk_fail(lk, n == 0 ? "connection closed by the upstream" : strerror(errno));
+        return;
+    }
+    metrics_inc(&fg_metrics, M_BYTES_FROM_UPSTREAM, (uint64_t)n);
+    if (scratch) {
+        src = srv_scratch;
+        len = (size_t)n;
+    } else {
+        lk->in.end += (size_t)n;
+        src = buf_head(&lk->in);
+        len = buf_len(&lk->in);
+    }
+    done = lk_process(lk, src, len);
+    if (done < 0 || lk->fd < 0)
+        return;
+    if (scratch) {
+        if ((size_t)done < len && buf_append(&lk->in, src + done, len - (size_t)done) != FG_OK)
+            lk_fail(lk, "fencegate is out of memory");
+    } else {
+        buf_consume(&lk->in, (size_t)done);
+    }
+}
+
+static void lk_free(struct ulink *lk);
+
+static struct ulink *lk_new(struct server *s)
+{
+    struct ulink *lk = calloc(1, sizeof(*lk));
+
+    if (!lk)
+        return NULL;
+    lk->srv = s;
+    lk->fd = -1;
+    resp_scanner_init(&lk->scan);
+    lk->fail_ev = event_new(s->base, -1, 0, lk_on_fail, lk);
+    lk->flush_ev = event_new(s->base, -1, 0, lk_on_write, lk);
+    if (!lk->fail_ev || !lk->flush_ev) {
+        lk_free(lk);
+        return NULL;
+    }
+    return lk;
+}
+
+static void lk_free(struct ulink *lk)
+{
+    if (!lk)
+        return;
+    lk_close_fd(lk);
+    if (lk->fail_ev)
+        event_free(lk->fail_ev);
+    if (lk->flush_ev)
+        event_free(lk->flush_ev);
+    free(lk->who);
+    free(lk);
+}
+
+/* Whether c's requests use the shared connection; connects it when needed. 0 when c can send
+ * now (the bytes are queued while it connects), -1 when it is down (c->down_why says why). */
+static int lk_ready_for(struct client *c)
+{
+    struct ulink *lk = c->srv->shared;
+
+    if (lk->state == U_DOWN && !lk->failed) {
+        if (upstream_is_up(c->srv->up)) {
+            if (lk_connect(lk) == 0)
+                return 0;
+        } else {
+            snprintf(lk->why, sizeof(lk->why), "%s", upstream_error(c->srv->up));
+        }
+    }
+    if (lk->state != U_DOWN && !lk->failed)
+        return 0;
+    snprintf(c->down_why, sizeof(c->down_why), "%s", lk->why);
+    return -1;
+}
+
+void up_expect_again(struct client *c)
+{
+    if (!c->pinned && lk_push(c->srv->shared, c) < 0)
+        c->dead = 1;
+}
+
+int up_script_loaded(const struct client *c)
+{
+    return c->pinned ? c->script_loaded : c->srv->shared->script_loaded;
+}
+
+void up_set_script_loaded(struct client *c, int loaded)
+{
+    if (c->pinned)
+        c->script_loaded = loaded != 0;
+    else
+        c->srv->shared->script_loaded = loaded != 0;
+}
+
 /* ---- replies --------------------------------------------------------------------------------- */
 
 /* Whether bytes of an unfinished reply may go to the client before the reply is complete. */
-static int rep_may_stream(const struct client *c)
+static int rep_may_stream(const struct client *c, char top_type)
 {
     const struct op *o;
 
@@ -420,13 +900,13 @@ static int rep_may_stream(const struct client *c)
         return 1;
     if (c->mode == MODE_PUBSUB)
         return 0;
-    if (c->scan.top_type == '>')
+    if (top_type == '>')
         return 1;
     if (c->ops_count == 0)
         return 0;
     o = &c->ops[c->ops_head];
     if (o->kind == OP_FORWARD && o->flags == OPF_FENCED)
-        return c->scan.top_type != '-'; /* an error may be a NOSCRIPT to act on */
+        return top_type != '-'; /* an error may be a NOSCRIPT to act on */
     return o->kind == OP_FORWARD && (o->flags & ~OPF_BARRIER) == 0;
 }
 
@@ -569,7 +1049,7 @@ static long rep_process(struct client *c, const char *src, size_t len)
             return -1;
         }
         if (rc == RESP_SCAN_MORE) {
-            if (scan > pos && rep_may_stream(c)) {
+            if (scan > pos && rep_may_stream(c, c->scan.top_type)) {
                 span_add(c, &sp, src + pos, scan - pos, 0);
                 c->reply_partial = 1;
                 pos = scan;
@@ -693,6 +1173,46 @@ static int is_unsubscribe(const char *p, size_t n)
            name_is(p, n, "sunsubscribe");
 }
 
+/* Commands that create or read state of their connection, or hold it, though COMMAND does not
+ * flag them so (Redis 6 has no "blocking" flag): they need an upstream connection of their own. */
+static const char *const srv_pinning[] = {
+    "select",       "client",    "hello",      "auth",       "reset",       "readonly",
+    "readwrite",    "asking",    "cluster",    "wait",       "waitaof",     "eval",
+    "evalsha",      "eval_ro",   "evalsha_ro", "fcall",      "fcall_ro",    "script",
+    "function",     "multi",     "exec",       "discard",    "watch",       "unwatch",
+    "monitor",      "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe",
+    "sunsubscribe", "sync",      "psync",      "replconf",   "debug",       NULL};
+
+/* Whether a request of an unpinned client may travel on the shared upstream connection: it
+ * neither depends on nor leaves state on its connection, and returns at once. Anything unknown
+ * pins: the cost of a wrong "no" is one connection, of a wrong "yes" a broken semantic. */
+static int req_shareable(const struct client *c, const char *m, const struct resp_request *r)
+{
+    const char *name = m + r->argv[0].off;
+    size_t nlen = r->argv[0].len;
+    const struct cmd_table *t = upstream_commands(c->srv->up);
+    const struct cmd_info *ci;
+    unsigned blocking = CMD_BLOCKING;
+
+    if ((nlen > 6 && name_is(name, 6, "fence.")) || name_is(name, nlen, "ping") ||
+        name_is(name, nlen, "echo") || name_is(name, nlen, "quit"))
+        return 1; /* answered here, or stateless */
+    for (const char *const *p = srv_pinning; *p; p++)
+        if (name_is(name, nlen, *p))
+            return 0;
+    if (name_is(name, nlen, "xread") || name_is(name, nlen, "xreadgroup")) {
+        for (size_t i = 1; i < r->argc; i++) /* Redis 7 flags them blocking; only BLOCK is */
+            if (name_is(m + r->argv[i].off, r->argv[i].len, "block"))
+                return 0;
+        blocking = 0;
+    }
+    if (t && r->argc >= 2) /* a container's subcommand carries the flags (Redis 7) */
+        ci = cmd_lookup(t, name, nlen, m + r->argv[1].off, r->argv[1].len);
+    else
+        ci = t ? cmd_lookup(t, name, nlen, NULL, 0) : NULL;
+    return ci && !(ci->flags & (CMD_ADMIN | CMD_PUBSUB | CMD_NOSCRIPT | blocking));
+}
+
 /* Decides what to do with one request and queues the op for its reply. */
 static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
                                     struct span *sp)
@@ -759,6 +1279,11 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
     } else if (name_is(name, nlen, "monitor")) {
         flags = OPF_BARRIER | OPF_ENTER_MONITOR;
     } else if (name_is(name, nlen, "quit")) {
+        if (!c->pinned) { /* nothing upstream to end: answer as Redis does, after the rest */
+            cl_reply_local(c, "+OK\r\n", 5);
+            c->closing = 1;
+            return REQ_SKIP;
+        }
         c->quit_sent = 1;
     } else if (r->argc == 3 && name_is(name, nlen, "client") &&
                name_is(m + r->argv[1].off, r->argv[1].len, "reply")) {
@@ -852,7 +1377,27 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             pos += r.len;
             continue;
         }
-        if (c->ustate == U_DOWN) {
+        if (!c->pinned && (c->pin_pending || c->slow_reader || c->ops_count >= SRV_SHARED_MAX_OPS ||
+                           !req_shareable(c, src + pos, &r))) {
+            c->pin_pending = 1;
+            if (c->ops_count > 0) { /* its shared replies first, so the order holds */
+                c->blocked = 1;
+                c->stalled = 1;
+                break;
+            }
+            c->pinned = 1;
+            c->pin_pending = 0;
+            metrics_inc(&fg_metrics, M_CLIENTS_PINNED, 1);
+        }
+        if (!c->pinned) {
+            if (c->srv->shared->state == U_DOWN)
+                span_flush(c, &sp, 1); /* before the link's prelude is queued */
+            if (lk_ready_for(c) < 0) {
+                cl_reply_unavailable(c);
+                pos += r.len;
+                continue;
+            }
+        } else if (c->ustate == U_DOWN) {
             if (upstream_is_up(c->srv->up) && c->mode == MODE_NORMAL) {
                 span_flush(c, &sp, 1);
                 if (up_connect(c) < 0 && c->dead)
@@ -954,21 +1499,27 @@ void cl_update(struct client *c)
     struct server *s = c->srv;
     int idle;
 
+    if (!c->pinned && buf_len(&c->out) >= cl_pending_limit(c))
+        c->slow_reader = 1; /* unread replies cannot push back on a shared connection */
+    if (c->pin_pending && c->blocked && c->ops_count == 0)
+        cl_unblock(c); /* its shared replies are in: it pins at its next request */
     /* Requests held back by a barrier or by back-pressure may be handled now. */
     if (!c->dead && c->stalled && cl_can_parse(c))
         cl_process_input(c);
     if (!c->dead && c->ustate == U_READY && buf_len(&c->uout) > 0 && !c->uwev_on)
         up_flush(c);
 
-    idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial;
+    /* Draining answers what the client sent before it (whole requests already read), then
+     * closes. */
+    idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial && !c->stalled;
     if (s->draining && (idle || c->mode != MODE_NORMAL))
         c->closing = 1;
-    if (c->dead ||
-        (c->closing && buf_len(&c->out) == 0 && (c->ops_count == 0 || c->ustate == U_DOWN))) {
+    if (c->dead || (c->closing && buf_len(&c->out) == 0 &&
+                    (c->ops_count == 0 || (c->pinned && c->ustate == U_DOWN)))) {
         cl_close(c);
         return;
     }
-    ev_want(c->rev, &c->rev_on, !c->closing && !c->quit_sent && cl_can_parse(c));
+    ev_want(c->rev, &c->rev_on, !c->closing && !c->quit_sent && !s->draining && cl_can_parse(c));
     ev_want(c->wev, &c->wev_on, buf_len(&c->out) > 0);
     ev_want(c->urev, &c->urev_on, c->ustate == U_READY && buf_len(&c->out) < cl_pending_limit(c));
     ev_want(c->uwev, &c->uwev_on,
@@ -986,6 +1537,8 @@ static void cl_close(struct client *c)
     if (c->wev)
         event_free(c->wev);
     fencing_close(c);
+    if (!c->pinned)
+        lk_forget(s->shared, c);
     up_close_fd(c);
     close(c->fd);
     buf_free(&c->in);
@@ -1079,8 +1632,9 @@ static void srv_on_accept(evutil_socket_t lfd, short what, void *arg)
             cl_close(c);
             continue;
         }
-        /* Connect upstream now, so the first command does not pay for it. */
-        if (upstream_is_up(s->up))
+        /* A pinned client connects upstream now, so its first command does not pay for it. */
+        c->pinned = !s->shared;
+        if (c->pinned && upstream_is_up(s->up))
             (void)up_connect(c);
         log_debug("client %" PRIu64 " %s: connected", c->id, c->peer);
         cl_update(c);
@@ -1142,6 +1696,11 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
                                                                      : cfg->max_request_bytes;
     s->lim.max_args = (size_t)cfg->max_args;
     s->lim.max_inline = RESP_DEFAULT_MAX_INLINE;
+    if (cfg->upstream_multiplex && !(s->shared = lk_new(s))) {
+        snprintf(err, errlen, "out of memory");
+        server_free(s);
+        return NULL;
+    }
     s->lfd = net_listen(cfg->listen_resp.host, cfg->listen_resp.port, 511, err, errlen);
     if (s->lfd < 0) {
         server_free(s);
@@ -1181,6 +1740,7 @@ void server_free(struct server *s)
     while (s->clients)
         cl_close(s->clients);
     srv_stop_listening(s);
+    lk_free(s->shared);
     fence_rules_free(s->rules);
     free(s);
 }

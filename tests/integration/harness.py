@@ -351,6 +351,11 @@ class Fencegate:
             # that nothing outside the test is touched.
             argv += ["--upstream", upstream, "--backend", upstream]
         argv += list(args)
+        # FG_TEST_MULTIPLEX=false runs a suite with every client on its own upstream connection
+        # (the ctest *_dedicated entries), so both paths of server.c are tested.
+        mux = os.environ.get("FG_TEST_MULTIPLEX")
+        if mux and with_ports and not any(a.startswith("--upstream-multiplex") for a in argv):
+            argv += ["--upstream-multiplex", mux]
         self.argv = argv
         self.env = clean_env(env)
         self.proc = None

@@ -150,19 +150,26 @@ class UpstreamLost(FgTestCase):
         before = harness.rss_kib(fg.pid)
 
         n = 200
+        pinned0 = fg.metrics().get("fencegate_clients_pinned_total", 0)
         c = self.raw(fg.resp_port, timeout=30)
         c.send(encode("GET", "big") * n)
-        # Do not read for 2 s: Redis produces 200 MiB; fencegate must hold at most about
-        # --max-pending-bytes (1 MiB by default) of it.
+        # Do not read for 2 s: Redis produces 200 MiB. On a connection of its own fencegate holds
+        # at most about --max-pending-bytes (1 MiB by default) of it, and TCP holds Redis back.
+        # On the shared connection it cannot stop reading for one client: it holds the replies of
+        # the at most 32 requests the client had in flight there (32 MiB here), then the client
+        # moves to a connection of its own for the rest.
+        shared = os.environ.get("FG_TEST_MULTIPLEX", "true") != "false"
+        bound = (32 + 48) * 1024 if shared else 48 * 1024  # slack: allocator, ASan quarantine
         peak = before
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             peak = max(peak, harness.rss_kib(fg.pid))
             time.sleep(0.05)
         self.assertTrue(fg.alive())
-        self.assertLess(peak - before, 48 * 1024,
+        self.assertLess(peak - before, bound,
                         "fencegate RSS grew from %d KiB to %d KiB while a client did not read"
                         % (before, peak))
+
         # Other clients are unaffected meanwhile.
         self.assertTrue(warm.set("other", "ok"))
 
@@ -174,9 +181,11 @@ class UpstreamLost(FgTestCase):
             self.assertTrue(got == big, "reply %d corrupted" % i)
             peak = max(peak, harness.rss_kib(fg.pid)) if i % 20 == 0 else peak
         self.assertLess(time.monotonic() - t0, 60)
-        self.assertLess(peak - before, 48 * 1024, "RSS grew to %d KiB while draining" % peak)
+        self.assertLess(peak - before, bound, "RSS grew to %d KiB while draining" % peak)
         self.assertEqual(c.call("PING"), "PONG")
         self.assertEqual(c.read_available(0.1), b"")
+        if shared:  # the requests past the first 32 went on a connection of its own
+            self.assertEqual(fg.metrics().get("fencegate_clients_pinned_total", 0), pinned0 + 1)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,7 @@ static void test_defaults_without_any_config(void **state)
     assert_int_equal(c->max_clients, 10000);
     assert_int_equal(c->max_request_bytes, 512LL * 1024 * 1024 + 64 * 1024);
     assert_int_equal(c->max_pending_bytes, 1024 * 1024);
+    assert_int_equal(c->upstream_multiplex, 1);
     assert_int_equal(c->max_args, 8388608);
     assert_int_equal(c->shutdown_grace_ms, 10000);
     assert_int_equal(c->log_level, CFG_LOG_INFO);
@@ -279,8 +280,9 @@ static void test_yaml_syntax_errors(void **state)
 static void test_unknown_keys(void **state)
 {
     expect_yaml_msg("lisen: {}\n",
-                    "t.yaml:1:1: unknown key 'lisen' (expected one of: listen, upstream, backend, "
-                    "stores, protect, limits, log, shutdown_grace_ms)");
+                    "t.yaml:1:1: unknown key 'lisen' (expected one of: listen, upstream, "
+                    "upstream_multiplex, backend, stores, protect, limits, log, "
+                    "shutdown_grace_ms)");
     expect_yaml_msg("listen:\n  resp: 1234\n  rsp: 1\n",
                     "t.yaml:3:3: listen: unknown key 'rsp' (expected one of: resp, http)");
     expect_yaml_err("backend: { url: redis://h, ttl: 5 }\n", "t.yaml:1:28: backend: ",
@@ -667,6 +669,10 @@ static void chk_log(const struct cfg *c)
 {
     assert_int_equal(c->log_level, CFG_LOG_WARN);
 }
+static void chk_mux(const struct cfg *c)
+{
+    assert_int_equal(c->upstream_multiplex, 0);
+}
 static void chk_grace(const struct cfg *c)
 {
     assert_int_equal(c->shutdown_grace_ms, 0);
@@ -685,6 +691,7 @@ static const struct setting_case settings[] = {
     {"FENCEGATE_MAX_ARGS", "max-args", "2147483647", chk_args},
     {"FENCEGATE_LOG_LEVEL", "log-level", "warn", chk_log},
     {"FENCEGATE_SHUTDOWN_GRACE_MS", "shutdown-grace-ms", "0", chk_grace},
+    {"FENCEGATE_UPSTREAM_MULTIPLEX", "upstream-multiplex", "off", chk_mux},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -806,6 +813,7 @@ static void test_flag_errors(void **state)
     char *a11[] = {"fencegate", "--resp=", NULL};
     char *a12[] = {"fencegate", "--log-level", "loud", NULL};
     char *a13[] = {"fencegate", "--backend", "http://h", NULL};
+    char *a14[] = {"fencegate", "--upstream-multiplex", "maybe", NULL};
 
     expect_args_msg(2, a1, "unknown flag '--foo' (see --help)", 1);
     expect_args_msg(2, a2, "flag --resp needs a value", 1);
@@ -820,6 +828,8 @@ static void test_flag_errors(void **state)
     expect_args_msg(2, a11, "flag --resp: bad address '': empty", 0);
     expect_args_msg(3, a12, "flag --log-level: bad log level 'loud'", 0);
     expect_args_msg(3, a13, "flag --backend: bad URL 'http://h': the lock backend must be", 0);
+    expect_args_msg(3, a14, "flag --upstream-multiplex: bad value 'maybe': expected true or false",
+                    1);
 }
 
 static void test_help_and_version(void **state)
@@ -1461,6 +1471,7 @@ static void test_example_files_parse(void **state)
                                        "url:",
                                        "prefix:",
                                        "session_ttl_ms:",
+                                       "upstream_multiplex:",
                                        "stores:",
                                        "name:",
                                        "protect:",
