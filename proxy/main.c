@@ -166,7 +166,8 @@ static const char *main_url_shown(const struct cfg_url *u)
 }
 
 /* `fencegate injector ...` runs the admission webhook, a separate program next to this one: the
- * sidecar itself stays free of TLS libraries (they would double its idle memory). */
+ * sidecar itself stays free of TLS libraries (they would double its idle memory; libpq, which
+ * loads its own, is loaded only for PostgreSQL stores: pqlib.h). */
 static int main_exec_injector(char **argv)
 {
     char self[4096], path[4200];
