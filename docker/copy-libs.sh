@@ -2,7 +2,12 @@
 # Copies the shared libraries ELF executables load, as ldd resolves them, into a root file
 # system tree, so the executables run in an image that has no package manager.
 #
-# usage: docker/copy-libs.sh [--skip-glibc] ROOT EXECUTABLE...
+# usage: docker/copy-libs.sh [--skip-glibc] ROOT EXECUTABLE|LIBRARY...
+#
+# A LIBRARY argument (a path whose name starts with "lib" and has ".so") is one an executable
+# loads with dlopen, which ldd cannot see: fencegate's libpq.so.5. It is copied itself, under the
+# name given (so give the soname path, e.g. /usr/lib/x86_64-linux-gnu/libpq.so.5, not the file a
+# symlink resolves to), with the libraries it loads.
 #
 # Libraries land in ROOT at their canonical directory (/usr/lib/<multiarch>/ on Debian 12),
 # under the name the executable asks for (the soname), as regular files. The dynamic loader keeps
@@ -20,7 +25,7 @@ if [ "${1:-}" = --skip-glibc ]; then
     shift
 fi
 if [ $# -lt 2 ]; then
-    echo "usage: $0 [--skip-glibc] ROOT EXECUTABLE..." >&2
+    echo "usage: $0 [--skip-glibc] ROOT EXECUTABLE|LIBRARY..." >&2
     exit 2
 fi
 root=$1
@@ -40,7 +45,14 @@ is_glibc() {
 # "soname => not found" for a library it cannot resolve; linux-vdso has no file.
 ldd_out=
 for exe in "$@"; do
-    [ -x "$exe" ] || { echo "copy-libs: $exe is not an executable file" >&2; exit 1; }
+    case "$(basename "$exe")" in
+    lib*.so*)
+        [ -f "$exe" ] || { echo "copy-libs: $exe is not a file" >&2; exit 1; }
+        # The library itself, in ldd's own form, ahead of what it loads.
+        ldd_out+="$(basename "$exe") => $exe (0)"$'\n'
+        ;;
+    *) [ -x "$exe" ] || { echo "copy-libs: $exe is not an executable file" >&2; exit 1; } ;;
+    esac
     out=$(ldd "$exe") || { echo "copy-libs: ldd failed on $exe (not dynamic?)" >&2; exit 1; }
     if grep -q 'not found' <<<"$out"; then
         echo "copy-libs: $exe needs libraries that are not installed:" >&2

@@ -40,7 +40,9 @@ for exe in fencegate fencegate-injector; do
     strip --strip-unneeded "$stage/rootfs/$exe"
 done
 echo "staging the libraries they load:"
-"$root/docker/copy-libs.sh" "$stage/rootfs" "$stage/rootfs/fencegate" "$stage/rootfs/fencegate-injector"
+# libpq.so.5: fencegate dlopens it for PostgreSQL stores, so ldd does not list it; named here.
+"$root/docker/copy-libs.sh" "$stage/rootfs" "$stage/rootfs/fencegate" "$stage/rootfs/fencegate-injector" \
+    "$(pkg-config --variable=libdir libpq)/libpq.so.5"
 # glibc's resolver reads these; the container runtime mounts /etc/hosts and /etc/resolv.conf.
 printf 'hosts: files dns\n' >"$stage/rootfs/etc/nsswitch.conf"
 printf 'root:x:0:0:root:/:/nonexistent\nnonroot:x:65532:65532:nonroot:/:/nonexistent\n' \

@@ -16,6 +16,7 @@
 #include "lock.h"
 #include "log.h"
 #include "pgstore.h"
+#include "pqlib.h"
 #include "server.h"
 #include "storemark.h"
 #include "upstream.h"
@@ -165,7 +166,8 @@ static const char *main_url_shown(const struct cfg_url *u)
 }
 
 /* `fencegate injector ...` runs the admission webhook, a separate program next to this one: the
- * sidecar itself stays free of TLS libraries (they would double its idle memory). */
+ * sidecar itself stays free of TLS libraries (they would double its idle memory; libpq, which
+ * loads its own, is loaded only for PostgreSQL stores: pqlib.h). */
 static int main_exec_injector(char **argv)
 {
     char self[4096], path[4200];
@@ -209,6 +211,17 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     log_set_level((enum log_level)cfg.log_level);
+    /* PostgreSQL stores load libpq now (pqlib.h): a missing one is a configuration error, found
+     * before anything connects or listens. Without such a store libpq is never loaded. */
+    for (int i = 0; i < cfg.nstores; i++) {
+        if (cfg.stores[i].url.kind != CFG_URL_POSTGRES)
+            continue;
+        if (pqlib_load(err, sizeof(err)) != 0) {
+            fprintf(stderr, "fencegate: store '%s': %s\n", cfg.stores[i].name, err);
+            return 2;
+        }
+        break;
+    }
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
 

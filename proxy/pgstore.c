@@ -41,7 +41,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <inttypes.h>
-#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +52,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pgjson.h"
+#include "pqlib.h"
 
 #define PG_CONNECT_TIMEOUT_MS 3000 /* connect and set-up of one connection */
 #define PG_BACKOFF_MIN_MS     100
@@ -332,7 +332,7 @@ static void pc_on_write(evutil_socket_t fd, short what, void *arg);
 
 static int pc_events(struct pg_conn *c)
 {
-    int fd = PQsocket(c->pg);
+    int fd = pq.PQsocket(c->pg);
 
     if (fd == c->fd && c->rev)
         return 0;
@@ -395,7 +395,7 @@ static void pc_broken(struct pg_conn *c, const char *why)
     c->phase = 0;
     pc_events_free(c);
     if (c->pg)
-        PQfinish(c->pg);
+        pq.PQfinish(c->pg);
     c->pg = NULL;
     free(c->table);
     c->table = NULL;
@@ -424,10 +424,10 @@ static void pc_broken(struct pg_conn *c, const char *why)
 
 static int pc_flush(struct pg_conn *c)
 {
-    int rc = PQflush(c->pg);
+    int rc = pq.PQflush(c->pg);
 
     if (rc < 0) {
-        pc_broken(c, PQerrorMessage(c->pg));
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return -1;
     }
     if (rc > 0)
@@ -442,18 +442,19 @@ static void pc_setup(struct pg_conn *c)
     char sql[96];
     int ok;
 
-    PQsetNoticeProcessor(c->pg, pc_quiet, NULL);
-    if (PQsetnonblocking(c->pg, 1) != 0 || PQenterPipelineMode(c->pg) != 1) {
-        pc_broken(c, PQerrorMessage(c->pg));
+    pq.PQsetNoticeProcessor(c->pg, pc_quiet, NULL);
+    if (pq.PQsetnonblocking(c->pg, 1) != 0 || pq.PQenterPipelineMode(c->pg) != 1) {
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
     snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", c->s->timeout_ms);
-    ok = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(c->pg) &&
-         PQsendQueryParams(c->pg, "SELECT pg_catalog.current_schema()", 0, NULL, NULL, NULL, NULL,
-                           0) &&
-         PQpipelineSync(c->pg);
+    ok = pq.PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) &&
+         pq.PQpipelineSync(c->pg) &&
+         pq.PQsendQueryParams(c->pg, "SELECT pg_catalog.current_schema()", 0, NULL, NULL, NULL,
+                              NULL, 0) &&
+         pq.PQpipelineSync(c->pg);
     if (!ok) {
-        pc_broken(c, PQerrorMessage(c->pg));
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
     c->state = PC_SETUP;
@@ -470,7 +471,8 @@ static void pc_setup(struct pg_conn *c)
 /* Stage 1's answer: the schema (current_schema(), NULL when search_path names none). */
 static void pc_setup_schema(struct pg_conn *c, const PGresult *r)
 {
-    const char *schema = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : NULL;
+    const char *schema =
+        pq.PQntuples(r) == 1 && !pq.PQgetisnull(r, 0, 0) ? pq.PQgetvalue(r, 0, 0) : NULL;
     char *q;
     size_t n;
 
@@ -487,7 +489,7 @@ static void pc_setup_schema(struct pg_conn *c, const PGresult *r)
                  schema);
         return;
     }
-    q = PQescapeIdentifier(c->pg, schema, strlen(schema));
+    q = pq.PQescapeIdentifier(c->pg, schema, strlen(schema));
     if (!q) {
         snprintf(c->err, sizeof(c->err), "setting up the connection: cannot quote schema '%s'",
                  schema);
@@ -500,7 +502,7 @@ static void pc_setup_schema(struct pg_conn *c, const PGresult *r)
         snprintf(c->table, n, "%s.fencegate_fence", q);
     else
         snprintf(c->err, sizeof(c->err), "setting up the connection: out of memory");
-    PQfreemem(q);
+    pq.PQfreemem(q);
 }
 
 /* tmpl with its {T} (if any) replaced by table, into out[0..n). 0 when it does not fit. */
@@ -524,13 +526,13 @@ static void pc_setup2(struct pg_conn *c)
     int ok;
 
     ok = pg_fill(sql, sizeof(sql), pg_sql_create, c->table) &&
-         PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(c->pg);
+         pq.PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) && pq.PQpipelineSync(c->pg);
     for (int i = 0; ok && i < PG_NPREPARED; i++)
         ok = pg_fill(sql, sizeof(sql), pg_prepared[i].sql, c->table) &&
-             PQsendPrepare(c->pg, pg_prepared[i].name, sql, pg_prepared[i].nparams,
-                           pg_prepared[i].types);
-    if (!ok || !PQpipelineSync(c->pg)) {
-        pc_broken(c, PQerrorMessage(c->pg));
+             pq.PQsendPrepare(c->pg, pg_prepared[i].name, sql, pg_prepared[i].nparams,
+                              pg_prepared[i].types);
+    if (!ok || !pq.PQpipelineSync(c->pg)) {
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
     c->setup_stage = 2;
@@ -543,10 +545,10 @@ static void pc_setup2(struct pg_conn *c)
 
 static void pc_poll(struct pg_conn *c)
 {
-    PostgresPollingStatusType st = PQconnectPoll(c->pg);
+    PostgresPollingStatusType st = pq.PQconnectPoll(c->pg);
 
     if (st == PGRES_POLLING_FAILED) {
-        pc_broken(c, PQerrorMessage(c->pg));
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
     if (pc_events(c) < 0) {
@@ -568,13 +570,13 @@ static void pc_connect(struct pg_conn *c)
     const char *kw[] = {"application_name", "dbname", NULL};
     const char *val[] = {"fencegate", c->s->cfg->url.raw, NULL};
 
-    c->pg = PQconnectStartParams(kw, val, 1);
+    c->pg = pq.PQconnectStartParams(kw, val, 1);
     if (!c->pg) {
         pc_broken(c, "out of memory");
         return;
     }
-    if (PQstatus(c->pg) == CONNECTION_BAD) {
-        pc_broken(c, PQerrorMessage(c->pg));
+    if (pq.PQstatus(c->pg) == CONNECTION_BAD) {
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
     c->state = PC_CONNECTING;
@@ -624,48 +626,48 @@ static void pc_on_write(evutil_socket_t fd, short what, void *arg)
 
 static const char *pg_col_name(void *arg, int col)
 {
-    return PQfname(arg, col);
+    return pq.PQfname(arg, col);
 }
 
 static unsigned pg_col_type(void *arg, int col)
 {
-    return PQftype(arg, col);
+    return pq.PQftype(arg, col);
 }
 
 static const char *pg_value(void *arg, int row, int col, size_t *n)
 {
-    if (PQgetisnull(arg, row, col))
+    if (pq.PQgetisnull(arg, row, col))
         return NULL;
-    *n = (size_t)PQgetlength(arg, row, col);
-    return PQgetvalue(arg, row, col);
+    *n = (size_t)pq.PQgetlength(arg, row, col);
+    return pq.PQgetvalue(arg, row, col);
 }
 
 static void pg_job_error(struct pg_job *j, int qi, const PGresult *r)
 {
-    const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    const char *st = pq.PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *msg = pq.PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
 
     if (j->err_index >= 0)
         return;
     j->err_index = qi;
     snprintf(j->sqlstate, sizeof(j->sqlstate), "%s", st ? st : "");
-    j->errmsg = strdup(msg ? msg : PQresultErrorMessage(r));
+    j->errmsg = strdup(msg ? msg : pq.PQresultErrorMessage(r));
 }
 
 /* One result of query qi of the running batch (or of the set-up). */
 static void pc_result(struct pg_conn *c, PGresult *r)
 {
     struct pg_job *j = c->job;
-    ExecStatusType st = PQresultStatus(r);
+    ExecStatusType st = pq.PQresultStatus(r);
 
     if (c->state == PC_SETUP) {
         if (st == PGRES_FATAL_ERROR && !c->err[0]) {
-            const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            const char *code = pq.PQresultErrorField(r, PG_DIAG_SQLSTATE);
             /* Two connections creating the side table at once: one loses, harmlessly. */
             if (!(c->setup_stage == 2 && c->setup_syncs == 2 && code &&
                   (!strcmp(code, "42P07") || !strcmp(code, "23505"))))
                 snprintf(c->err, sizeof(c->err), "setting up the connection: %s",
-                         PQresultErrorMessage(r));
+                         pq.PQresultErrorMessage(r));
         } else if (st == PGRES_TUPLES_OK && c->setup_stage == 1 && c->setup_syncs == 1 &&
                    !c->err[0]) {
             pc_setup_schema(c, r);
@@ -677,7 +679,7 @@ static void pc_result(struct pg_conn *c, PGresult *r)
     if (c->qi == j->commit_qi) {
         if (st == PGRES_FATAL_ERROR)
             pg_job_error(j, PG_Q_COMMIT, r);
-        else if (st == PGRES_COMMAND_OK && !strcmp(PQcmdStatus(r), "COMMIT"))
+        else if (st == PGRES_COMMAND_OK && !strcmp(pq.PQcmdStatus(r), "COMMIT"))
             j->committed = 1;
         return;
     }
@@ -688,17 +690,17 @@ static void pc_result(struct pg_conn *c, PGresult *r)
     if (st == PGRES_PIPELINE_ABORTED || j->err_index >= 0)
         return;
     if (j->fence) {
-        if (c->qi == PG_Q_R1 && PQntuples(r) > 0)
+        if (c->qi == PG_Q_R1 && pq.PQntuples(r) > 0)
             j->raised = 1;
-        if (c->qi == PG_Q_R2 && PQntuples(r) > 0)
-            j->mark = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        if (c->qi == PG_Q_R2 && pq.PQntuples(r) > 0)
+            j->mark = strtoll(pq.PQgetvalue(r, 0, 0), NULL, 10);
         return;
     }
     if (c->qi >= PG_NPRE && c->qi < PG_NPRE + j->rq.nstmts && !j->out.failed) {
         /* Every statement gets a result, so results line up with statements. j->out stops at
          * its limit (PGSTORE_RESULT_MAX); then the rest is not rendered and the batch fails. */
-        struct pgjson_result pr = {PQcmdStatus(r), PQnfields(r), PQntuples(r), r,
-                                   pg_col_name,    pg_col_type,  pg_value};
+        struct pgjson_result pr = {pq.PQcmdStatus(r), pq.PQnfields(r), pq.PQntuples(r), r,
+                                   pg_col_name,       pg_col_type,     pg_value};
         if (j->nres++)
             pgjson_put(&j->out, ",", 1);
         pgjson_put_result(&j->out, &pr);
@@ -845,7 +847,7 @@ static void pg_job_done(struct pg_job *j)
 static void pc_phase1_done(struct pg_conn *c)
 {
     struct pg_job *j = c->job;
-    int open = PQtransactionStatus(c->pg) != PQTRANS_IDLE;
+    int open = pq.PQtransactionStatus(c->pg) != PQTRANS_IDLE;
 
     c->job = NULL;
     if (j)
@@ -860,9 +862,9 @@ static void pc_phase1_done(struct pg_conn *c)
     c->phase = 2;
     c->qi = 0;
     c->in_query = 0;
-    if (!PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) ||
-        !PQpipelineSync(c->pg)) {
-        pc_broken(c, PQerrorMessage(c->pg));
+    if (!pq.PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) ||
+        !pq.PQpipelineSync(c->pg)) {
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
     c->syncs = 1;
@@ -904,7 +906,7 @@ static void pc_sync(struct pg_conn *c)
         pc_phase1_done(c);
         return;
     }
-    if (PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+    if (pq.PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
         /* Cannot happen after COMMIT or ROLLBACK; closing the connection rolls back whatever is
          * open (a job still here is answered outcome_unknown). */
         pc_broken(c, "a transaction was still open after COMMIT or ROLLBACK");
@@ -949,12 +951,12 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
         pc_poll(c);
         return;
     }
-    if (!PQconsumeInput(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) {
-        pc_broken(c, PQerrorMessage(c->pg));
+    if (!pq.PQconsumeInput(c->pg) || pq.PQstatus(c->pg) == CONNECTION_BAD) {
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
-    while (c->pg && c->syncs > 0 && !PQisBusy(c->pg)) {
-        PGresult *r = PQgetResult(c->pg);
+    while (c->pg && c->syncs > 0 && !pq.PQisBusy(c->pg)) {
+        PGresult *r = pq.PQgetResult(c->pg);
         ExecStatusType st;
         if (!r) {
             if (!c->in_query)
@@ -963,22 +965,22 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
             c->qi++;
             continue;
         }
-        st = PQresultStatus(r);
+        st = pq.PQresultStatus(r);
         if (st == PGRES_PIPELINE_SYNC) {
-            PQclear(r);
+            pq.PQclear(r);
             pc_sync(c);
             continue;
         }
         if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
             /* libpq would return this result forever. The filter refuses COPY; should one get
              * through, drop the connection: before COMMIT that rolls the batch back. */
-            PQclear(r);
+            pq.PQclear(r);
             pc_copy(c);
             return;
         }
         c->in_query = 1;
         pc_result(c, r);
-        PQclear(r);
+        pq.PQclear(r);
     }
 }
 
@@ -1010,25 +1012,25 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
     c->qi = 0;
     c->in_query = 0;
     pg_batch_id(j->batch, sizeof(j->batch));
-    ok = PQsendQueryPrepared(c->pg, "fencegate_begin", 0, NULL, NULL, NULL, 0);
+    ok = pq.PQsendQueryPrepared(c->pg, "fencegate_begin", 0, NULL, NULL, NULL, 0);
     if (j->fence) {
-        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_s", 3, sp, NULL, NULL, 0) &&
-             PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
-             PQsendQueryPrepared(c->pg, "fencegate_r2", 1, fp, NULL, NULL, 0);
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_s", 3, sp, NULL, NULL, 0) &&
+             pq.PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
+             pq.PQsendQueryPrepared(c->pg, "fencegate_r2", 1, fp, NULL, NULL, 0);
         j->commit_qi = PG_Q_R2 + 1;
     } else {
-        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_a", 3, sp, NULL, NULL, 0) &&
-             PQsendQueryPrepared(c->pg, "fencegate_f", 2, fp, NULL, NULL, 0);
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_a", 3, sp, NULL, NULL, 0) &&
+             pq.PQsendQueryPrepared(c->pg, "fencegate_f", 2, fp, NULL, NULL, 0);
         for (int i = 0; ok && i < j->rq.nstmts; i++)
-            ok = PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
-                                   j->rq.stmts[i].params, NULL, NULL, 0);
-        ok = ok && PQsendQueryPrepared(c->pg, "fencegate_c", 1, cp, NULL, NULL, 0);
+            ok = pq.PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
+                                      j->rq.stmts[i].params, NULL, NULL, 0);
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_c", 1, cp, NULL, NULL, 0);
         j->commit_qi = PG_NPRE + j->rq.nstmts + 1;
     }
-    ok = ok && PQsendQueryPrepared(c->pg, "fencegate_commit", 0, NULL, NULL, NULL, 0);
-    if (!ok || !PQpipelineSync(c->pg)) {
+    ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_commit", 0, NULL, NULL, NULL, 0);
+    if (!ok || !pq.PQpipelineSync(c->pg)) {
         /* No Sync went out: dropping the connection rolls back whatever was sent. */
-        pc_broken(c, PQerrorMessage(c->pg));
+        pc_broken(c, pq.PQerrorMessage(c->pg));
         return;
     }
     c->syncs = 1;
@@ -1307,7 +1309,7 @@ void pgstores_free(struct pgstores *p)
             c->job = NULL;
             pc_events_free(c);
             if (c->pg)
-                PQfinish(c->pg);
+                pq.PQfinish(c->pg);
             c->pg = NULL;
             free(c->table);
             c->table = NULL;

@@ -31,7 +31,7 @@ struct pgstore;
 #define PGSTORE_RESULT_MAX (16u * 1024 * 1024)
 
 /* One pool per postgresql:// store of cfg; connects in the background. NULL when out of memory.
- * cfg must outlive it. */
+ * cfg must outlive it. When cfg has such a store, pqlib_load() (pqlib.h) must have succeeded. */
 struct pgstores *pgstores_new(struct event_base *base, const struct cfg *cfg);
 void pgstores_free(struct pgstores *p);
 int pgstores_count(const struct pgstores *p);

@@ -3,12 +3,22 @@ PostgresServer), with the Redis lock backend."""
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
 
-from harness import (FgTestCase, PostgresServer, http_request, wait_until)
+from harness import (FENCEGATE_BIN, FgTestCase, PostgresServer, free_port, http_request,
+                     run_fencegate, wait_until)
+
+
+def libpq_mapped(pid):
+    """The libpq files mapped into process pid (/proc/PID/maps)."""
+    with open("/proc/%d/maps" % pid) as f:
+        return sorted({line.split()[-1] for line in f if "/libpq.so" in line})
 
 
 class PgStoreTest(FgTestCase):
@@ -45,6 +55,17 @@ class PgStoreTest(FgTestCase):
         return self.pg.sql("SELECT table_name, column_name, data_type, is_nullable FROM "
                            "information_schema.columns WHERE table_schema = 'public' AND "
                            "table_name <> 'fencegate_fence' ORDER BY 1, 2")
+
+    def test_libpq_is_loaded_only_for_a_postgres_store(self):
+        """fencegate dlopens libpq (proxy/pqlib.h) only when a PostgreSQL store is configured:
+        a sidecar without one maps neither it nor what it pulls in (its idle RSS)."""
+        plain = self.start_fencegate(self.redis)
+        self.assertEqual(libpq_mapped(plain.pid), [])
+        fg = self.fencegate()
+        self.assertNotEqual(libpq_mapped(fg.pid), [])
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "SELECT 1 AS one"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[1]]), body)
 
     # ---- the safety story ---------------------------------------------------------------
 
@@ -532,6 +553,37 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(rc, 2, err)
         self.assertIn("pool_size", err)
 
+
+class LibpqMissingTest(FgTestCase):
+    """A PostgreSQL store without a usable libpq.so.5 is a start-up error (exit 2) naming the
+    store and the library, before anything connects or listens."""
+
+    def test_missing_or_wrong_libpq_is_a_startup_error(self):
+        cfg = self.write_file("pg.yaml", "stores:\n  - name: orders\n"
+                              "    url: postgresql://app@127.0.0.1:%d/app\n" % free_port())
+        nowhere = "redis://127.0.0.1:%d" % free_port()
+        # Found first through LD_LIBRARY_PATH: a file that is no library, then a real library
+        # without libpq's functions (libyaml, which fencegate links).
+        ldd = subprocess.run(["ldd", FENCEGATE_BIN], capture_output=True, text=True).stdout
+        yaml = [w for w in ldd.split() if "/libyaml" in w]
+        self.assertTrue(yaml, ldd)
+        for src, want in ((None, "PostgreSQL stores need libpq.so.5 (Debian package libpq5): "),
+                          (yaml[0], "libpq.so.5 lacks PQclear")):
+            d = tempfile.mkdtemp(prefix="fg-libpq-")
+            self.addCleanup(shutil.rmtree, d, True)
+            if src:
+                shutil.copy(src, os.path.join(d, "libpq.so.5"))
+            else:
+                with open(os.path.join(d, "libpq.so.5"), "w") as f:
+                    f.write("not a library\n")
+            rc, _, err = run_fencegate(["--config", cfg, "--upstream", nowhere,
+                                        "--backend", nowhere,
+                                        "--resp", "127.0.0.1:%d" % free_port(),
+                                        "--http", "127.0.0.1:%d" % free_port()],
+                                       env={"LD_LIBRARY_PATH": d})
+            self.assertEqual(rc, 2, err)
+            self.assertIn("fencegate: store 'orders': " + want, err)
+            self.assertNotIn(" info ", err, "it started before failing")
 
 if __name__ == "__main__":
     unittest.main()
