@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 #include "buf.h"
 #include "resp.h"
@@ -158,8 +160,16 @@ enum req_action {
 /* ---- shared by server.c and fencing.c ---------------------------------------------------- */
 
 uint64_t now_us(void);
-/* 1 when the n bytes at p equal lit, ignoring ASCII case. */
-int name_is(const char *p, size_t n, const char *lit);
+/* The clock at the start of the batch of requests or replies being handled (microseconds). */
+uint64_t batch_now(void);
+/* 1 when the n bytes at p equal lit, ignoring ASCII case. Inline, so that strlen of a literal
+ * is folded. */
+static inline int name_is(const char *p, size_t n, const char *lit)
+{
+    size_t l = strlen(lit);
+
+    return n == l && strncasecmp(p, lit, l) == 0;
+}
 
 /* Appends an op to the client's queue; NULL when out of memory (the client is then dead). */
 struct op *op_push(struct client *c, enum op_kind kind);

@@ -565,7 +565,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         return;
     }
     o->flags = OPF_FENCED;
-    o->t0_us = now_us();
+    o->t0_us = batch_now();
     o->reply = out; /* kept to send again after a NOSCRIPT */
     o->reply_len = need;
     metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
@@ -811,7 +811,7 @@ static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
         c->dead = 1;
         return;
     }
-    o->t0_us = now_us();
+    o->t0_us = batch_now();
     o->txn_exec = t->nlocks > 0 && !c->client_watched;
 }
 
@@ -980,7 +980,7 @@ void fencing_txn_exec(struct client *c, struct span *sp)
     if (!o)
         goto out;
     o->flags = OPF_TXN_CHECK | OPF_BARRIER;
-    o->t0_us = now_us();
+    o->t0_us = batch_now();
     c->blocked = 1;
     c->txn_checking = t;
     t = NULL;

@@ -96,11 +96,19 @@ uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-int name_is(const char *p, size_t n, const char *lit)
-{
-    size_t l = strlen(lit);
+/* The clock read once per batch of requests or replies: the latency of a command is measured
+ * between the batch that sent it and the one that completed it (one clock read per batch, not
+ * two per command). */
+static uint64_t srv_batch_us;
 
-    return n == l && strncasecmp(p, lit, l) == 0;
+static void batch_start(void)
+{
+    srv_batch_us = now_us();
+}
+
+uint64_t batch_now(void)
+{
+    return srv_batch_us;
 }
 
 /* ---- event interest ------------------------------------------------------------------------ */
@@ -726,6 +734,7 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
     struct client *to = NULL, *c;
     int rc;
 
+    batch_start();
     while (scan < len && !lk->failed) {
         rc = resp_scan_reply(&lk->scan, src + scan, len - scan, &used);
         scan += used;
@@ -1025,7 +1034,7 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
     }
     if (--o->nreplies > 0 && c->mode == MODE_NORMAL)
         return 0;
-    metrics_observe(&fg_metrics, H_COMMAND_LATENCY, now_us() - o->t0_us);
+    metrics_observe(&fg_metrics, H_COMMAND_LATENCY, batch_now() - o->t0_us);
     if (o->flags & OPF_BARRIER)
         cl_unblock(c);
     rep_pop(c, sp);
@@ -1040,6 +1049,7 @@ static long rep_process(struct client *c, const char *src, size_t len)
     struct span sp = {NULL, 0};
     int rc;
 
+    batch_start();
     while (scan < len && !c->dead && c->ufd >= 0) {
         rc = resp_scan_reply(&c->scan, src + scan, len - scan, &used);
         scan += used;
@@ -1175,13 +1185,25 @@ static int is_unsubscribe(const char *p, size_t n)
 
 /* Commands that create or read state of their connection, or hold it, though COMMAND does not
  * flag them so (Redis 6 has no "blocking" flag): they need an upstream connection of their own. */
-static const char *const srv_pinning[] = {
-    "select",       "client",    "hello",      "auth",       "reset",       "readonly",
-    "readwrite",    "asking",    "cluster",    "wait",       "waitaof",     "eval",
-    "evalsha",      "eval_ro",   "evalsha_ro", "fcall",      "fcall_ro",    "script",
-    "function",     "multi",     "exec",       "discard",    "watch",       "unwatch",
-    "monitor",      "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe",
-    "sunsubscribe", "sync",      "psync",      "replconf",   "debug",       NULL};
+#define NAME(lit)                                                                                  \
+    {                                                                                              \
+        lit, sizeof(lit) - 1                                                                       \
+    }
+static const struct {
+    const char *s;
+    size_t n;
+} srv_pinning[] = {
+    NAME("select"),      NAME("client"),       NAME("hello"),        NAME("auth"),
+    NAME("reset"),       NAME("readonly"),     NAME("readwrite"),    NAME("asking"),
+    NAME("cluster"),     NAME("wait"),         NAME("waitaof"),      NAME("eval"),
+    NAME("evalsha"),     NAME("eval_ro"),      NAME("evalsha_ro"),   NAME("fcall"),
+    NAME("fcall_ro"),    NAME("script"),       NAME("function"),     NAME("multi"),
+    NAME("exec"),        NAME("discard"),      NAME("watch"),        NAME("unwatch"),
+    NAME("monitor"),     NAME("subscribe"),    NAME("psubscribe"),   NAME("ssubscribe"),
+    NAME("unsubscribe"), NAME("punsubscribe"), NAME("sunsubscribe"), NAME("sync"),
+    NAME("psync"),       NAME("replconf"),     NAME("debug"),
+};
+#undef NAME
 
 /* Whether a request of an unpinned client may travel on the shared upstream connection: it
  * neither depends on nor leaves state on its connection, and returns at once. Anything unknown
@@ -1197,8 +1219,8 @@ static int req_shareable(const struct client *c, const char *m, const struct res
     if ((nlen > 6 && name_is(name, 6, "fence.")) || name_is(name, nlen, "ping") ||
         name_is(name, nlen, "echo") || name_is(name, nlen, "quit"))
         return 1; /* answered here, or stateless */
-    for (const char *const *p = srv_pinning; *p; p++)
-        if (name_is(name, nlen, *p))
+    for (size_t i = 0; i < sizeof(srv_pinning) / sizeof(srv_pinning[0]); i++)
+        if (nlen == srv_pinning[i].n && strncasecmp(name, srv_pinning[i].s, nlen) == 0)
             return 0;
     if (name_is(name, nlen, "xread") || name_is(name, nlen, "xreadgroup")) {
         for (size_t i = 1; i < r->argc; i++) /* Redis 7 flags them blocking; only BLOCK is */
@@ -1317,7 +1339,7 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
     }
     o->flags = flags;
     o->nreplies = nreplies;
-    o->t0_us = now_us();
+    o->t0_us = batch_now();
     if (flags & OPF_BARRIER)
         c->blocked = 1;
     return REQ_FORWARD;
@@ -1342,6 +1364,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
     struct span sp = {NULL, 0};
     struct resp_request r;
 
+    batch_start();
     c->stalled = 0;
     c->processing = 1;
     while (pos < len && !c->dead) {
