@@ -1458,7 +1458,11 @@ static void cl_process_input(struct client *c)
 {
     size_t done;
 
-    if (buf_len(&c->in) == 0 || !cl_can_parse(c))
+    if (buf_len(&c->in) == 0) {
+        c->stalled = 0; /* nothing is held back */
+        return;
+    }
+    if (!cl_can_parse(c))
         return;
     done = req_process(c, buf_head(&c->in), buf_len(&c->in));
     buf_consume(&c->in, done);
@@ -1534,7 +1538,8 @@ void cl_update(struct client *c)
 
     /* Draining answers what the client sent before it (whole requests already read), then
      * closes. */
-    idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial && !c->stalled;
+    idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial &&
+           !(c->stalled && buf_len(&c->in) > 0);
     if (s->draining && (idle || c->mode != MODE_NORMAL))
         c->closing = 1;
     if (c->dead || (c->closing && buf_len(&c->out) == 0 &&

@@ -232,6 +232,11 @@ class Lifecycle(FgTestCase):
         idle = [self.raw(fg.resp_port) for _ in range(3)]
         for c in idle:
             self.assertEqual(c.call("PING"), "PONG")
+        # Idle after a command that held the pipeline back (a lock acquisition, HELLO): nothing
+        # is left to answer there either.
+        self.assertIsInstance(idle[1].call("FENCE.ACQUIRE", "idle-lock"), int)
+        self.assertEqual(idle[1].call("FENCE.RELEASE", "idle-lock"), 1)
+        self.assertIsInstance(idle[2].call("HELLO", "2"), list)
         t0 = time.monotonic()
         fg.signal(signal.SIGTERM)
         self.assertEqual(fg.wait_exit(25), 0, fg.stderr_text)
