@@ -88,6 +88,48 @@ static ssize_t srv_read(int fd, struct buf *b, int *scratch)
     return read(fd, b->data + b->end, b->cap - b->end);
 }
 
+/* What srv_read_reply() makes of a read. */
+enum srv_rr { SRV_RR_DONE = 0, SRV_RR_AGAIN, SRV_RR_EOF, SRV_RR_ERROR, SRV_RR_NOMEM };
+
+/* Reads reply bytes from fd and hands handle() everything not handled yet (what b kept from
+ * before, then the new bytes); b keeps what it leaves. handle() returns the bytes it handled, or
+ * -1 when the connection went away under it (b is then not touched again). On SRV_RR_ERROR errno
+ * says why. */
+static enum srv_rr srv_read_reply(int fd, struct buf *b,
+                                  long (*handle)(void *, const char *, size_t), void *arg)
+{
+    const char *src;
+    size_t len;
+    long done;
+    int scratch;
+    ssize_t n = srv_read(fd, b, &scratch);
+
+    if (n == -2)
+        return SRV_RR_NOMEM;
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return SRV_RR_AGAIN;
+        return n == 0 ? SRV_RR_EOF : SRV_RR_ERROR;
+    }
+    metrics_inc(&fg_metrics, M_BYTES_FROM_UPSTREAM, (uint64_t)n);
+    if (scratch) {
+        src = srv_scratch;
+        len = (size_t)n;
+    } else {
+        b->end += (size_t)n;
+        src = buf_head(b);
+        len = buf_len(b);
+    }
+    done = handle(arg, src, len);
+    if (done < 0)
+        return SRV_RR_DONE;
+    if (!scratch)
+        buf_consume(b, (size_t)done);
+    else if ((size_t)done < len && buf_append(b, src + done, len - (size_t)done) != FG_OK)
+        return SRV_RR_NOMEM;
+    return SRV_RR_DONE;
+}
+
 uint64_t now_us(void)
 {
     struct timespec ts;
@@ -787,42 +829,31 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
     return (long)pos;
 }
 
+static long lk_handle(void *arg, const char *src, size_t len)
+{
+    struct ulink *lk = arg;
+    long done = lk_process(lk, src, len);
+
+    return lk->fd < 0 ? -1 : done;
+}
+
 static void lk_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct ulink *lk = arg;
-    const char *src;
-    size_t len;
-    long done;
-    int scratch;
-    ssize_t n = srv_read(lk->fd, &lk->in, &scratch);
 
-    if (n == -2) {
+    switch (srv_read_reply(lk->fd, &lk->in, lk_handle, lk)) {
+    case SRV_RR_DONE:
+    case SRV_RR_AGAIN:
+        return;
+    case SRV_RR_EOF:
+        lk_fail(lk, "connection closed by the upstream");
+        return;
+    case SRV_RR_ERROR:
+        lk_fail(lk, strerror(errno));
+        return;
+    case SRV_RR_NOMEM:
         lk_fail(lk, "fencegate is out of memory");
         return;
-    }
-    if (n <= 0) {
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        lk_fail(lk, n == 0 ? "connection closed by the upstream" : strerror(errno));
-        return;
-    }
-    metrics_inc(&fg_metrics, M_BYTES_FROM_UPSTREAM, (uint64_t)n);
-    if (scratch) {
-        src = srv_scratch;
-        len = (size_t)n;
-    } else {
-        lk->in.end += (size_t)n;
-        src = buf_head(&lk->in);
-        len = buf_len(&lk->in);
-    }
-    done = lk_process(lk, src, len);
-    if (done < 0 || lk->fd < 0)
-        return;
-    if (scratch) {
-        if ((size_t)done < len && buf_append(&lk->in, src + done, len - (size_t)done) != FG_OK)
-            lk_fail(lk, "fencegate is out of memory");
-    } else {
-        buf_consume(&lk->in, (size_t)done);
     }
 }
 
@@ -1085,44 +1116,33 @@ static long rep_process(struct client *c, const char *src, size_t len)
     return (long)pos;
 }
 
+static long up_handle(void *arg, const char *src, size_t len)
+{
+    struct client *c = arg;
+    long done = rep_process(c, src, len);
+
+    return c->ufd < 0 ? -1 : done;
+}
+
 static void up_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
-    const char *src;
-    size_t len;
-    long done;
-    int scratch;
-    ssize_t n = srv_read(c->ufd, &c->uin, &scratch);
 
-    if (n == -2) {
+    switch (srv_read_reply(c->ufd, &c->uin, up_handle, c)) {
+    case SRV_RR_DONE:
+        break;
+    case SRV_RR_AGAIN:
+        return;
+    case SRV_RR_EOF:
+        up_drop(c, "connection closed by the upstream");
+        break;
+    case SRV_RR_ERROR:
+        up_drop(c, strerror(errno));
+        break;
+    case SRV_RR_NOMEM:
         c->dead = 1;
-        goto out;
+        break;
     }
-    if (n <= 0) {
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        up_drop(c, n == 0 ? "connection closed by the upstream" : strerror(errno));
-        goto out;
-    }
-    metrics_inc(&fg_metrics, M_BYTES_FROM_UPSTREAM, (uint64_t)n);
-    if (scratch) {
-        src = srv_scratch;
-        len = (size_t)n;
-    } else {
-        c->uin.end += (size_t)n;
-        src = buf_head(&c->uin);
-        len = buf_len(&c->uin);
-    }
-    done = rep_process(c, src, len);
-    if (done < 0 || c->ufd < 0)
-        goto out;
-    if (scratch) {
-        if ((size_t)done < len && buf_append(&c->uin, src + done, len - (size_t)done) != FG_OK)
-            c->dead = 1;
-    } else {
-        buf_consume(&c->uin, (size_t)done);
-    }
-out:
     cl_update(c);
 }
 
