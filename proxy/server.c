@@ -5,8 +5,10 @@
  * PING, ECHO, fenced writes. The first request that would create or read connection state (SELECT,
  * MULTI, WATCH, subscriptions, blocking commands, CLIENT, HELLO, AUTH, scripts, admin commands)
  * "pins" the client: once its shared replies are in, it gets an upstream connection of its own
- * and keeps it, so that state lives where Redis keeps it. With `upstream_multiplex: false` every
- * client is pinned from the start.
+ * and keeps it, so that state lives where Redis keeps it. A deep pipeline (SRV_SHARED_MAX_OPS) or
+ * unread replies past max_pending_bytes pin too: the shared connection cannot push back on one
+ * client, a connection of its own can. With `upstream_multiplex: false` every client is pinned
+ * from the start.
  *
  * Requests are parsed only to classify them; their bytes are forwarded as received. Replies are
  * scanned only to find their boundaries, so each can be matched to the request that caused it: a
@@ -55,8 +57,7 @@ struct ulink {
     struct buf in, out;
     struct resp_scanner scan;
     size_t rscan_off;
-    int reply_partial; /* part of the head reply already went to its client */
-    int prelude_left;  /* replies to the link's own AUTH/SELECT still due */
+    int prelude_left; /* replies to the link's own AUTH/SELECT still due */
     unsigned script_loaded : 1;
     unsigned failed : 1;    /* a write failed; lk_fail() is scheduled */
     unsigned flush_due : 1; /* flush_ev is active */
@@ -572,7 +573,6 @@ static void lk_close_fd(struct ulink *lk)
     buf_free(&lk->out);
     resp_scanner_init(&lk->scan);
     lk->rscan_off = 0;
-    lk->reply_partial = 0;
     lk->prelude_left = 0;
     lk->script_loaded = 0;
     lk->failed = 0;
@@ -794,24 +794,29 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
         if (c != to)
             lk_hand_over(&to, &sp);
         if (rc == RESP_SCAN_MORE) {
-            if (scan > pos && (!c || rep_may_stream(c, lk->scan.top_type))) {
-                if (c) { /* stream it; a gone client's is dropped as it comes */
+            /* Stream an unfinished reply where its client allows; drop a gone client's as it
+             * comes. The prelude's replies are kept whole, to be read. */
+            if (scan > pos && (c ? rep_may_stream(c, lk->scan.top_type) : !lk->prelude_left)) {
+                if (c) {
                     span_add(c, &sp, src + pos, scan - pos, 0);
                     c->reply_partial = 1;
                     to = c;
                 }
-                lk->reply_partial = 1;
                 pos = scan;
             }
             break;
         }
         lk_pop(lk);
         if (!c && lk->prelude_left > 0) {
+            size_t n = scan - pos; /* "-ERR ...\r\n" */
             lk->prelude_left--;
             if (lk->scan.top_type == '-') {
                 char why[200];
                 snprintf(why, sizeof(why), "it rejected fencegate's AUTH/SELECT: %.*s",
-                         (int)(scan - pos > 120 ? 120 : scan - pos - 2), src + pos + 1);
+                         (int)(n < 3         ? 0
+                               : n - 3 > 120 ? 120
+                                             : n - 3),
+                         src + pos + 1);
                 lk_fail(lk, why);
                 return -1;
             }
@@ -821,7 +826,6 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
                 c->dead = 1;
             c->reply_partial = 0;
         }
-        lk->reply_partial = 0;
         pos = scan;
     }
     lk_hand_over(&to, &sp);

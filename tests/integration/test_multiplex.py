@@ -115,6 +115,25 @@ class Multiplex(FgTestCase):
         self.assertEqual(c.call("GET", "k"), b"again")
         self.assertEqual(self.pinned(), 0)
 
+    def test_upstream_password_and_database_on_both_kinds_of_connection(self):
+        self.direct.config_set("requirepass", "s3cret")
+        self.addCleanup(lambda: self.redis.client(password="s3cret").config_set("requirepass", ""))
+        url = "redis://:s3cret@127.0.0.1:%d/2" % self.redis.port
+        fg = self.start_fencegate(url, args=["--upstream-multiplex", "true"])
+        shared, pinned = self.raw(fg.resp_port), self.raw(fg.resp_port)
+        self.assertEqual(shared.call("SET", "on", "shared"), Status("OK"))
+        self.assertEqual(pinned.call("CLIENT", "SETNAME", "p"), Status("OK"))
+        self.assertEqual(pinned.call("SET", "on2", "pinned"), Status("OK"))
+        db2 = self.redis.client(db=2, password="s3cret")
+        self.addCleanup(db2.close)
+        self.assertEqual(db2.mget("on", "on2"), [b"shared", b"pinned"])
+
+        wrong = "redis://:nope@127.0.0.1:%d/2" % self.redis.port
+        bad = self.start_fencegate(wrong, args=["--upstream-multiplex", "true"], readyz=False)
+        got = self.raw(bad.resp_port).call("GET", "on")
+        self.assertIsInstance(got, Err)
+        self.assertTrue(str(got).startswith("UNAVAILABLE"), got)
+
     def test_dedicated_when_multiplexing_is_off(self):
         fg = self.start_fencegate(self.redis, args=["--upstream-multiplex", "false"])
         before = self.redis_clients()
