@@ -4,7 +4,7 @@ Redis; the first command that needs state of its own moves the client to a conne
 connections")."""
 
 import os
-import time
+import random
 import unittest
 
 import harness  # first: it makes sure redis-py is importable
@@ -133,6 +133,90 @@ class Multiplex(FgTestCase):
         got = self.raw(bad.resp_port).call("GET", "on")
         self.assertIsInstance(got, Err)
         self.assertTrue(str(got).startswith("UNAVAILABLE"), got)
+
+    def test_random_programs_answer_as_direct_redis(self):
+        """16 clients run random programs (plain commands, errors, SELECT, MULTI/EXEC, WATCH,
+        BLPOP with a timeout, CLIENT SETNAME, QUIT) through fencegate, their pipelines
+        interleaved; each client's replies must be byte for byte what the same program gets
+        from a Redis of its own."""
+        seed = int(os.environ.get("FG_TEST_SEED", random.randrange(1 << 30)))
+        rng = random.Random(seed)
+        programs = [self.program(rng, i) for i in range(16)]
+        other = self.start_redis()
+        want = []
+        for prog in programs:
+            d = self.raw(other.port)
+            want.append(self.run_chunks(d, [sum(prog, [])]))
+            d.close()
+        conns = [self.raw(self.fg.resp_port) for _ in programs]
+        chunked = [self.chunks(rng, prog) for prog in programs]
+        got = [[] for _ in programs]
+        for turn in range(max(len(c) for c in chunked)):
+            live = [i for i in range(len(conns)) if turn < len(chunked[i])]
+            for i in live:  # every client writes its chunk, then all read: interleaved
+                conns[i].send(b"".join(encode(*cmd) for cmd in chunked[i][turn]))
+            for i in live:
+                got[i] += [conns[i].read_raw_reply(timeout=10) for _ in chunked[i][turn]]
+        for i in range(len(programs)):
+            self.assertEqual(got[i], want[i], "client %d (FG_TEST_SEED=%d)" % (i, seed))
+        self.assertGreater(self.pinned(), 0)
+        self.assertLess(self.pinned(), len(programs), "no program stayed on the shared one")
+
+    @staticmethod
+    def run_chunks(conn, chunks):
+        out = []
+        for chunk in chunks:
+            conn.send(b"".join(encode(*cmd) for cmd in chunk))
+            out += [conn.read_raw_reply(timeout=10) for _ in chunk]
+        return out
+
+    @staticmethod
+    def chunks(rng, prog):
+        """The program's steps (a step is one command or a MULTI..EXEC block) in pipelines of
+        up to 8 commands."""
+        out, cur = [], []
+        for step in prog:
+            cur += step
+            if len(cur) >= rng.randint(1, 8):
+                out.append(cur)
+                cur = []
+        if cur:
+            out.append(cur)
+        return out
+
+    @staticmethod
+    def program(rng, i):
+        k, n, lst, h = "p%d:k" % i, "p%d:n" % i, "p%d:l" % i, "p%d:h" % i
+        plain = [
+            lambda: [("SET", k, "v%d" % rng.randint(0, 99))],
+            lambda: [("GET", k)],
+            lambda: [("INCR", n)],
+            lambda: [("INCR", k)],  # an error while k holds "v.."
+            lambda: [("APPEND", k, "x")],
+            lambda: [("LPUSH", lst, str(rng.randint(0, 9)))],
+            lambda: [("LRANGE", lst, "0", "-1")],
+            lambda: [("HSET", h, "f%d" % rng.randint(0, 3), "x")],
+            lambda: [("HGETALL", h)],
+            lambda: [("MGET", k, n, lst)],
+            lambda: [("DEL", k)],
+            lambda: [("PING",)],
+            lambda: [("ECHO", "e%d" % i)],
+            lambda: [("NOSUCHCMD", k)],
+        ]
+        stateful = [
+            lambda: [("SELECT", str(rng.randint(0, 3)))],
+            lambda: [("MULTI",), ("INCR", n), ("GET", k), ("EXEC",)],
+            lambda: [("WATCH", k), ("MULTI",), ("SET", k, "w"), ("EXEC",)],
+            lambda: [("BLPOP", "p%d:empty" % i, "0.01")],
+            lambda: [("CLIENT", "SETNAME", "c%d" % i), ("CLIENT", "GETNAME")],
+        ]
+        prog = [rng.choice(plain)() for _ in range(rng.randint(5, 40))]
+        if i % 2:  # half the clients pin somewhere along the way
+            for _ in range(rng.randint(1, 3)):
+                prog.insert(rng.randint(0, len(prog)), rng.choice(stateful)())
+        if rng.random() < 0.3:
+            prog.append([("QUIT",)])
+        return prog
 
     def test_dedicated_when_multiplexing_is_off(self):
         fg = self.start_fencegate(self.redis, args=["--upstream-multiplex", "false"])
