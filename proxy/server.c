@@ -1229,6 +1229,17 @@ static const struct {
 };
 #undef NAME
 
+/* Whether the upstream lacks this CLIENT subcommand, so that it only earns an error and leaves no
+ * state (clients send CLIENT SETINFO on connect; Redis has it from 7.2). Only a table that lists
+ * subcommands (Redis 7) can tell; with Redis 6 the answer is no. */
+static int req_unknown_client_sub(const struct cmd_table *t, const char *sub, size_t len)
+{
+    const struct cmd_info *known = cmd_lookup(t, "client", 6, "list", 4);
+    const struct cmd_info *ci = cmd_lookup(t, "client", 6, sub, len);
+
+    return known && strchr(known->name, '|') && ci && !strchr(ci->name, '|');
+}
+
 /* Whether a request of an unpinned client may travel on the shared upstream connection: it
  * neither depends on nor leaves state on its connection, and returns at once. Anything unknown
  * pins: the cost of a wrong "no" is one connection, of a wrong "yes" a broken semantic. */
@@ -1243,6 +1254,9 @@ static int req_shareable(const struct client *c, const char *m, const struct res
     if ((nlen > 6 && name_is(name, 6, "fence.")) || name_is(name, nlen, "ping") ||
         name_is(name, nlen, "echo") || name_is(name, nlen, "quit"))
         return 1; /* answered here, or stateless */
+    if (t && r->argc >= 2 && name_is(name, nlen, "client") &&
+        req_unknown_client_sub(t, m + r->argv[1].off, r->argv[1].len))
+        return 1;
     for (size_t i = 0; i < sizeof(srv_pinning) / sizeof(srv_pinning[0]); i++)
         if (nlen == srv_pinning[i].n && strncasecmp(name, srv_pinning[i].s, nlen) == 0)
             return 0;

@@ -68,6 +68,12 @@ class Multiplex(FgTestCase):
             self.assertNotIsInstance(c.call(*cmd), Err, cmd)
             self.assertEqual(self.pinned(), 0, "%s pinned its client" % (cmd,))
             c.close()
+        if self.raw(self.redis.port).call("COMMAND", "INFO", "CLIENT|SETINFO") == [None]:
+            # Before Redis 7.2 CLIENT SETINFO (node-redis and ioredis send it on connect) only
+            # earns an error: no state, so no connection of its own.
+            got = self.raw(self.fg.resp_port).call("CLIENT", "SETINFO", "LIB-NAME", "x")
+            self.assertTrue(str(got).startswith("ERR unknown subcommand"), got)
+            self.assertEqual(self.pinned(), 0)
         stateful = [("SELECT", "0"), ("CLIENT", "SETNAME", "n"), ("MULTI",), ("WATCH", "x"),
                     ("BLPOP", "nolist", "0.05"), ("SUBSCRIBE", "ch"), ("EVAL", "return 1", "0"),
                     ("HELLO", "2"), ("XREAD", "BLOCK", "50", "STREAMS", "s", "$"),
