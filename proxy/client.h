@@ -29,6 +29,11 @@ struct ulink;
 /* A client on the shared upstream connection with this many replies due pins before it sends
  * more: deep pipelines get a connection of their own, where back-pressure reaches Redis. */
 #define SRV_SHARED_MAX_OPS 32
+/* A request with more arguments (or more bytes than max_pending_bytes) pins: Redis 6 closes the
+ * connection on a request of more than 2^20 arguments, Redis 7 on a bulk over its
+ * proto-max-bulk-len, and that must end only the sender's connection. A big request would also
+ * hold up everybody's behind it. */
+#define SRV_SHARED_MAX_ARGS (1024 * 1024)
 
 enum op_kind {
     OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */

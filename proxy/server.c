@@ -74,6 +74,7 @@ static void cl_close(struct client *c);
 static void cl_process_input(struct client *c);
 static void lk_send(struct ulink *lk, const char *p, size_t n);
 static int lk_push(struct ulink *lk, struct client *c);
+static void lk_schedule_fail(struct ulink *lk, const char *why);
 static void cl_flush(struct client *c);
 
 /* Reads what fd has: into the shared scratch space when b holds nothing (*scratch = 1), else
@@ -202,8 +203,12 @@ struct op *op_push(struct client *c, enum op_kind kind)
         c->ops_cap = cap;
         c->ops_head = 0;
     }
-    if (kind != OP_LOCAL && !c->pinned && lk_push(c->srv->shared, c) < 0)
+    if (kind != OP_LOCAL && !c->pinned && lk_push(c->srv->shared, c) < 0) {
+        /* Its bytes may be on the link already: without its entry every later reply would go
+         * to the wrong client, so the link fails as a whole. */
+        lk_schedule_fail(c->srv->shared, "fencegate is out of memory");
         return NULL;
+    }
     o = op_at(c, c->ops_count++);
     memset(o, 0, sizeof(*o));
     o->kind = (uint8_t)kind;
@@ -413,7 +418,12 @@ static void ops_fail_upstream(struct client *c)
                 cl_reply_unavailable(c);
         }
     }
+    /* A barrier on a failed command is gone; one on an unanswered reply of our own (FENCE.ACQUIRE
+     * waiting for its lock) still holds: what follows it must not run before the lock is held. */
     c->blocked = 0;
+    for (size_t i = 0; i < c->ops_count; i++)
+        if (op_at(c, i)->kind == OP_LOCAL && !op_at(c, i)->reply)
+            c->blocked = 1;
     ops_emit_ready(c);
 }
 
@@ -916,8 +926,10 @@ static int lk_ready_for(struct client *c)
 
 void up_expect_again(struct client *c)
 {
-    if (!c->pinned && lk_push(c->srv->shared, c) < 0)
+    if (!c->pinned && lk_push(c->srv->shared, c) < 0) {
+        lk_schedule_fail(c->srv->shared, "fencegate is out of memory");
         c->dead = 1;
+    }
 }
 
 int up_script_loaded(const struct client *c)
@@ -1439,6 +1451,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             continue;
         }
         if (!c->pinned && (c->pin_pending || c->slow_reader || c->ops_count >= SRV_SHARED_MAX_OPS ||
+                           r.len > cl_pending_limit(c) || r.argc > SRV_SHARED_MAX_ARGS ||
                            !req_shareable(c, src + pos, &r))) {
             c->pin_pending = 1;
             if (c->ops_count > 0) { /* its shared replies first, so the order holds */

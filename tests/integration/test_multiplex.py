@@ -5,6 +5,7 @@ connections")."""
 
 import os
 import random
+import time
 import unittest
 
 import harness  # first: it makes sure redis-py is importable
@@ -120,6 +121,45 @@ class Multiplex(FgTestCase):
         harness.wait_until(works, 10, 0.2, "the same connection to work after Redis restarted")
         self.assertEqual(c.call("GET", "k"), b"again")
         self.assertEqual(self.pinned(), 0)
+
+    def shared_link_id(self, last_cmd):
+        """Redis' CLIENT ID of the shared connection (the connection whose last command was
+        last_cmd, which only the test sent)."""
+        ids = [int(c["id"]) for c in self.direct.client_list() if c.get("cmd") == last_cmd]
+        self.assertEqual(len(ids), 1, self.direct.client_list())
+        return ids[0]
+
+    def test_link_loss_keeps_a_waiting_acquire_ahead_of_the_write_behind_it(self):
+        holder = self.raw(self.fg.resp_port)
+        self.assertIsInstance(holder.call("FENCE.ACQUIRE", "L"), int)
+        c = self.raw(self.fg.resp_port)
+        self.assertEqual(c.call("APPEND", "marker", "x"), 1)
+        link = self.shared_link_id("append")
+        c.send(encode("FENCE.ACQUIRE", "L", "WAIT", "5000") + encode("SET", "k", "from-c"))
+        time.sleep(0.3)
+        self.direct.execute_command("CLIENT", "KILL", "ID", str(link))
+        time.sleep(0.5)
+        self.assertIsNone(self.direct.get("k"), "the write ran while another client held L")
+        self.assertEqual(holder.call("FENCE.RELEASE", "L"), 1)
+        self.assertIsInstance(c.read_reply(), int)  # now c holds L ...
+        self.assertEqual(c.read_reply(), Status("OK"))  # ... and its write went out fenced
+        self.assertEqual(self.direct.get("k"), b"from-c")
+
+    def test_a_request_redis_refuses_ends_only_its_senders_connection(self):
+        # Redis closes a connection that sends a bulk over proto-max-bulk-len. Requests over
+        # max_pending_bytes (1 MiB) pin, so the shared connection is not the one closed.
+        self.direct.config_set("proto-max-bulk-len", "1mb")
+        self.addCleanup(lambda: self.direct.config_set("proto-max-bulk-len", "512mb"))
+        self.direct.set("small", "v")
+        victim, bad = self.raw(self.fg.resp_port), self.raw(self.fg.resp_port)
+        self.assertEqual(victim.call("PING"), Status("PONG"))
+        bad.send(encode("SET", "huge", "y" * (2 * 1024 * 1024)))
+        victim.send(b"".join(encode("GET", "small") for _ in range(20)))
+        self.assertEqual([victim.read_reply() for _ in range(20)], [b"v"] * 20)
+        got = bad.read_reply()
+        self.assertIsInstance(got, Err)
+        self.assertIn("Protocol error", str(got))
+        self.assertEqual(self.pinned(), 1)
 
     def test_upstream_password_and_database_on_both_kinds_of_connection(self):
         self.direct.config_set("requirepass", "s3cret")
