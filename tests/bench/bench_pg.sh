@@ -10,7 +10,9 @@
 # `UPDATE bench SET n = n + 1 WHERE id = <random 1..1000>`. Then, in this order, pgbench
 # (-n -c C -j 2 -T S, simple protocol) and wrk (-t 2 -c C -d S, tests/bench/pg_post.lua),
 # three interleaved rounds. Prints each round, the medians and the median round's ratio
-# (target >= 0.5). Runtime about 6 * S + 15 s (S <= 40).
+# (target >= 0.5). Each round also runs, with pgbench straight at postgres, the transaction
+# fencegate sends for a batch (pipelined): the fence's cost to PostgreSQL alone.
+# Runtime about 9 * S + 15 s (S <= 40).
 #
 # Exit status: 0 when the measurement completed (even if the target FAILs); non-zero when a
 # process fails to start or a run errors out (any non-200 reply, or rows not updated).
@@ -110,6 +112,21 @@ cat >"$TMPDIR_BENCH/update.sql" <<EOF
 \\set id random(1, $ROWS)
 UPDATE bench SET n = n + 1 WHERE id = :id;
 EOF
+# The transaction fencegate sends for one batch (pgstore.c: fencegate_begin, _a, _f, the statement,
+# _c, fencegate_commit), pipelined in one round trip as fencegate does (pgbench 15 cannot pipeline
+# prepared statements, so each is parsed: a little more work than fencegate asks for): what the fence
+# costs PostgreSQL itself, without the proxy (informational, like bench_locks' script column).
+cat >"$TMPDIR_BENCH/fenced.sql" <<EOF
+\\set id random(1, $ROWS)
+\\startpipeline
+BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED;
+SELECT set_config('fencegate.batch', 'b', true), set_config('synchronous_commit', 'on', true), set_config('statement_timeout', '30000', true), pg_advisory_xact_lock_shared(1178946883, hashtext('L'));
+SELECT CASE WHEN m = $TOKEN THEN 0 ELSE CAST('stale ' || m AS int4) END FROM (SELECT (SELECT token FROM fencegate_fence WHERE lock = 'L') AS m) AS s;
+UPDATE bench SET n = n + 1 WHERE id = :id;
+SELECT CASE WHEN current_setting('fencegate.batch', true) = 'b' THEN 0 ELSE CAST('escaped ' || COALESCE(current_setting('fencegate.batch', true), '') AS int4) END;
+COMMIT;
+\\endpipeline
+EOF
 sed "s/@ROWS@/$ROWS/" "$SCRIPT_DIR/pg_post.lua" >"$TMPDIR_BENCH/post.lua"
 
 total_n() { "${PSQL[@]}" -c "SELECT sum(n) FROM bench"; }
@@ -136,6 +153,17 @@ run_pgbench() {
   [ $(($(total_n) - before)) -ge "$tx" ] || die "pgbench reported $tx transactions, fewer rows grew"
 }
 
+# The fenced transaction straight at postgres (pgbench, extended protocol, pipelined): sets PGF_TPS.
+run_pgbench_fenced() {
+  local out
+  log "pgbench: fencegate's transaction straight at postgres (round $1)"
+  out=$(timeout $((RUN_SECONDS + 30)) pgbench -n -M extended -f "$TMPDIR_BENCH/fenced.sql" \
+    -c "$CLIENTS" -j 2 -T "$RUN_SECONDS" -h 127.0.0.1 -p "$PG_PORT" -U "$PGUSER" postgres 2>&1) \
+    || { printf '%s\n' "$out" >&2; die "pgbench (fenced transaction) failed"; }
+  PGF_TPS=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n1)
+  [ -n "$PGF_TPS" ] || { printf '%s\n' "$out" >&2; die "cannot parse pgbench output"; }
+}
+
 # One wrk run through fencegate: sets FG_RPS.
 run_wrk() {
   local before out req bad
@@ -157,13 +185,16 @@ run_wrk() {
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
 # Interleaved rounds (the machine's load drifts; a round measures both sides close in time).
-pg_all=() fg_all=() ratio_all=()
+pg_all=() fg_all=() ratio_all=() pgf_all=() ceil_all=()
 for round in $(seq 1 "$ROUNDS"); do
   run_pgbench "$round"
   run_wrk "$round"
-  pg_all+=("$PG_TPS") fg_all+=("$FG_RPS")
+  run_pgbench_fenced "$round"
+  pg_all+=("$PG_TPS") fg_all+=("$FG_RPS") pgf_all+=("$PGF_TPS")
   ratio_all+=("$(awk -v a="$FG_RPS" -v b="$PG_TPS" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')")
-  echo "  round $round: pgbench $PG_TPS tps, fencegate $FG_RPS req/s, ratio ${ratio_all[-1]}"
+  ceil_all+=("$(awk -v a="$PGF_TPS" -v b="$PG_TPS" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')")
+  echo "  round $round: pgbench $PG_TPS tps, fencegate $FG_RPS req/s, ratio ${ratio_all[-1]};" \
+    "fencegate's transaction straight at postgres $PGF_TPS tps (${ceil_all[-1]} of plain)"
 done
 MARK=$("${PSQL[@]}" -c "SELECT token FROM fencegate_fence WHERE lock = 'L'")
 [ "$MARK" = "$TOKEN" ] || die "fence mark is '$MARK', expected the token $TOKEN"
@@ -173,3 +204,5 @@ VERDICT=$(awk -v r="$RATIO" 'BEGIN {print (r + 0 >= 0.5) ? "PASS" : "FAIL"}')
 printf '  %-44s %12s\n' "pgbench, UPDATE straight at postgres (tps)" "$(median "${pg_all[@]}")"
 printf '  %-44s %12s\n' "wrk, fenced POST /v1/stores/pg/sql (req/s)" "$(median "${fg_all[@]}")"
 printf '  %-44s %12s   target >= 0.5: %s\n' "ratio fencegate / direct (median round)" "$RATIO" "$VERDICT"
+printf '  %-44s %12s   (informational: the fence without the proxy, %s of plain)\n' \
+  "pgbench, fencegate's transaction (tps)" "$(median "${pgf_all[@]}")" "$(median "${ceil_all[@]}")"
