@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "httpwatch.h"
 #include "json.h"
 #include "lock.h"
 #include "log.h"
@@ -44,9 +45,8 @@ struct http_acquire {
     struct http_api *h;
     struct http_acquire *prev, *next;
     struct evhttp_request *req;
-    struct evhttp_connection *conn; /* req's, remembered: libevent 2.1 detaches req from it
-                                     * before the close callback runs */
-    struct event *retry; /* the lock is held by this very sidecar: poll until it is free */
+    struct httpwatch watch; /* of req's client going away */
+    struct event *retry;    /* the lock is held by this very sidecar: poll until it is free */
     long long ttl_ms, wait_ms;
     uint64_t deadline_ms;
     uint64_t token; /* a release: the token being given back */
@@ -252,26 +252,17 @@ static void http_acquire_free(struct http_acquire *a)
         a->next->prev = a->prev;
     if (a->retry)
         event_free(a->retry);
+    httpwatch_stop(&a->watch);
     free(a);
 }
 
-/* The connection of a waiting request is going away. When the client closed or timed out,
- * libevent 2.1 has already taken the unanswered request off the connection (its connection is
- * NULL) and leaves it to us to free; when the connection is freed with the request on it,
- * libevent frees the request. Matched on the connection remembered at the start. */
-static void http_on_conn_close(struct evhttp_connection *conn, void *arg)
+/* The client of a waiting request went away. A release goes on; an acquisition ends at its next
+ * retry, or goes on with the backend and gives back a lock granted with nobody to take it. */
+static void http_on_client_gone(void *arg)
 {
-    struct http_api *h = arg;
+    struct http_acquire *a = arg;
 
-    for (struct http_acquire *a = h->pending; a; a = a->next) {
-        if (a->req && a->conn == conn) {
-            struct evhttp_request *r = a->req;
-            a->req = NULL;
-            a->conn = NULL;
-            if (!evhttp_request_get_connection(r))
-                evhttp_request_free(r);
-        }
-    }
+    a->req = NULL;
 }
 
 /* A request that waits for the lock backend, tracked so that its connection closing early is
@@ -285,14 +276,13 @@ static struct http_acquire *http_pending_new(struct http_api *h, struct evhttp_r
         return NULL;
     a->h = h;
     a->req = req;
-    a->conn = evhttp_request_get_connection(req);
     a->len = len;
     memcpy(a->name, name, len);
     a->next = h->pending;
     if (h->pending)
         h->pending->prev = a;
     h->pending = a;
-    evhttp_connection_set_closecb(a->conn, http_on_conn_close, h);
+    httpwatch_start(&a->watch, req, http_on_client_gone, a);
     return a;
 }
 

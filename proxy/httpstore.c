@@ -25,6 +25,7 @@
 #include "fence.h"
 #include "http.h"
 #include "httphdr.h"
+#include "httpwatch.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -43,13 +44,13 @@ struct hs_fwd {
     struct httpstore *hs;
     struct hs_fwd *prev, *next;
     const struct cfg_store *st;
-    struct evhttp_request *req;      /* the client's; NULL once answered or its connection went */
-    struct evhttp_connection *cconn; /* the client's connection while req is set: libevent 2.1
-                                      * detaches req from it before the close callback runs */
-    struct evhttp_connection *conn;  /* to the store */
-    struct evhttp_request *ureq;     /* to the store; NULL once evhttp is done with it */
-    struct event *timer;             /* connect, then response deadline */
-    struct event *fin;               /* deferred teardown */
+    struct evhttp_request *req;     /* the client's; NULL once answered or its connection went */
+    struct httpwatch watch;         /* of the client going away; watch.conn is the client's
+                                     * connection while req is set */
+    struct evhttp_connection *conn; /* to the store */
+    struct evhttp_request *ureq;    /* to the store; NULL once evhttp is done with it */
+    struct event *timer;            /* connect, then response deadline */
+    struct event *fin;              /* deferred teardown */
     enum hs_state state;
     int connected; /* the connect deadline passed with a connection */
     int sent;      /* the store connection was up: the request may have reached the store */
@@ -105,10 +106,18 @@ static int hs_mark_key(char *out, size_t cap, const char *store, const char *loc
 
 /* ---- forwards ---- */
 
+/* f has no client's request to answer any more: it answered it, or gave it back to evhttp. */
+static void hs_req_done(struct hs_fwd *f)
+{
+    f->req = NULL;
+    httpwatch_stop(&f->watch);
+}
+
 static void hs_fwd_free(struct hs_fwd *f)
 {
     struct httpstore *hs = f->hs;
 
+    httpwatch_stop(&f->watch);
     if (f->conn)
         evhttp_connection_free(f->conn); /* frees a store request still pending, silently */
     if (f->prev)
@@ -124,19 +133,20 @@ static void hs_fwd_free(struct hs_fwd *f)
     free(f);
 }
 
+static void hs_abort_client(struct hs_fwd *f);
+
 static void hs_on_fin(evutil_socket_t fd, short what, void *arg)
 {
     struct hs_fwd *f = arg;
 
-    struct evhttp_request *r = f->req;
-
     /* Every path answers before it ends; never leave a client hanging regardless. */
-    f->req = NULL;
-    if (r && f->started)
-        evhttp_connection_free(f->cconn); /* a started reply cannot be ended cleanly */
-    else if (r)
-        http_reply_error(r, 502, f->sent ? "outcome_unknown" : "store_unavailable",
+    if (f->req && f->started) {
+        hs_abort_client(f); /* a started reply cannot be ended cleanly */
+    } else if (f->req) {
+        http_reply_error(f->req, 502, f->sent ? "outcome_unknown" : "store_unavailable",
                          "the forward ended without an answer");
+        hs_req_done(f);
+    }
     hs_fwd_free(f);
 }
 
@@ -156,7 +166,7 @@ static void hs_fwd_fail(struct hs_fwd *f, int status, const char *code, const ch
 {
     if (f->req)
         http_reply_error(f->req, status, code, msg);
-    f->req = NULL;
+    hs_req_done(f);
     hs_fwd_finish(f);
 }
 
@@ -164,33 +174,22 @@ static void hs_fwd_fail(struct hs_fwd *f, int status, const char *code, const ch
  * one, so its connection is closed. */
 static void hs_abort_client(struct hs_fwd *f)
 {
-    struct evhttp_request *r = f->req;
+    struct evhttp_connection *cconn = f->watch.conn;
 
-    f->req = NULL;
-    if (r)
-        evhttp_connection_free(f->cconn); /* frees r with it; hs_on_client_close sees req NULL */
+    if (!f->req)
+        return;
+    hs_req_done(f);                /* first: freeing the connection runs its close callback */
+    evhttp_connection_free(cconn); /* frees the request with it */
 }
 
-/* The client's connection is going away. Matched on the connection remembered at the start:
- * when the client closed or timed out, libevent 2.1 has already taken the unfinished request off
- * the connection (evhttp_request_get_connection() is NULL) and no longer frees it, so it is
- * freed here; when the connection is freed with the request still on it (evhttp_free at
- * shutdown), libevent frees the request. */
-static void hs_on_client_close(struct evhttp_connection *conn, void *arg)
+/* The client went away (its request is freed or left to libevent). */
+static void hs_on_client_gone(void *arg)
 {
-    struct httpstore *hs = arg;
+    struct hs_fwd *f = arg;
 
-    for (struct hs_fwd *f = hs->fwds; f; f = f->next) {
-        if (f->req && f->cconn == conn) {
-            struct evhttp_request *r = f->req;
-            f->req = NULL;
-            f->cconn = NULL;
-            if (!evhttp_request_get_connection(r))
-                evhttp_request_free(r);
-            if (f->state != HS_RAISING)
-                hs_fwd_finish(f); /* the mark's answer ends a raising one */
-        }
-    }
+    f->req = NULL;
+    if (f->state != HS_RAISING)
+        hs_fwd_finish(f); /* the mark's answer ends a raising one */
 }
 
 /* The store connection closed or is freed after it was up (libevent calls this only for a
@@ -274,7 +273,7 @@ static void hs_on_chunk(struct evhttp_request *ureq, void *arg)
     }
     hs_arm(f->timer, f->timeout_ms); /* the store made progress */
     evhttp_send_reply_chunk_with_cb(f->req, b, hs_on_drained, f);
-    pending = bufferevent_get_output(evhttp_connection_get_bufferevent(f->cconn));
+    pending = bufferevent_get_output(evhttp_connection_get_bufferevent(f->watch.conn));
     f->unsent = evbuffer_get_length(pending);
     if (!f->paused && f->unsent > HS_WATERMARK) {
         f->paused = 1;
@@ -333,11 +332,12 @@ static void hs_on_done(struct evhttp_request *ureq, void *arg)
         return;
     }
     if (f->req) {
+        struct evhttp_request *r = f->req;
         struct evbuffer *b = evhttp_request_get_input_buffer(ureq);
         if (evbuffer_get_length(b) > 0)
-            evhttp_send_reply_chunk(f->req, b);
-        evhttp_send_reply_end(f->req);
-        f->req = NULL;
+            evhttp_send_reply_chunk(r, b);
+        hs_req_done(f); /* first: the end may free r and its connection at once */
+        evhttp_send_reply_end(r);
     }
     hs_fwd_finish(f);
 }
@@ -360,7 +360,7 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
 
     if (f->state == HS_STREAMING && f->paused && f->req) {
         size_t left = evbuffer_get_length(
-            bufferevent_get_output(evhttp_connection_get_bufferevent(f->cconn)));
+            bufferevent_get_output(evhttp_connection_get_bufferevent(f->watch.conn)));
         if (left < f->unsent) { /* the client is reading, slowly: not idle */
             f->unsent = left;
             hs_arm(f->timer, f->timeout_ms);
@@ -493,7 +493,7 @@ static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
                  ",\"message\":\"%s\"}",
                  f->token, mark, esc);
         http_reply_json(f->req, 409, body);
-        f->req = NULL;
+        hs_req_done(f);
         hs_fwd_finish(f);
         return;
     }
@@ -640,7 +640,6 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     f->hs = hs;
     f->st = st;
     f->req = req;
-    f->cconn = evhttp_request_get_connection(req);
     f->token = token;
     f->timeout_ms = timeout;
     memcpy(f->lock, lock, len + 1);
@@ -649,7 +648,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     if (hs->fwds)
         hs->fwds->prev = f;
     hs->fwds = f;
-    evhttp_connection_set_closecb(f->cconn, hs_on_client_close, hs);
+    httpwatch_start(&f->watch, req, hs_on_client_gone, f);
     if (lock_mark_raise(hs->locks, key, (size_t)klen, token, hs_on_marked, f) != 0)
         hs_fwd_fail(f, 503, "unavailable", "the lock backend took no more calls");
 }

@@ -49,6 +49,7 @@
 
 #include "config.h"
 #include "http.h"
+#include "httpwatch.h"
 #include "log.h"
 #include "metrics.h"
 #include "pgjson.h"
@@ -168,7 +169,7 @@ struct pg_job {
     int queued;
     int fence; /* a fence-on-acquire job, not an HTTP one */
     struct evhttp_request *req;
-    struct evhttp_connection *conn; /* req's, remembered: libevent detaches req when it closes */
+    struct httpwatch watch; /* of req's client going away */
     struct pgjson_request rq;
     uint64_t token;
     char tokstr[24];
@@ -227,6 +228,7 @@ static void pg_job_free(struct pg_job *j)
         j->next->prev = j->prev;
     if (j->timer)
         event_free(j->timer);
+    httpwatch_stop(&j->watch);
     pgjson_request_free(&j->rq);
     pgjson_buf_free(&j->out);
     free(j->errmsg);
@@ -289,26 +291,13 @@ static void pg_on_job_timer(evutil_socket_t fd, short what, void *arg)
     pg_job_fail(j, 503, "pool_exhausted", msg);
 }
 
-/* The client's connection is going away. When the client closed or timed out, libevent 2.1 has
- * already taken the unanswered request off the connection (so it is matched on the connection
- * remembered at the start) and no longer frees it: it is freed here, and the job carries on
- * without a client (a batch not yet committed is rolled back). When the connection is freed with
- * the request still on it (shutdown), libevent frees the request. */
-static void pg_on_http_close(struct evhttp_connection *conn, void *arg)
+/* The client went away: the job carries on without one, its outcome unanswered; a queued batch
+ * is dropped before it runs. */
+static void pg_on_client_gone(void *arg)
 {
-    struct pgstores *p = arg;
+    struct pg_job *j = arg;
 
-    for (int i = 0; i < p->n; i++) {
-        for (struct pg_job *j = p->st[i].jobs; j; j = j->next) {
-            if (j->req && j->conn == conn) {
-                struct evhttp_request *r = j->req;
-                j->req = NULL;
-                j->conn = NULL;
-                if (!evhttp_request_get_connection(r))
-                    evhttp_request_free(r);
-            }
-        }
-    }
+    j->req = NULL;
 }
 
 /* ---- connections --------------------------------------------------------------------------- */
@@ -1215,8 +1204,7 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
     }
     j->rq = rq;
     j->req = req;
-    j->conn = evhttp_request_get_connection(req);
-    evhttp_connection_set_closecb(j->conn, pg_on_http_close, p);
+    httpwatch_start(&j->watch, req, pg_on_client_gone, j);
     pg_submit(s, j);
 }
 
