@@ -654,8 +654,8 @@ static void lk_update(struct ulink *lk)
 }
 
 /* Queues bytes for the link. They are written once the event loop has handled every event that
- * was ready with them (lk_on_flush), so the requests of many clients travel in one write and
- * Redis reads them with one read: the point of sharing a connection. */
+ * was ready with them (flush_ev runs lk_on_write), so the requests of many clients travel in one
+ * write and Redis reads them with one read: the point of sharing a connection. */
 static void lk_send(struct ulink *lk, const char *p, size_t n)
 {
     if (lk->failed)
