@@ -194,8 +194,11 @@ struct op *op_push(struct client *c, enum op_kind kind)
     if (c->ops_count == c->ops_cap) {
         size_t cap = c->ops_cap ? c->ops_cap * 2 : 16;
         struct op *n = malloc(cap * sizeof(*n));
-        if (!n)
+        if (!n) {
+            if (kind != OP_LOCAL && !c->pinned) /* see below */
+                lk_schedule_fail(c->srv->shared, "fencegate is out of memory");
             return NULL;
+        }
         for (size_t i = 0; i < c->ops_count; i++)
             n[i] = *op_at(c, i);
         free(c->ops);
@@ -413,8 +416,9 @@ static void ops_fail_upstream(struct client *c)
                 continue;
             }
             *k = o;
-        } else if (o.kind == OP_FORWARD) {
-            for (uint32_t r = 0; r < o.nreplies; r++)
+        } else {
+            free(o.reply); /* a fenced write's request, kept for a NOSCRIPT */
+            for (uint32_t r = 0; o.kind == OP_FORWARD && r < o.nreplies; r++)
                 cl_reply_unavailable(c);
         }
     }

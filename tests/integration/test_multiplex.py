@@ -158,7 +158,8 @@ class Multiplex(FgTestCase):
         self.assertEqual([victim.read_reply() for _ in range(20)], [b"v"] * 20)
         got = bad.read_reply()
         self.assertIsInstance(got, Err)
-        self.assertIn("Protocol error", str(got))
+        # Redis' own error, or, when its reset beats the rest of the 2 MB, the lost connection.
+        self.assertTrue("Protocol error" in got or got.startswith("UNAVAILABLE"), got)
         self.assertEqual(self.pinned(), 1)
 
     def test_upstream_password_and_database_on_both_kinds_of_connection(self):
