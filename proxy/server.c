@@ -2,7 +2,7 @@
  *
  * A client starts on the shared upstream connection, which carries the requests of every client
  * that has no connection state on the server (twemproxy's multiplexing): plain reads and writes,
- * PING, ECHO, fenced writes. The first request that would create or read connection state (SELECT,
+ * PING, ECHO, PUBLISH, fenced writes. The first request that would create or read connection state (SELECT,
  * MULTI, WATCH, subscriptions, blocking commands, CLIENT, HELLO, AUTH, scripts, admin commands)
  * "pins" the client: once its shared replies are in, it gets an upstream connection of its own
  * and keeps it, so that state lives where Redis keeps it. A deep pipeline (SRV_SHARED_MAX_OPS) or
@@ -1268,8 +1268,9 @@ static int req_shareable(const struct client *c, const char *m, const struct res
     unsigned blocking = CMD_BLOCKING;
 
     if ((nlen > 6 && name_is(name, 6, "fence.")) || name_is(name, nlen, "ping") ||
-        name_is(name, nlen, "echo") || name_is(name, nlen, "quit"))
-        return 1; /* answered here, or stateless */
+        name_is(name, nlen, "echo") || name_is(name, nlen, "quit") ||
+        name_is(name, nlen, "publish") || name_is(name, nlen, "spublish"))
+        return 1; /* answered here, or stateless (publishing is not subscribing) */
     if (t && r->argc >= 2 && name_is(name, nlen, "client") &&
         req_unknown_client_sub(t, m + r->argv[1].off, r->argv[1].len))
         return 1;

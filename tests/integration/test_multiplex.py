@@ -63,7 +63,7 @@ class Multiplex(FgTestCase):
         self.direct.xadd("s", {"f": "v"})
         stateless = [("GET", "x"), ("SET", "x", "1"), ("PING",), ("ECHO", "e"), ("INCR", "i"),
                      ("DBSIZE",), ("XREAD", "STREAMS", "s", "0"), ("MGET", "x", "y"),
-                     ("FENCE.LOCKS",)]
+                     ("FENCE.LOCKS",), ("PUBLISH", "ch", "m")]
         for cmd in stateless:
             c = self.raw(self.fg.resp_port)
             self.assertNotIsInstance(c.call(*cmd), Err, cmd)
