@@ -2,13 +2,13 @@
  *
  * A client starts on the shared upstream connection, which carries the requests of every client
  * that has no connection state on the server (twemproxy's multiplexing): plain reads and writes,
- * PING, ECHO, PUBLISH, fenced writes. The first request that would create or read connection state (SELECT,
- * MULTI, WATCH, subscriptions, blocking commands, CLIENT, HELLO, AUTH, scripts, admin commands)
- * "pins" the client: once its shared replies are in, it gets an upstream connection of its own
- * and keeps it, so that state lives where Redis keeps it. A deep pipeline (SRV_SHARED_MAX_OPS) or
- * unread replies past max_pending_bytes pin too: the shared connection cannot push back on one
- * client, a connection of its own can. With `upstream_multiplex: false` every client is pinned
- * from the start.
+ * PING, ECHO, PUBLISH, fenced writes. The first request that would create or read connection state
+ * (SELECT, MULTI, WATCH, subscriptions, blocking commands, CLIENT, HELLO, AUTH, scripts, admin
+ * commands) "pins" the client: once its shared replies are in, it gets an upstream connection of
+ * its own and keeps it, so that state lives where Redis keeps it. A deep pipeline
+ * (SRV_SHARED_MAX_OPS) or unread replies past max_pending_bytes pin too: the shared connection
+ * cannot push back on one client, a connection of its own can. With `upstream_multiplex: false`
+ * every client is pinned from the start.
  *
  * Requests are parsed only to classify them; their bytes are forwarded as received. Replies are
  * scanned only to find their boundaries, so each can be matched to the request that caused it: a
