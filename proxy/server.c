@@ -90,15 +90,13 @@ static ssize_t srv_read(int fd, struct buf *b, int *scratch)
     return read(fd, b->data + b->end, b->cap - b->end);
 }
 
-/* What srv_read_reply() makes of a read. */
-enum srv_rr { SRV_RR_DONE = 0, SRV_RR_AGAIN, SRV_RR_EOF, SRV_RR_ERROR, SRV_RR_NOMEM };
-
 /* Reads reply bytes from fd and hands handle() everything not handled yet (what b kept from
  * before, then the new bytes); b keeps what it leaves. handle() returns the bytes it handled, or
- * -1 when the connection went away under it (b is then not touched again). On SRV_RR_ERROR errno
- * says why. */
-static enum srv_rr srv_read_reply(int fd, struct buf *b,
-                                  long (*handle)(void *, const char *, size_t), void *arg)
+ * -1 when the connection went away under it (b is then not touched again). Returns 1 when there
+ * was nothing to read, 0 when bytes were handled, -1 when the connection is unusable (*why says
+ * why: closed by the upstream, a read error, or fencegate out of memory). */
+static int srv_read_reply(int fd, struct buf *b, long (*handle)(void *, const char *, size_t),
+                          void *arg, const char **why)
 {
     const char *src;
     size_t len;
@@ -106,12 +104,14 @@ static enum srv_rr srv_read_reply(int fd, struct buf *b,
     int scratch;
     ssize_t n = srv_read(fd, b, &scratch);
 
+    *why = "fencegate is out of memory";
     if (n == -2)
-        return SRV_RR_NOMEM;
+        return -1;
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return SRV_RR_AGAIN;
-        return n == 0 ? SRV_RR_EOF : SRV_RR_ERROR;
+            return 1;
+        *why = n == 0 ? "connection closed by the upstream" : strerror(errno);
+        return -1;
     }
     metrics_inc(&fg_metrics, M_BYTES_FROM_UPSTREAM, (uint64_t)n);
     if (scratch) {
@@ -124,12 +124,12 @@ static enum srv_rr srv_read_reply(int fd, struct buf *b,
     }
     done = handle(arg, src, len);
     if (done < 0)
-        return SRV_RR_DONE;
+        return 0;
     if (!scratch)
         buf_consume(b, (size_t)done);
     else if ((size_t)done < len && buf_append(b, src + done, len - (size_t)done) != FG_OK)
-        return SRV_RR_NOMEM;
-    return SRV_RR_DONE;
+        return -1;
+    return 0;
 }
 
 uint64_t now_us(void)
@@ -858,21 +858,10 @@ static long lk_handle(void *arg, const char *src, size_t len)
 static void lk_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct ulink *lk = arg;
+    const char *why;
 
-    switch (srv_read_reply(lk->fd, &lk->in, lk_handle, lk)) {
-    case SRV_RR_DONE:
-    case SRV_RR_AGAIN:
-        return;
-    case SRV_RR_EOF:
-        lk_fail(lk, "connection closed by the upstream");
-        return;
-    case SRV_RR_ERROR:
-        lk_fail(lk, strerror(errno));
-        return;
-    case SRV_RR_NOMEM:
-        lk_fail(lk, "fencegate is out of memory");
-        return;
-    }
+    if (srv_read_reply(lk->fd, &lk->in, lk_handle, lk, &why) < 0)
+        lk_fail(lk, why);
 }
 
 static void lk_free(struct ulink *lk);
@@ -1147,22 +1136,13 @@ static long up_handle(void *arg, const char *src, size_t len)
 static void up_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
+    const char *why;
+    int rc = srv_read_reply(c->ufd, &c->uin, up_handle, c, &why);
 
-    switch (srv_read_reply(c->ufd, &c->uin, up_handle, c)) {
-    case SRV_RR_DONE:
-        break;
-    case SRV_RR_AGAIN:
+    if (rc > 0)
         return;
-    case SRV_RR_EOF:
-        up_drop(c, "connection closed by the upstream");
-        break;
-    case SRV_RR_ERROR:
-        up_drop(c, strerror(errno));
-        break;
-    case SRV_RR_NOMEM:
-        c->dead = 1;
-        break;
-    }
+    if (rc < 0)
+        up_drop(c, why);
     cl_update(c);
 }
 
