@@ -34,6 +34,10 @@ struct ulink;
  * proto-max-bulk-len, and that must end only the sender's connection. A big request would also
  * hold up everybody's behind it. */
 #define SRV_SHARED_MAX_ARGS (1024 * 1024)
+/* Fenced writes that reach the shared connection back to back travel as one script call of at
+ * most this many writes and bytes: Redis runs one script instead of one per write. */
+#define SRV_GROUP_MAX_WRITES 64
+#define SRV_GROUP_MAX_BYTES  (64 * 1024)
 
 enum op_kind {
     OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
@@ -153,6 +157,7 @@ struct server {
     struct lock_client *locks; /* the lock backend */
     struct fence_rules *rules; /* protect rules for the upstream store */
     char write_sha[41];        /* SHA-1 of fence_write_script() */
+    char group_sha[41];        /* SHA-1 of fence_group_script() */
 };
 
 /* What to do with one request. */
@@ -188,6 +193,9 @@ void cl_reply_error(struct client *c, const char *fmt, ...) FG_PRINTF(2, 3);
 /* Sends bytes to the client's upstream connection, its own or the shared one (queued while it
  * connects). */
 void up_send(struct client *c, const char *p, size_t n);
+/* Sends a fenced write (fence_encode_write()'s request): on the shared connection it may join the
+ * writes sent just before it in one script call (fence_group_script()). */
+void up_send_fenced(struct client *c, const char *p, size_t n);
 /* Tells the shared connection that one more reply is due to c, for a request sent again without
  * a new op (NOSCRIPT); a no-op for a pinned client. */
 void up_expect_again(struct client *c);

@@ -388,37 +388,64 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * Every mark is checked before any is raised, so a refusal leaves all marks as they were. A mark
  * that cannot be read is reported as fencegate's own error, not mistaken for the command's; the
  * command runs under pcall so its own error (WRONGTYPE, ...) comes back as its reply. */
+/* One fenced write, shared by the single and the grouped script: its marks are KEYS[k+1 .. k+n];
+ * ARGV[a] = n, then n tokens, n lock names, and the command up to ARGV[last]. */
+#define FENCE_ONE_LUA                                                                              \
+    "local function one(k, a, last)\n"                                                             \
+    "  local n = tonumber(ARGV[a])\n"                                                              \
+    "  if n == nil or k + n > #KEYS then\n"                                                        \
+    "    return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"      \
+    "      .. tostring(ARGV[a]) .. ' more locks (a fencegate bug; report it)')\n"                  \
+    "  end\n"                                                                                      \
+    "  local raise = {}\n"                                                                         \
+    "  for i = 1, n do\n"                                                                          \
+    "    local tok, name, key = ARGV[a + i], ARGV[a + n + i], KEYS[k + i]\n"                       \
+    "    local mark = redis.pcall('GET', key)\n"                                                   \
+    "    if type(mark) == 'table' then\n"                                                          \
+    "      return redis.error_reply('ERR fencegate write script: mark ' .. key .. ' of lock '\n"   \
+    "        .. name .. ': ' .. tostring(mark.err) .. ' (delete or repair that key)')\n"           \
+    "    end\n"                                                                                    \
+    "    mark = mark or '0'\n"                                                                     \
+    "    local t, h = tonumber(tok), tonumber(mark)\n"                                             \
+    "    if t == nil or h == nil then\n"                                                           \
+    "      return redis.error_reply('ERR fencegate write script: lock ' .. name .. ' token '\n"    \
+    "        .. tok .. ' or mark ' .. mark .. ' is not a number (check key ' .. key .. ')')\n"     \
+    "    end\n"                                                                                    \
+    "    if t < h then\n"                                                                          \
+    "      return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"                   \
+    "        .. ' < high-water mark ' .. mark .. ' (a newer holder exists; re-acquire)')\n"        \
+    "    end\n"                                                                                    \
+    "    raise[i] = t > h\n"                                                                       \
+    "  end\n"                                                                                      \
+    "  for i = 1, n do\n"                                                                          \
+    "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + i]) end\n"                       \
+    "  end\n"                                                                                      \
+    "  return redis.pcall(unpack(ARGV, a + 2 * n + 1, last))\n"                                    \
+    "end\n"
+
 static const char fence_write_lua[] =
-    "-- fencegate fenced write: KEYS = marks; ARGV = n, n tokens, n lock names, command...\n"
-    "local n = tonumber(ARGV[1])\n"
-    "if n == nil or n ~= #KEYS then\n"
+    "-- fencegate fenced write: KEYS = marks; ARGV = n, tokens, lock names, command\n"
+    /* defines one() */ FENCE_ONE_LUA /* then: */
+    "if tonumber(ARGV[1]) ~= #KEYS then\n"
     "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"
     "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
     "end\n"
-    "local raise = {}\n"
-    "for i = 1, n do\n"
-    "  local tok, name = ARGV[1 + i], ARGV[n + 1 + i]\n"
-    "  local mark = redis.pcall('GET', KEYS[i])\n"
-    "  if type(mark) == 'table' then\n"
-    "    return redis.error_reply('ERR fencegate write script: mark ' .. KEYS[i] .. ' of lock '\n"
-    "      .. name .. ': ' .. tostring(mark.err) .. ' (delete or repair that key)')\n"
-    "  end\n"
-    "  mark = mark or '0'\n"
-    "  local t, h = tonumber(tok), tonumber(mark)\n"
-    "  if t == nil or h == nil then\n"
-    "    return redis.error_reply('ERR fencegate write script: lock ' .. name .. ' token '\n"
-    "      .. tok .. ' or mark ' .. mark .. ' is not a number (check key ' .. KEYS[i] .. ')')\n"
-    "  end\n"
-    "  if t < h then\n"
-    "    return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"
-    "      .. ' < high-water mark ' .. mark .. ' (a newer holder exists; re-acquire)')\n"
-    "  end\n"
-    "  raise[i] = t > h\n"
+    "return one(0, 1, #ARGV)\n";
+
+/* Writes that were pipelined back to back, in one script: each is judged and applied on its own,
+ * in order, exactly as the single script would, and its reply is one element of the array. */
+static const char fence_group_lua[] =
+    "-- fencegate fenced writes, grouped: KEYS = the marks of every write, in order;\n"
+    "-- ARGV = the number of writes, then per write its argument count and ARGV as above\n"
+    /* defines one() */ FENCE_ONE_LUA /* then: */
+    "local out, k, a = {}, 0, 2\n"
+    "for w = 1, tonumber(ARGV[1]) do\n"
+    "  local last = a + tonumber(ARGV[a])\n"
+    "  out[w] = one(k, a + 1, last)\n"
+    "  k = k + tonumber(ARGV[a + 1])\n"
+    "  a = last + 1\n"
     "end\n"
-    "for i = 1, n do\n"
-    "  if raise[i] then redis.call('SET', KEYS[i], ARGV[1 + i]) end\n"
-    "end\n"
-    "return redis.pcall(unpack(ARGV, 2 * n + 2))\n";
+    "return out\n";
 
 static const char fence_raise_lua[] =
     "-- fencegate fence on acquire: KEYS[1] = the mark, ARGV[1] = the new token\n"
@@ -442,6 +469,11 @@ static const char fence_raise_lua[] =
 const char *fence_write_script(void)
 {
     return fence_write_lua;
+}
+
+const char *fence_group_script(void)
+{
+    return fence_group_lua;
 }
 
 const char *fence_raise_script(void)
@@ -659,5 +691,108 @@ size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
         fence_put_bulk(&o, d->locks[i].name, d->locks[i].len);
     for (size_t i = 0; i < argc; i++)
         fence_put_bulk(&o, argv[i], lens[i]);
+    return o.len;
+}
+
+/* Where the marks and the arguments of one fence_encode_write() request lie. */
+struct fence_parts {
+    const char *keys, *argv;
+    size_t keys_len, argv_len;
+    size_t nkeys, nargv;
+};
+
+/* Reads "<type><decimal>\r\n" at *p; 0 on success. */
+static int fence_read_header(const char **p, const char *end, char type, size_t *n)
+{
+    const char *q = *p;
+    size_t v = 0;
+
+    if (q >= end || *q++ != type || q >= end || *q < '0' || *q > '9')
+        return -1;
+    while (q < end && *q >= '0' && *q <= '9') {
+        if (v > (SIZE_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (size_t)(*q++ - '0');
+    }
+    if (end - q < 2 || q[0] != '\r' || q[1] != '\n')
+        return -1;
+    *p = q + 2;
+    *n = v;
+    return 0;
+}
+
+/* Skips count bulk strings at *p. */
+static int fence_skip_bulks(const char **p, const char *end, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        size_t n;
+        if (fence_read_header(p, end, '$', &n) != 0 || (size_t)(end - *p) < n + 2)
+            return -1;
+        *p += n + 2;
+    }
+    return 0;
+}
+
+static int fence_parts_of(const char *enc, size_t len, struct fence_parts *w)
+{
+    const char *p = enc, *end = enc + len;
+    size_t total, digits, nkeys = 0;
+
+    if (fence_read_header(&p, end, '*', &total) != 0 || total < 4 ||
+        fence_skip_bulks(&p, end, 2) != 0 || /* EVALSHA, the SHA */
+        fence_read_header(&p, end, '$', &digits) != 0 || digits == 0 || digits > 9 ||
+        (size_t)(end - p) < digits + 2)
+        return -1;
+    for (size_t i = 0; i < digits; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        nkeys = nkeys * 10 + (size_t)(p[i] - '0');
+    }
+    p += digits + 2;
+    if (nkeys > total - 4)
+        return -1;
+    w->keys = p;
+    if (fence_skip_bulks(&p, end, nkeys) != 0)
+        return -1;
+    w->keys_len = (size_t)(p - w->keys);
+    w->argv = p;
+    w->argv_len = (size_t)(end - p);
+    w->nkeys = nkeys;
+    w->nargv = total - 3 - nkeys;
+    return fence_skip_bulks(&p, end, w->nargv) == 0 && p == end ? 0 : -1;
+}
+
+size_t fence_encode_group(const char sha[41], const char *enc, const size_t *offs, size_t k,
+                          char *out, size_t cap)
+{
+    struct fence_out o = {out, cap, 0};
+    struct fence_parts w;
+    size_t nkeys = 0, nargv = 1;
+
+    for (size_t i = 0; i < k; i++) {
+        if (fence_parts_of(enc + offs[i], offs[i + 1] - offs[i], &w) != 0)
+            return 0;
+        nkeys += w.nkeys;
+        nargv += 1 + w.nargv;
+    }
+    fence_put_header(&o, '*', 3 + nkeys + nargv);
+    if (sha) {
+        fence_put_bulk(&o, "EVALSHA", 7);
+        fence_put_bulk(&o, sha, 40);
+    } else {
+        fence_put_bulk(&o, "EVAL", 4);
+        fence_put_bulk(&o, fence_group_lua, sizeof(fence_group_lua) - 1);
+    }
+    fence_put_bulk_u64(&o, nkeys);
+    for (size_t i = 0; i < k; i++) {
+        fence_parts_of(enc + offs[i], offs[i + 1] - offs[i], &w);
+        fence_put(&o, w.keys, w.keys_len);
+    }
+    fence_put_bulk_u64(&o, k);
+    for (size_t i = 0; i < k; i++) {
+        fence_parts_of(enc + offs[i], offs[i + 1] - offs[i], &w);
+        fence_put_bulk_u64(&o, w.nargv);
+        fence_put(&o, w.argv, w.argv_len);
+    }
     return o.len;
 }

@@ -86,6 +86,12 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * command's own reply (errors included, unchanged). */
 const char *fence_write_script(void);
 
+/* The script that applies fenced writes pipelined back to back, in one call: KEYS are the marks
+ * of every write, in order; ARGV = the number of writes, then for each the count of its
+ * arguments and the write script's ARGV. Each write is judged and applied on its own, in order,
+ * as fence_write_script() would; the reply is an array of their replies. */
+const char *fence_group_script(void);
+
 /* The script run on acquire: KEYS[1] = the mark, ARGV[1] = token. Raises the mark to the token and
  * returns 0 when the token is above it; returns the mark when it is >= the token (the token
  * counter went backwards: the caller repairs it). */
@@ -109,5 +115,12 @@ int fence_hwm_key(const char *lock, size_t len, char *out, size_t cap);
 size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
                           const char *const *argv, const size_t *lens, size_t argc, char *out,
                           size_t cap);
+
+/* Encodes k fence_encode_write() requests, enc[offs[i] .. offs[i+1]) for i < k, as one call of
+ * fence_group_script(): EVALSHA with sha, or EVAL with the script's body when sha is NULL.
+ * Returns the length (or the length needed if > cap, like snprintf); 0 when a request is not
+ * fence_encode_write()'s. */
+size_t fence_encode_group(const char sha[41], const char *enc, const size_t *offs, size_t k,
+                          char *out, size_t cap);
 
 #endif

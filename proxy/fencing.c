@@ -557,7 +557,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         }
         up_set_script_loaded(c, 1);
     }
-    up_send(c, out, need);
+    up_send_fenced(c, out, need);
     o = op_push(c, OP_FORWARD);
     if (!o) {
         free(out);

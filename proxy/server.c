@@ -45,7 +45,15 @@
 
 /* One upstream connection that carries the requests of every unpinned client. Redis answers a
  * connection's requests in order, so `who` (a ring) names, for each reply still due, the client
- * it goes to: NULL for the link's own prelude (AUTH/SELECT) and for a client that has gone. */
+ * it goes to: NULL for the link's own prelude (AUTH/SELECT) and for a client that has gone.
+ * Fenced writes that arrive back to back are gathered in `g_reqs` and go out as one call of the
+ * group script when anything else is sent or the link is flushed; the `who` entry of the
+ * group's first write records how many writes the call's array reply answers. */
+struct who_ent {
+    struct client *c;
+    uint32_t grp; /* > 1: this reply and the grp - 1 after it come as one array */
+};
+
 struct ulink {
     struct server *srv;
     int fd;
@@ -59,12 +67,20 @@ struct ulink {
     size_t rscan_off;
     int prelude_left; /* replies to the link's own AUTH/SELECT still due */
     unsigned script_loaded : 1;
-    unsigned failed : 1;    /* a write failed; lk_fail() is scheduled */
-    unsigned flush_due : 1; /* flush_ev is active */
-    unsigned out_full : 1;  /* `out` passed max_pending_bytes: unpinned clients stop parsing */
-    char why[256];          /* why it is down */
-    struct client **who;
+    unsigned group_loaded : 1; /* the group script is in Redis' cache (else it goes as EVAL) */
+    unsigned failed : 1;       /* a write failed; lk_fail() is scheduled */
+    unsigned flush_due : 1;    /* flush_ev is active */
+    unsigned out_full : 1;     /* `out` passed max_pending_bytes: unpinned clients stop parsing */
+    char why[256];             /* why it is down */
+    struct who_ent *who;
     size_t who_head, who_count, who_cap;
+    uint64_t who_seq; /* entries ever pushed */
+    /* The open group: g_count fenced writes, g_reqs[g_offs[i] .. g_offs[i+1]), whose `who`
+     * entries were pushed as entries g_seq, g_seq + 1, ... */
+    struct buf g_reqs;
+    size_t g_offs[SRV_GROUP_MAX_WRITES + 1];
+    size_t g_count;
+    uint64_t g_seq;
 };
 
 /* Scratch space for reads: a connection keeps a buffer only for bytes it could not handle yet. */
@@ -73,6 +89,7 @@ static char srv_scratch[SRV_READ_CHUNK];
 static void cl_close(struct client *c);
 static void cl_process_input(struct client *c);
 static void lk_send(struct ulink *lk, const char *p, size_t n);
+static void lk_send_fenced(struct ulink *lk, const char *p, size_t n);
 static int lk_push(struct ulink *lk, struct client *c);
 static void lk_schedule_fail(struct ulink *lk, const char *why);
 static void cl_flush(struct client *c);
@@ -287,6 +304,16 @@ void up_send(struct client *c, const char *p, size_t n)
                   c->peer, n);
         c->dead = 1;
     }
+}
+
+void up_send_fenced(struct client *c, const char *p, size_t n)
+{
+    if (c->pinned) {
+        up_send(c, p, n);
+        return;
+    }
+    metrics_inc(&fg_metrics, M_BYTES_TO_UPSTREAM, n);
+    lk_send_fenced(c->srv->shared, p, n);
 }
 
 /* Accumulates contiguous byte ranges so a pipeline is written with one system call. */
@@ -525,7 +552,7 @@ static int lk_push(struct ulink *lk, struct client *c)
 {
     if (lk->who_count == lk->who_cap) {
         size_t cap = lk->who_cap ? lk->who_cap * 2 : 64;
-        struct client **n = malloc(cap * sizeof(*n));
+        struct who_ent *n = malloc(cap * sizeof(*n));
         if (!n)
             return -1;
         for (size_t i = 0; i < lk->who_count; i++)
@@ -535,20 +562,26 @@ static int lk_push(struct ulink *lk, struct client *c)
         lk->who_cap = cap;
         lk->who_head = 0;
     }
-    lk->who[(lk->who_head + lk->who_count++) % lk->who_cap] = c;
+    lk->who[(lk->who_head + lk->who_count++) % lk->who_cap] = (struct who_ent){c, 0};
+    lk->who_seq++;
     if (c)
         c->shared_pending++;
     return 0;
 }
 
+static struct who_ent *lk_at(const struct ulink *lk, size_t i)
+{
+    return &lk->who[(lk->who_head + i) % lk->who_cap];
+}
+
 static struct client *lk_head(const struct ulink *lk)
 {
-    return lk->who_count ? lk->who[lk->who_head] : NULL;
+    return lk->who_count ? lk->who[lk->who_head].c : NULL;
 }
 
 static void lk_pop(struct ulink *lk)
 {
-    struct client *c = lk->who[lk->who_head];
+    struct client *c = lk->who[lk->who_head].c;
 
     if (c)
         c->shared_pending--;
@@ -560,9 +593,9 @@ static void lk_pop(struct ulink *lk)
 static void lk_forget(struct ulink *lk, struct client *c)
 {
     for (size_t i = 0; c->shared_pending && i < lk->who_count; i++) {
-        struct client **w = &lk->who[(lk->who_head + i) % lk->who_cap];
-        if (*w == c) {
-            *w = NULL;
+        struct who_ent *w = lk_at(lk, i);
+        if (w->c == c) {
+            w->c = NULL;
             c->shared_pending--;
         }
     }
@@ -588,7 +621,9 @@ static void lk_close_fd(struct ulink *lk)
     resp_scanner_init(&lk->scan);
     lk->rscan_off = 0;
     lk->prelude_left = 0;
-    lk->script_loaded = 0;
+    lk->script_loaded = lk->group_loaded = 0;
+    buf_free(&lk->g_reqs);
+    lk->g_count = 0;
     lk->failed = 0;
     lk->out_full = 0;
 }
@@ -608,7 +643,7 @@ static void lk_fail(struct ulink *lk, const char *why)
     snprintf(lk->why, sizeof(lk->why), "%s", why);
     lk_close_fd(lk);
     for (size_t i = 0; i < lk->who_count; i++) {
-        c = lk->who[(lk->who_head + i) % lk->who_cap];
+        c = lk_at(lk, i)->c;
         if (c)
             c->shared_pending = 0;
     }
@@ -657,6 +692,44 @@ static void lk_update(struct ulink *lk)
                 (lk->state == U_CONNECTING || (lk->state == U_READY && buf_len(&lk->out) > 0)));
 }
 
+static void lk_want_flush(struct ulink *lk)
+{
+    if (buf_len(&lk->out) + buf_len(&lk->g_reqs) >= (size_t)lk->srv->cfg->max_pending_bytes)
+        lk->out_full = 1;
+    if (lk->state == U_READY && !lk->wev_on && !lk->flush_due) {
+        lk->flush_due = 1;
+        event_active(lk->flush_ev, 0, 0);
+    }
+}
+
+/* Sends the open group: one write as it came, several as one call of the group script (encoded
+ * straight into `out`). */
+static void lk_close_group(struct ulink *lk)
+{
+    size_t k = lk->g_count, need;
+    const char *sha = lk->group_loaded ? lk->srv->group_sha : NULL;
+    const char *reqs = buf_head(&lk->g_reqs);
+
+    if (k == 0)
+        return;
+    lk->g_count = 0;
+    need = k == 1 ? buf_len(&lk->g_reqs) : fence_encode_group(sha, reqs, lk->g_offs, k, NULL, 0);
+    if (need == 0 || buf_reserve(&lk->out, need) != FG_OK) {
+        lk_schedule_fail(lk, need ? "fencegate is out of memory" : "a fenced write is malformed");
+        return;
+    }
+    if (k == 1) {
+        memcpy(lk->out.data + lk->out.end, reqs, need);
+    } else {
+        fence_encode_group(sha, reqs, lk->g_offs, k, lk->out.data + lk->out.end, need);
+        /* The group's first `who` entry (number g_seq) records the size of the array reply. */
+        lk_at(lk, lk->who_count - (size_t)(lk->who_seq - lk->g_seq))->grp = (uint32_t)k;
+        lk->group_loaded = 1; /* EVAL, if it was one, put the script in the cache */
+    }
+    lk->out.end += need;
+    buf_consume(&lk->g_reqs, buf_len(&lk->g_reqs));
+}
+
 /* Queues bytes for the link. They are written once the event loop has handled every event that
  * was ready with them (flush_ev runs lk_on_write), so the requests of many clients travel in one
  * write and Redis reads them with one read: the point of sharing a connection. */
@@ -664,16 +737,33 @@ static void lk_send(struct ulink *lk, const char *p, size_t n)
 {
     if (lk->failed)
         return; /* its replies fail with the link */
+    lk_close_group(lk);
     if (buf_append(&lk->out, p, n) != FG_OK) {
         lk_schedule_fail(lk, "fencegate is out of memory");
         return;
     }
-    if (buf_len(&lk->out) >= (size_t)lk->srv->cfg->max_pending_bytes)
-        lk->out_full = 1;
-    if (lk->state == U_READY && !lk->wev_on && !lk->flush_due) {
-        lk->flush_due = 1;
-        event_active(lk->flush_ev, 0, 0);
+    lk_want_flush(lk);
+}
+
+/* A fenced write joins the open group when its `who` entry (pushed next) follows the group's. */
+static void lk_send_fenced(struct ulink *lk, const char *p, size_t n)
+{
+    if (lk->failed)
+        return;
+    if (lk->g_count > 0 &&
+        (lk->who_seq != lk->g_seq + lk->g_count || lk->g_count == SRV_GROUP_MAX_WRITES ||
+         buf_len(&lk->g_reqs) + n > SRV_GROUP_MAX_BYTES))
+        lk_close_group(lk);
+    if (lk->g_count == 0) {
+        lk->g_seq = lk->who_seq;
+        lk->g_offs[0] = 0;
     }
+    if (buf_append(&lk->g_reqs, p, n) != FG_OK) {
+        lk_schedule_fail(lk, "fencegate is out of memory");
+        return;
+    }
+    lk->g_offs[++lk->g_count] = buf_len(&lk->g_reqs);
+    lk_want_flush(lk);
 }
 
 static void lk_on_read(evutil_socket_t fd, short what, void *arg);
@@ -755,6 +845,9 @@ static void lk_on_write(evutil_socket_t fd, short what, void *arg)
         }
         lk->state = U_READY;
     }
+    lk_close_group(lk);
+    if (lk->failed)
+        return;
     while (buf_len(&lk->out) > 0) {
         ssize_t w = write(lk->fd, buf_head(&lk->out), buf_len(&lk->out));
         if (w < 0) {
@@ -781,6 +874,56 @@ static void lk_hand_over(struct client **to, struct span *sp)
     }
 }
 
+/* Gives one reply to the client at the head of `who` (dropped when it has gone). */
+static void lk_deliver(struct ulink *lk, const char *r, size_t n, char type, struct client **to,
+                       struct span *sp)
+{
+    struct client *c = lk_head(lk);
+
+    if (c != *to)
+        lk_hand_over(to, sp);
+    lk_pop(lk);
+    if (c) {
+        *to = c;
+        if (rep_normal(c, r, n, type, sp) < 0)
+            c->dead = 1;
+        c->reply_partial = 0;
+    }
+}
+
+/* The reply to a group of k fenced writes: an array whose elements answer them in order, or one
+ * error (NOSCRIPT, OOM, ...) that answers each of them. Returns -1 for anything else. */
+static int lk_deliver_group(struct ulink *lk, const char *r, size_t n, size_t k, struct client **to,
+                            struct span *sp)
+{
+    const char *p = r + 1, *end = r + n;
+    size_t count = 0, used;
+
+    if (r[0] == '-') {
+        if (n > 9 && memcmp(r, "-NOSCRIPT", 9) == 0)
+            lk->group_loaded = 0;
+        for (size_t i = 0; i < k; i++)
+            lk_deliver(lk, r, n, '-', to, sp);
+        return 0;
+    }
+    if (r[0] != '*')
+        return -1;
+    while (p < end && *p >= '0' && *p <= '9' && count <= k)
+        count = count * 10 + (size_t)(*p++ - '0');
+    if (count != k || end - p < 2 || p[0] != '\r')
+        return -1;
+    p += 2;
+    for (size_t i = 0; i < k; i++) {
+        struct resp_scanner sc;
+        resp_scanner_init(&sc);
+        if (resp_scan_reply(&sc, p, (size_t)(end - p), &used) != RESP_SCAN_DONE)
+            return -1;
+        lk_deliver(lk, p, used, sc.top_type, to, sp);
+        p += used;
+    }
+    return p == end ? 0 : -1;
+}
+
 /* Handles reply bytes src[0..len) (the first lk->rscan_off already scanned): each whole reply goes
  * to the client at the head of `who`. Returns the bytes handled, or -1 when the link failed. */
 static long lk_process(struct ulink *lk, const char *src, size_t len)
@@ -788,6 +931,7 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
     size_t pos = 0, scan = lk->rscan_off, used;
     struct span sp = {NULL, 0};
     struct client *to = NULL, *c;
+    uint32_t grp;
     int rc;
 
     batch_start();
@@ -805,8 +949,21 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
             return -1;
         }
         c = lk_head(lk);
+        grp = lk_at(lk, 0)->grp;
         if (c != to)
             lk_hand_over(&to, &sp);
+        if (grp > 1) { /* a group's array is split whole, never streamed */
+            if (rc == RESP_SCAN_MORE)
+                break;
+            if (lk_deliver_group(lk, src + pos, scan - pos, grp, &to, &sp) < 0) {
+                lk_hand_over(&to, &sp);
+                lk_fail(lk, "the upstream's reply to a group of fenced writes is not one reply "
+                            "per write");
+                return -1;
+            }
+            pos = scan;
+            continue;
+        }
         if (rc == RESP_SCAN_MORE) {
             /* Stream an unfinished reply where its client allows; drop a gone client's as it
              * comes. The prelude's replies are kept whole, to be read. */
@@ -1752,6 +1909,7 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     s->locks = locks;
     s->lfd = -1;
     fence_script_sha(fence_write_script(), s->write_sha);
+    fence_script_sha(fence_group_script(), s->group_sha);
     if (srv_load_rules(s, err, errlen) < 0) {
         free(s);
         return NULL;

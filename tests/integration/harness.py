@@ -143,6 +143,12 @@ def _tail(path, max_lines=200):
 
 # ---- redis-server -------------------------------------------------------------------------
 
+
+def multiplexed():
+    """Whether fencegates started by the harness share their upstream connection (the default;
+    FG_TEST_MULTIPLEX=false turns it off for the *_dedicated suites)."""
+    return os.environ.get("FG_TEST_MULTIPLEX", "true") != "false"
+
 class RedisServer:
     """A redis-server on 127.0.0.1 in a temporary directory; can be stopped, killed and started
     again on the same port."""

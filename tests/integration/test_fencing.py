@@ -4,6 +4,7 @@ holder writes; protected keys need their lock; hash tags and the one-lock rule p
 lock; MULTI/EXEC is all-or-nothing against the fence; a flushed script cache, a lost Redis and
 a lost lease never let a write through unfenced."""
 
+import random
 import signal
 import time
 import unittest
@@ -292,6 +293,92 @@ class Transactions(FencingCase):
         self.assertEqual(c.call("DISCARD", timeout=5), "OK")
         self.assertEqual(c.call("FENCE.RELEASE", "wallet:6", timeout=5), 1)
         self.assertEqual(c.call("PING", timeout=5), "PONG")
+
+
+class Pipelines(FencingCase):
+    """Fenced writes pipelined back to back reach Redis as one script call on the shared
+    connection (README, "Fenced writes"); each must still be judged and answered on its own."""
+
+    COMMANDS = [
+        lambda k, i: ("SET", k + "s", "v%d" % i),
+        lambda k, i: ("INCR", k + "n"),
+        lambda k, i: ("LPUSH", k + "s", "x"),          # WRONGTYPE once {..}s is a string
+        lambda k, i: ("RPUSH", k + "l", "e%d" % i),
+        lambda k, i: ("HSET", k + "h", "f%d" % (i % 3), i),
+        lambda k, i: ("SET", k + "nx", i, "NX", "GET"),  # nil, then the first value
+        lambda k, i: ("GETDEL", k + "nx"),
+        lambda k, i: ("SADD", k + "set", i % 4),
+        lambda k, i: ("APPEND", k + "s", "+"),
+        lambda k, i: ("EXPIRE", k + "l", 100),
+        lambda k, i: ("INCRBY", k + "s", 1),           # not an integer, after SET
+        lambda k, i: ("DEL", k + "missing"),
+    ]
+
+    def program(self, rng, n):
+        return [(rng.randrange(len(self.COMMANDS)), i) for i in range(n)]
+
+    def run_program(self, conn, tag, prog, pipelined):
+        cmds = [self.COMMANDS[c]("{%s}" % tag, i) for c, i in prog]
+        if not pipelined:
+            return [conn.call(*cmd) for cmd in cmds]
+        conn.send(b"".join(encode(*cmd) for cmd in cmds))
+        return [conn.read_reply() for _ in cmds]
+
+    def script_calls(self):
+        stats = self.direct.info("commandstats")
+        return sum(stats.get(k, {}).get("calls", 0) for k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+    def test_pipelined_fenced_writes_answer_as_one_at_a_time(self):
+        fg = self.fencegate()
+        rng = random.Random(20261126)
+        progs = [self.program(rng, rng.randrange(1, 40)) for _ in range(24)]
+        conns = [self.raw(fg.resp_port) for _ in progs]
+        tokens = [self.acquire(c, "p%d" % i) for i, c in enumerate(conns)]
+        calls = self.script_calls()
+        # Every client pipelines its program before any reads: their writes meet on the way.
+        for i, (c, prog) in enumerate(zip(conns, progs)):
+            c.send(b"".join(encode(*self.COMMANDS[k]("{p%d}" % i, j)) for k, j in prog))
+        piped = [[c.read_reply() for _ in prog] for c, prog in zip(conns, progs)]
+        calls = self.script_calls() - calls
+        # The same programs, one write at a time (no two ever meet), under locks of their own.
+        one = self.raw(fg.resp_port)
+        for i in range(len(progs)):
+            self.acquire(one, "q%d" % i, "WAIT", 0)
+        for i, prog in enumerate(progs):
+            self.assertEqual(piped[i], self.run_program(one, "q%d" % i, prog, False),
+                             "client %d" % i)
+            for suffix in ("s", "n", "l", "h", "nx", "set"):
+                a, b = "{p%d}%s" % (i, suffix), "{q%d}%s" % (i, suffix)
+                self.assertEqual(self.direct.type(a), self.direct.type(b), a)
+                if self.direct.type(a) == b"string":
+                    self.assertEqual(self.direct.get(a), self.direct.get(b), a)
+            self.assertEqual(self.hwm("p%d" % i), tokens[i])
+        writes = sum(len(p) for p in progs)
+        if harness.multiplexed():
+            self.assertLess(calls, writes / 2, "pipelined fenced writes were not grouped")
+        else:
+            self.assertEqual(calls, writes)
+
+    def test_a_stale_write_among_current_ones_refuses_only_itself(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "cur")
+        old = self.acquire(c, "old", "WAIT", 0)
+        self.direct.set(hwm_key("old"), old + 1)  # a newer holder raised it meanwhile
+        stale_before = metric(fg, "fencegate_stale_writes_refused_total")
+        c.send(b"".join(encode("RPUSH", "{%s}l" % ("cur" if i % 2 == 0 else "old"), i)
+                        for i in range(20)))
+        replies = [c.read_reply() for _ in range(20)]
+        for i, r in enumerate(replies):
+            if i % 2 == 0:
+                self.assertEqual(r, i // 2 + 1, "write %d" % i)
+            else:
+                self.assert_refused(r, "STALE")
+        self.assertEqual(self.direct.lrange("{cur}l", 0, -1),
+                         [str(i).encode() for i in range(0, 20, 2)])
+        self.assertEqual(self.direct.exists("{old}l"), 0)
+        self.assertEqual(self.hwm("old"), old + 1)
+        self.assertEqual(metric(fg, "fencegate_stale_writes_refused_total") - stale_before, 10)
 
 
 class ScriptCache(FencingCase):

@@ -806,6 +806,88 @@ static void test_encode_write_token_zero_and_no_locks(void **state)
     assert_arg(&args[6], "L", 1);
 }
 
+/* A group is the writes' marks in order, the count of writes, and each write's count and ARGV. */
+static void test_encode_group(void **state)
+{
+    (void)state;
+    const char sha[41] = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db";
+    struct fence_decision d1, d2;
+    memset(&d1, 0, sizeof(d1));
+    memset(&d2, 0, sizeof(d2));
+    d1.nlocks = 1;
+    memcpy(d1.locks[0].name, "a", 1);
+    d1.locks[0].len = 1;
+    d1.locks[0].token = 7;
+    d2.nlocks = 2;
+    memcpy(d2.locks[0].name, "b", 1);
+    d2.locks[0].len = 1;
+    d2.locks[0].token = 8;
+    memcpy(d2.locks[1].name, "c\r\n", 3);
+    d2.locks[1].len = 3;
+    d2.locks[1].token = 9;
+    const char *argv1[] = {"SET", "k", ""}, *argv2[] = {"INCR", "n"};
+    size_t lens1[] = {3, 1, 0}, lens2[] = {4, 1};
+    char enc[512];
+    size_t offs[3] = {0};
+    offs[1] = fence_encode_write(sha, &d1, argv1, lens1, 3, enc, sizeof(enc));
+    offs[2] = offs[1] +
+              fence_encode_write(sha, &d2, argv2, lens2, 2, enc + offs[1], sizeof(enc) - offs[1]);
+
+    char buf[1024];
+    struct arg args[32];
+    size_t n = fence_encode_group("0123456789012345678901234567890123456789", enc, offs, 2, buf,
+                                  sizeof(buf));
+    assert_true(n > 0 && n < sizeof(buf));
+    const char *want[] = {"EVALSHA",
+                          "0123456789012345678901234567890123456789",
+                          "3",
+                          "fencegate:hwm:{a}",
+                          "fencegate:hwm:{b}",
+                          "fencegate:hwm:{c\r\n}",
+                          "2",
+                          "6",
+                          "1",
+                          "7",
+                          "a",
+                          "SET",
+                          "k",
+                          "",
+                          "7",
+                          "2",
+                          "8",
+                          "9",
+                          "b",
+                          "c\r\n",
+                          "INCR",
+                          "n"};
+    assert_int_equal(parse_multibulk(buf, n, args, ARRAY_LEN(args)), ARRAY_LEN(want));
+    for (size_t i = 0; i < ARRAY_LEN(want); i++)
+        assert_arg(&args[i], want[i], strlen(want[i]));
+
+    /* Without a SHA the script's body goes as EVAL; the rest is the same. */
+    char big[4096];
+    size_t m = fence_encode_group(NULL, enc, offs, 2, big, sizeof(big));
+    assert_int_equal(parse_multibulk(big, m, args, ARRAY_LEN(args)), ARRAY_LEN(want));
+    assert_arg(&args[0], "EVAL", 4);
+    assert_arg(&args[1], fence_group_script(), strlen(fence_group_script()));
+    for (size_t i = 2; i < ARRAY_LEN(want); i++)
+        assert_arg(&args[i], want[i], strlen(want[i]));
+
+    /* Too small a buffer: the needed length, nothing past cap. */
+    memset(big, '#', sizeof(big));
+    assert_int_equal(fence_encode_group(sha, enc, offs, 2, big, 10), n);
+    assert_int_equal(big[10], '#');
+
+    /* Anything but fence_encode_write()'s requests: 0. */
+    static const char *bad[] = {
+        "", "*3\r\n$4\r\nECHO\r\n", "*4\r\n$7\r\nEVALSHA\r\n$1\r\nx\r\n$1\r\n5\r\n",
+        "*5\r\n$7\r\nEVALSHA\r\n$1\r\nx\r\n$1\r\n1\r\n$1\r\nk\r\n$1\r\n1\r\nextra"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        size_t o[2] = {0, strlen(bad[i])};
+        assert_int_equal(fence_encode_group(sha, bad[i], o, 1, big, sizeof(big)), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -822,6 +904,7 @@ int main(void)
         cmocka_unit_test(test_hwm_key),
         cmocka_unit_test(test_encode_write),
         cmocka_unit_test(test_encode_write_token_zero_and_no_locks),
+        cmocka_unit_test(test_encode_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
