@@ -193,9 +193,10 @@ void cl_reply_error(struct client *c, const char *fmt, ...) FG_PRINTF(2, 3);
 /* Sends bytes to the client's upstream connection, its own or the shared one (queued while it
  * connects). */
 void up_send(struct client *c, const char *p, size_t n);
-/* Sends a fenced write (fence_encode_write()'s request): on the shared connection it may join the
- * writes sent just before it in one script call (fence_group_script()). */
-void up_send_fenced(struct client *c, const char *p, size_t n);
+/* Sends a fenced write (fence_encode_write()'s request, laid out as lay says): on the shared
+ * connection it may join the writes sent just before it in one script call. */
+struct fence_layout;
+void up_send_fenced(struct client *c, const char *p, size_t n, const struct fence_layout *lay);
 /* Tells the shared connection that one more reply is due to c, for a request sent again without
  * a new op (NOSCRIPT); a no-op for a pinned client. */
 void up_expect_again(struct client *c);

@@ -668,7 +668,7 @@ static void fence_put_bulk_u64(struct fence_out *o, uint64_t v)
  * applies here; the layout is the same. */
 size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
                           const char *const *argv, const size_t *lens, size_t argc, char *out,
-                          size_t cap)
+                          size_t cap, struct fence_layout *lay)
 {
     struct fence_out o = {out, cap, 0};
     size_t n = d->nlocks;
@@ -678,12 +678,19 @@ size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
     fence_put_bulk(&o, "EVALSHA", 7);
     fence_put_bulk(&o, sha, 40);
     fence_put_bulk_u64(&o, n);
+    if (lay) {
+        lay->keys_off = o.len;
+        lay->nkeys = n;
+        lay->nargv = 1 + 2 * n + argc;
+    }
     for (size_t i = 0; i < n; i++) {
         fence_put_header(&o, '$', plen + 2 + d->locks[i].len);
         fence_put(&o, FENCE_HWM_PREFIX "{", plen + 1);
         fence_put(&o, d->locks[i].name, d->locks[i].len);
         fence_put(&o, "}\r\n", 3);
     }
+    if (lay)
+        lay->argv_off = o.len;
     fence_put_bulk_u64(&o, n);
     for (size_t i = 0; i < n; i++)
         fence_put_bulk_u64(&o, d->locks[i].token);
@@ -691,89 +698,20 @@ size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
         fence_put_bulk(&o, d->locks[i].name, d->locks[i].len);
     for (size_t i = 0; i < argc; i++)
         fence_put_bulk(&o, argv[i], lens[i]);
+    if (lay)
+        lay->end = o.len;
     return o.len;
 }
 
-/* Where the marks and the arguments of one fence_encode_write() request lie. */
-struct fence_parts {
-    const char *keys, *argv;
-    size_t keys_len, argv_len;
-    size_t nkeys, nargv;
-};
-
-/* Reads "<type><decimal>\r\n" at *p; 0 on success. */
-static int fence_read_header(const char **p, const char *end, char type, size_t *n)
-{
-    const char *q = *p;
-    size_t v = 0;
-
-    if (q >= end || *q++ != type || q >= end || *q < '0' || *q > '9')
-        return -1;
-    while (q < end && *q >= '0' && *q <= '9') {
-        if (v > (SIZE_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (size_t)(*q++ - '0');
-    }
-    if (end - q < 2 || q[0] != '\r' || q[1] != '\n')
-        return -1;
-    *p = q + 2;
-    *n = v;
-    return 0;
-}
-
-/* Skips count bulk strings at *p. */
-static int fence_skip_bulks(const char **p, const char *end, size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        size_t n;
-        if (fence_read_header(p, end, '$', &n) != 0 || (size_t)(end - *p) < n + 2)
-            return -1;
-        *p += n + 2;
-    }
-    return 0;
-}
-
-static int fence_parts_of(const char *enc, size_t len, struct fence_parts *w)
-{
-    const char *p = enc, *end = enc + len;
-    size_t total, digits, nkeys = 0;
-
-    if (fence_read_header(&p, end, '*', &total) != 0 || total < 4 ||
-        fence_skip_bulks(&p, end, 2) != 0 || /* EVALSHA, the SHA */
-        fence_read_header(&p, end, '$', &digits) != 0 || digits == 0 || digits > 9 ||
-        (size_t)(end - p) < digits + 2)
-        return -1;
-    for (size_t i = 0; i < digits; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return -1;
-        nkeys = nkeys * 10 + (size_t)(p[i] - '0');
-    }
-    p += digits + 2;
-    if (nkeys > total - 4)
-        return -1;
-    w->keys = p;
-    if (fence_skip_bulks(&p, end, nkeys) != 0)
-        return -1;
-    w->keys_len = (size_t)(p - w->keys);
-    w->argv = p;
-    w->argv_len = (size_t)(end - p);
-    w->nkeys = nkeys;
-    w->nargv = total - 3 - nkeys;
-    return fence_skip_bulks(&p, end, w->nargv) == 0 && p == end ? 0 : -1;
-}
-
-size_t fence_encode_group(const char sha[41], const char *enc, const size_t *offs, size_t k,
-                          char *out, size_t cap)
+size_t fence_encode_group(const char sha[41], const char *reqs, const struct fence_layout *lay,
+                          size_t k, char *out, size_t cap)
 {
     struct fence_out o = {out, cap, 0};
-    struct fence_parts w;
     size_t nkeys = 0, nargv = 1;
 
     for (size_t i = 0; i < k; i++) {
-        if (fence_parts_of(enc + offs[i], offs[i + 1] - offs[i], &w) != 0)
-            return 0;
-        nkeys += w.nkeys;
-        nargv += 1 + w.nargv;
+        nkeys += lay[i].nkeys;
+        nargv += 1 + lay[i].nargv;
     }
     fence_put_header(&o, '*', 3 + nkeys + nargv);
     if (sha) {
@@ -784,15 +722,12 @@ size_t fence_encode_group(const char sha[41], const char *enc, const size_t *off
         fence_put_bulk(&o, fence_group_lua, sizeof(fence_group_lua) - 1);
     }
     fence_put_bulk_u64(&o, nkeys);
-    for (size_t i = 0; i < k; i++) {
-        fence_parts_of(enc + offs[i], offs[i + 1] - offs[i], &w);
-        fence_put(&o, w.keys, w.keys_len);
-    }
+    for (size_t i = 0; i < k; i++)
+        fence_put(&o, reqs + lay[i].keys_off, lay[i].argv_off - lay[i].keys_off);
     fence_put_bulk_u64(&o, k);
     for (size_t i = 0; i < k; i++) {
-        fence_parts_of(enc + offs[i], offs[i + 1] - offs[i], &w);
-        fence_put_bulk_u64(&o, w.nargv);
-        fence_put(&o, w.argv, w.argv_len);
+        fence_put_bulk_u64(&o, lay[i].nargv);
+        fence_put(&o, reqs + lay[i].argv_off, lay[i].end - lay[i].argv_off);
     }
     return o.len;
 }

@@ -109,18 +109,25 @@ void fence_script_sha(const char *script, char out[41]);
  * or FG_ERR_LIMIT. */
 int fence_hwm_key(const char *lock, size_t len, char *out, size_t cap);
 
+/* Where the parts of a fence_encode_write() request lie, as byte offsets into it. */
+struct fence_layout {
+    size_t keys_off; /* the marks' bulk strings: [keys_off, argv_off) */
+    size_t argv_off; /* ARGV's: [argv_off, end) */
+    size_t end;
+    size_t nkeys, nargv;
+};
+
 /* Encodes "EVALSHA <sha> <nlocks> <marks...> <nlocks> <tokens...> <names...> <argv...>" as a RESP
  * multibulk into out (cap bytes). Returns the length, or the length needed if > cap (nothing
- * useful written), like snprintf. */
+ * useful written), like snprintf. Fills *lay when lay is not NULL. */
 size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
                           const char *const *argv, const size_t *lens, size_t argc, char *out,
-                          size_t cap);
+                          size_t cap, struct fence_layout *lay);
 
-/* Encodes k fence_encode_write() requests, enc[offs[i] .. offs[i+1]) for i < k, as one call of
+/* Encodes k fence_encode_write() requests, laid out in reqs as lay[0..k) says, as one call of
  * fence_group_script(): EVALSHA with sha, or EVAL with the script's body when sha is NULL.
- * Returns the length (or the length needed if > cap, like snprintf); 0 when a request is not
- * fence_encode_write()'s. */
-size_t fence_encode_group(const char sha[41], const char *enc, const size_t *offs, size_t k,
-                          char *out, size_t cap);
+ * Returns the length, or the length needed if > cap, like snprintf. */
+size_t fence_encode_group(const char sha[41], const char *reqs, const struct fence_layout *lay,
+                          size_t k, char *out, size_t cap);
 
 #endif

@@ -528,7 +528,8 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
 {
     static const char load_head[] = "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n";
     const char *body = fence_write_script();
-    size_t need = fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0);
+    struct fence_layout lay;
+    size_t need = fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0, NULL);
     char *out = malloc(need + 1);
     struct op *o;
 
@@ -536,7 +537,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         c->dead = 1;
         return;
     }
-    fence_encode_write(c->srv->write_sha, d, argv, lens, argc, out, need + 1);
+    fence_encode_write(c->srv->write_sha, d, argv, lens, argc, out, need + 1, &lay);
     if (c->txn) {
         fencing_txn_add(c, d, out, need);
         free(out);
@@ -557,7 +558,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         }
         up_set_script_loaded(c, 1);
     }
-    up_send_fenced(c, out, need);
+    up_send_fenced(c, out, need, &lay);
     o = op_push(c, OP_FORWARD);
     if (!o) {
         free(out);

@@ -75,10 +75,10 @@ struct ulink {
     struct who_ent *who;
     size_t who_head, who_count, who_cap;
     uint64_t who_seq; /* entries ever pushed */
-    /* The open group: g_count fenced writes, g_reqs[g_offs[i] .. g_offs[i+1]), whose `who`
-     * entries were pushed as entries g_seq, g_seq + 1, ... */
+    /* The open group: g_count fenced writes in g_reqs, where g_lay says, whose `who` entries
+     * were pushed as entries g_seq, g_seq + 1, ... */
     struct buf g_reqs;
-    size_t g_offs[SRV_GROUP_MAX_WRITES + 1];
+    struct fence_layout g_lay[SRV_GROUP_MAX_WRITES]; /* offsets into g_reqs */
     size_t g_count;
     uint64_t g_seq;
 };
@@ -89,7 +89,8 @@ static char srv_scratch[SRV_READ_CHUNK];
 static void cl_close(struct client *c);
 static void cl_process_input(struct client *c);
 static void lk_send(struct ulink *lk, const char *p, size_t n);
-static void lk_send_fenced(struct ulink *lk, const char *p, size_t n);
+static void lk_send_fenced(struct ulink *lk, const char *p, size_t n,
+                           const struct fence_layout *lay);
 static int lk_push(struct ulink *lk, struct client *c);
 static void lk_schedule_fail(struct ulink *lk, const char *why);
 static void cl_flush(struct client *c);
@@ -306,14 +307,14 @@ void up_send(struct client *c, const char *p, size_t n)
     }
 }
 
-void up_send_fenced(struct client *c, const char *p, size_t n)
+void up_send_fenced(struct client *c, const char *p, size_t n, const struct fence_layout *lay)
 {
     if (c->pinned) {
         up_send(c, p, n);
         return;
     }
     metrics_inc(&fg_metrics, M_BYTES_TO_UPSTREAM, n);
-    lk_send_fenced(c->srv->shared, p, n);
+    lk_send_fenced(c->srv->shared, p, n, lay);
 }
 
 /* Accumulates contiguous byte ranges so a pipeline is written with one system call. */
@@ -713,15 +714,15 @@ static void lk_close_group(struct ulink *lk)
     if (k == 0)
         return;
     lk->g_count = 0;
-    need = k == 1 ? buf_len(&lk->g_reqs) : fence_encode_group(sha, reqs, lk->g_offs, k, NULL, 0);
-    if (need == 0 || buf_reserve(&lk->out, need) != FG_OK) {
-        lk_schedule_fail(lk, need ? "fencegate is out of memory" : "a fenced write is malformed");
+    need = k == 1 ? buf_len(&lk->g_reqs) : fence_encode_group(sha, reqs, lk->g_lay, k, NULL, 0);
+    if (buf_reserve(&lk->out, need) != FG_OK) {
+        lk_schedule_fail(lk, "fencegate is out of memory");
         return;
     }
     if (k == 1) {
         memcpy(lk->out.data + lk->out.end, reqs, need);
     } else {
-        fence_encode_group(sha, reqs, lk->g_offs, k, lk->out.data + lk->out.end, need);
+        fence_encode_group(sha, reqs, lk->g_lay, k, lk->out.data + lk->out.end, need);
         /* The group's first `who` entry (number g_seq) records the size of the array reply. */
         lk_at(lk, lk->who_count - (size_t)(lk->who_seq - lk->g_seq))->grp = (uint32_t)k;
         lk->group_loaded = 1; /* EVAL, if it was one, put the script in the cache */
@@ -746,23 +747,30 @@ static void lk_send(struct ulink *lk, const char *p, size_t n)
 }
 
 /* A fenced write joins the open group when its `who` entry (pushed next) follows the group's. */
-static void lk_send_fenced(struct ulink *lk, const char *p, size_t n)
+static void lk_send_fenced(struct ulink *lk, const char *p, size_t n,
+                           const struct fence_layout *lay)
 {
+    size_t base;
+    struct fence_layout *g;
+
     if (lk->failed)
         return;
     if (lk->g_count > 0 &&
         (lk->who_seq != lk->g_seq + lk->g_count || lk->g_count == SRV_GROUP_MAX_WRITES ||
          buf_len(&lk->g_reqs) + n > SRV_GROUP_MAX_BYTES))
         lk_close_group(lk);
-    if (lk->g_count == 0) {
+    if (lk->g_count == 0)
         lk->g_seq = lk->who_seq;
-        lk->g_offs[0] = 0;
-    }
+    base = buf_len(&lk->g_reqs);
     if (buf_append(&lk->g_reqs, p, n) != FG_OK) {
         lk_schedule_fail(lk, "fencegate is out of memory");
         return;
     }
-    lk->g_offs[++lk->g_count] = buf_len(&lk->g_reqs);
+    g = &lk->g_lay[lk->g_count++];
+    *g = *lay;
+    g->keys_off += base;
+    g->argv_off += base;
+    g->end += base;
     lk_want_flush(lk);
 }
 
