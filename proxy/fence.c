@@ -433,7 +433,9 @@ static const char fence_write_lua[] =
     "return one(0, 1, #ARGV)\n";
 
 /* Writes that were pipelined back to back, in one script: each is judged and applied on its own,
- * in order, exactly as the single script would, and its reply is one element of the array. */
+ * in order, exactly as the single script would, and its reply is one element of the array. A
+ * write that raises a Lua error (too many arguments for unpack, say) gets that error as its reply
+ * instead of ending the script: the writes before it were applied and must be answered so. */
 static const char fence_group_lua[] =
     "-- fencegate fenced writes, grouped: KEYS = the marks of every write, in order;\n"
     "-- ARGV = the number of writes, then per write its argument count and ARGV as above\n"
@@ -441,7 +443,12 @@ static const char fence_group_lua[] =
     "local out, k, a = {}, 0, 2\n"
     "for w = 1, tonumber(ARGV[1]) do\n"
     "  local last = a + tonumber(ARGV[a])\n"
-    "  out[w] = one(k, a + 1, last)\n"
+    "  local ok, r = pcall(one, k, a + 1, last)\n"
+    "  if not ok then\n"
+    "    r = redis.error_reply('ERR fencegate write script: '\n"
+    "      .. tostring(type(r) == 'table' and r.err or r))\n"
+    "  end\n"
+    "  out[w] = r\n"
     "  k = k + tonumber(ARGV[a + 1])\n"
     "  a = last + 1\n"
     "end\n"

@@ -313,7 +313,8 @@ for idx in 0 1 2; do
     "${TARGET_MIN[$idx]}" "${STATUS[$idx]}" "$sc" "$rs"
 done
 echo "  script = each SET sent straight to Redis as EVALSHA of the fenced-write script (no proxy):"
-echo "  Redis' own ceiling for fenced writes. Row 3 direct = EVAL of the same acquire + release"
+echo "  one script call per write. fencegate sends writes that meet on its shared connection as one"
+echo "  call, so it can pass this column. Row 3 direct = EVAL of the same acquire + release"
 echo "  scripts; fencegate also raises the store mark (one more script) per acquire."
 echo
 echo "4 memory per held lock ($MEM_CONNS conns x $MEM_LOCKS locks, VmRSS in KiB):"

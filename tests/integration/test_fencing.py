@@ -359,6 +359,22 @@ class Pipelines(FencingCase):
         else:
             self.assertEqual(calls, writes)
 
+    def test_a_write_the_script_cannot_run_fails_alone(self):
+        # 8500 arguments are more than Lua's unpack() takes: that write fails inside the script,
+        # the writes around it (which may share its script call) are applied and answered.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:9")
+        c.send(encode("SET", "wallet:9", "before") + encode("RPUSH", "big", *["x"] * 8500) +
+               encode("SET", "after", "1"))
+        self.assertEqual(c.read_reply(), "OK")
+        got = c.read_reply()
+        self.assertIsInstance(got, Err)
+        self.assertIn("unpack", got)
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(self.direct.mget("wallet:9", "after"), [b"before", b"1"])
+        self.assertEqual(self.direct.exists("big"), 0)
+
     def test_a_stale_write_among_current_ones_refuses_only_itself(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port)
