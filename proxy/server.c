@@ -309,7 +309,7 @@ void up_send(struct client *c, const char *p, size_t n)
 
 void up_send_fenced(struct client *c, const char *p, size_t n, const struct fence_layout *lay)
 {
-    if (c->pinned) {
+    if (c->pinned || upstream_oom_possible(c->srv->up)) {
         up_send(c, p, n);
         return;
     }
@@ -1099,8 +1099,10 @@ void up_set_script_loaded(struct client *c, int loaded)
 {
     if (c->pinned)
         c->script_loaded = loaded != 0;
-    else
-        c->srv->shared->script_loaded = loaded != 0;
+    else if (loaded)
+        c->srv->shared->script_loaded = 1;
+    else /* a SCRIPT FLUSH took the group script too */
+        c->srv->shared->script_loaded = c->srv->shared->group_loaded = 0;
 }
 
 /* ---- replies --------------------------------------------------------------------------------- */

@@ -49,6 +49,7 @@ struct upstream {
     int expect;        /* replies still expected in this round */
     int reply_index;   /* index of the next reply in this round */
     int want_commands; /* this round asked for COMMAND */
+    int oom_possible;  /* INFO memory: a maxmemory limit may refuse writes (or it is unknown) */
     int backoff_ms;
 };
 
@@ -140,6 +141,39 @@ static void up_schedule(struct upstream *u, int ms)
     evtimer_add(u->timer, &tv);
 }
 
+/* The value of "field:" in an INFO reply (a bulk string of CRLF-ended lines), or NULL. */
+static const char *up_info_field(const char *r, size_t len, const char *field, size_t *vlen)
+{
+    size_t flen = strlen(field);
+    const char *p = r, *end = r + len, *eol;
+
+    for (; p < end; p = eol + 1) {
+        eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol)
+            break;
+        if ((size_t)(eol - p) > flen && memcmp(p, field, flen) == 0 && p[flen] == ':') {
+            *vlen = (size_t)(eol - p) - flen - 1 - (eol[-1] == '\r');
+            return p + flen + 1;
+        }
+    }
+    return NULL;
+}
+
+/* Whether the upstream's maxmemory setting can refuse a write: a limit with a policy that may
+ * find nothing to evict (noeviction, volatile-*), or an INFO reply we cannot read. */
+static int up_oom_possible(const char *r, size_t len)
+{
+    size_t n, pn;
+    const char *max = up_info_field(r, len, "maxmemory", &n);
+    const char *policy = up_info_field(r, len, "maxmemory_policy", &pn);
+
+    if (r[0] != '$' || !max || !policy)
+        return 1;
+    if (n == 1 && max[0] == '0')
+        return 0;
+    return !(pn > 8 && memcmp(policy, "allkeys-", 8) == 0);
+}
+
 /* Handles one complete reply of the current round. Returns 0, or -1 after up_fail(). */
 static int up_on_reply(struct upstream *u, const char *r, size_t len)
 {
@@ -162,6 +196,10 @@ static int up_on_reply(struct upstream *u, const char *r, size_t len)
             up_fail(u, why);
             return -1;
         }
+        return 0;
+    }
+    if (idx == u->prelude_replies + 1) { /* INFO memory */
+        u->oom_possible = up_oom_possible(r, len);
         return 0;
     }
     if (u->want_commands) { /* COMMAND */
@@ -250,6 +288,7 @@ static void up_on_io(evutil_socket_t fd, short what, void *arg)
 /* Sends one probe round on the (connected or connecting) probe socket. */
 static int up_send_round(struct upstream *u, int fresh)
 {
+    static const char probe[] = "*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n";
     char req[1200];
     size_t len = 0;
     ssize_t n;
@@ -260,13 +299,13 @@ static int up_send_round(struct upstream *u, int fresh)
         memcpy(req, u->prelude, u->prelude_len);
         len = u->prelude_len;
     }
-    memcpy(req + len, "*1\r\n$4\r\nPING\r\n", 14);
-    len += 14;
+    memcpy(req + len, probe, sizeof(probe) - 1);
+    len += sizeof(probe) - 1;
     if (u->want_commands) {
         memcpy(req + len, "*1\r\n$7\r\nCOMMAND\r\n", 17);
         len += 17;
     }
-    u->expect = (fresh ? u->prelude_replies : 0) + 1 + u->want_commands;
+    u->expect = (fresh ? u->prelude_replies : 0) + 2 + u->want_commands;
     resp_scanner_init(&u->scan);
     u->scanned = 0;
     /* A probe round is tiny; if the socket cannot take it whole, the upstream is in trouble. */
@@ -322,6 +361,7 @@ struct upstream *upstream_new(struct event_base *base, const struct cfg_url *url
         return NULL;
     }
     u->base = base;
+    u->oom_possible = 1; /* until a probe reads INFO memory */
     u->fd = -1;
     snprintf(u->host, sizeof(u->host), "%s", url->hosts[0].host);
     u->port = url->hosts[0].port;
@@ -379,6 +419,11 @@ const struct net_addr *upstream_addr(const struct upstream *u)
 const struct cmd_table *upstream_commands(const struct upstream *u)
 {
     return u->commands;
+}
+
+int upstream_oom_possible(const struct upstream *u)
+{
+    return u->oom_possible;
 }
 
 const char *upstream_prelude(const struct upstream *u, size_t *len, int *nreplies)

@@ -28,6 +28,10 @@ const char *upstream_error(const struct upstream *u);
 const struct net_addr *upstream_addr(const struct upstream *u);
 /* Command metadata from the upstream's COMMAND reply; NULL until the first probe fetched it. */
 const struct cmd_table *upstream_commands(const struct upstream *u);
+/* Whether the upstream's maxmemory may refuse writes (INFO memory, read by every probe: a limit
+ * whose policy is not allkeys-*, or unknown). Redis checks it only before a script's first
+ * write, so fenced writes then go one script call each. */
+int upstream_oom_possible(const struct upstream *u);
 /* Bytes each new upstream connection must send first (AUTH / SELECT from the URL), and how many
  * replies they produce; *len is 0 when there is nothing to send. */
 const char *upstream_prelude(const struct upstream *u, size_t *len, int *nreplies);

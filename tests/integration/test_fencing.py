@@ -375,6 +375,24 @@ class Pipelines(FencingCase):
         self.assertEqual(self.direct.mget("wallet:9", "after"), [b"before", b"1"])
         self.assertEqual(self.direct.exists("big"), 0)
 
+    def test_maxmemory_refuses_every_pipelined_write_as_redis_would(self):
+        # Redis checks maxmemory only before a script's first write: with a limit that can refuse
+        # writes, pipelined fenced writes must still be checked one by one.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:3")
+        self.direct.config_set("maxmemory-policy", "noeviction")
+        self.direct.config_set("maxmemory", 100000)  # far below what an empty Redis uses
+        self.addCleanup(self.direct.config_set, "maxmemory", 0)
+        self.assertRaises(harness.redis.exceptions.ResponseError, self.direct.set, "x", 1)
+        time.sleep(1.5)  # fencegate's probe reads INFO memory once a second
+        c.send(encode("DEL", "wallet:3") +
+               b"".join(encode("SET", "wallet:3", i) for i in range(10)))
+        self.assertEqual(c.read_reply(), 0)  # DEL frees memory: allowed
+        for i in range(10):
+            self.assert_refused(c.read_reply(), "OOM")
+        self.assertEqual(self.direct.exists("wallet:3"), 0)
+
     def test_a_stale_write_among_current_ones_refuses_only_itself(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port)
