@@ -752,6 +752,7 @@ struct lock_client *lock_client_new(struct event_base *base, const char *url,
     if (opt)
         c->opt = *opt;
     c->opt.prefix[sizeof(c->opt.prefix) - 1] = '\0';
+    c->opt.mark_prefix[sizeof(c->opt.mark_prefix) - 1] = '\0';
     if (c->opt.prefix[0] == '\0')
         lock_fmt(c->opt.prefix, sizeof(c->opt.prefix), "%s", ops->default_prefix);
     if (c->opt.op_timeout_ms <= 0)

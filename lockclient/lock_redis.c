@@ -27,15 +27,32 @@ enum rd_script { RD_ACQUIRE, RD_RENEW, RD_RELEASE, RD_REPAIR, RD_MARK, RD_NSCRIP
 
 /* The scripts. Keys of one lock share the hash tag {name}, so they live in one cluster slot. */
 static const char *const rd_scripts[RD_NSCRIPTS] = {
-    /* acquire. KEYS: lock, counter. ARGV: owner, ttl. Returns {1, token} or {0, holder's pttl}.
-     * A key that already holds our owner (a grant whose reply was lost, or a lease this session
-     * was told is lost) is granted again with a new token. */
+    /* acquire. KEYS: lock, counter[, mark]. ARGV: owner, ttl. Returns {1, token, repaired} or
+     * {0, holder's pttl}. A key that already holds our owner (a grant whose reply was lost, or a
+     * lease this session was told is lost) is granted again with a new token. With a mark (the
+     * high-water mark of a store in this Redis) the token is raised past it when the counter
+     * is not (a counter lost in a failover: repaired = 1) and the mark is set to the token.
+     * Compared as decimal strings: Lua numbers are doubles, inexact beyond 2^53. */
+    "local mark = KEYS[3] and redis.call('GET', KEYS[3])\n"
+    "if mark and not string.match(mark, '^%d+$') then\n"
+    "  return redis.error_reply('ERR the high-water mark ' .. KEYS[3] .. ' is not a number')\n"
+    "end\n"
+    "local function grant()\n"
+    "  local cur, repaired = redis.call('GET', KEYS[2]) or '0', 0\n"
+    "  if mark and (#mark > #cur or (#mark == #cur and mark > cur)) then\n"
+    "    redis.call('SET', KEYS[2], mark)\n"
+    "    repaired = 1\n"
+    "  end\n"
+    "  local t = redis.call('INCR', KEYS[2])\n"
+    "  if KEYS[3] then redis.call('SET', KEYS[3], redis.call('GET', KEYS[2])) end\n"
+    "  return {1, t, repaired}\n"
+    "end\n"
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-    "  return {1, redis.call('INCR', KEYS[2])}\n"
+    "  return grant()\n"
     "end\n"
     "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  return {1, redis.call('INCR', KEYS[2])}\n"
+    "  return grant()\n"
     "end\n"
     "return {0, redis.call('PTTL', KEYS[1])}\n",
     /* renew. KEYS: locks. ARGV: owner, then the ttl of each key. Returns 1/0 per key. */
@@ -683,13 +700,21 @@ static void rd_wait_sleep(struct rd_wait *wl, long long pttl)
 
 static struct rd_call *rd_acquire_call(struct rd_client *rc, struct lock_req *r)
 {
-    struct rd_call *k = rd_call_begin(rc, RD_CALL_ACQUIRE, RD_ACQUIRE, 2, 2, 0,
-                                      rd_text_cap(rc, 2, 2 * r->len, LOCK_OWNER_MAX + 32));
+    const char *mp = rc->lc->opt.mark_prefix;
+    int nkeys = mp[0] ? 3 : 2;
+    struct rd_call *k =
+        rd_call_begin(rc, RD_CALL_ACQUIRE, RD_ACQUIRE, nkeys, 2, 0,
+                      rd_text_cap(rc, 3, 3 * r->len, LOCK_OWNER_MAX + 32 + strlen(mp)));
     if (k == NULL)
         return NULL;
     lock_owner(r->s, k->owner, sizeof(k->owner));
     rd_arg_key(k, "lock:", r->name, r->len);
     rd_arg_key(k, "token:", r->name, r->len);
+    if (nkeys == 3) {
+        char head[sizeof(rc->lc->opt.mark_prefix) + 1];
+        lock_fmt(head, sizeof(head), "%s{", mp);
+        rd_arg3(k, head, strlen(head), r->name, r->len, "}", 1);
+    }
     rd_arg(k, k->owner);
     rd_arg_ll(k, r->ttl_ms);
     if (k->overflow) {
@@ -784,11 +809,15 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
     wl->inflight = 0;
     if (r)
         r->b_call = NULL;
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+    if (reply && reply->type == REDIS_REPLY_ARRAY &&
+        (reply->elements == 2 || reply->elements == 3) &&
         reply->element[0]->type == REDIS_REPLY_INTEGER &&
         reply->element[1]->type == REDIS_REPLY_INTEGER) {
         long long v = reply->element[1]->integer;
         if (reply->element[0]->integer == 1 && v > 0) {
+            if (reply->elements == 3 && reply->element[2]->type == REDIS_REPLY_INTEGER &&
+                reply->element[2]->integer == 1)
+                rc->lc->stats.token_repairs++; /* the script raised the counter past the mark */
             if (r) {
                 rd_wait_remove(wl, r);
                 lock_granted(r, (uint64_t)v, k->sent_ms);

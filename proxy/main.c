@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fence.h"
 #include "fencehooks.h"
 #include "http.h"
 #include "httpstore.h"
@@ -159,6 +160,15 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
     server_drain(m->srv, main_on_drained, m);
 }
 
+/* Whether the lock backend is the Redis store itself: same host (as spelled), port and database,
+ * so the two share a keyspace. Spelled differently, the store simply keeps its own fence hook. */
+static int main_same_redis(const struct cfg_url *backend, const struct cfg_url *store)
+{
+    return backend->kind == CFG_URL_REDIS && store->kind == CFG_URL_REDIS &&
+           backend->db == store->db && backend->hosts[0].port == store->hosts[0].port &&
+           strcmp(backend->hosts[0].host, store->hosts[0].host) == 0;
+}
+
 static const char *main_url_shown(const struct cfg_url *u)
 {
     /* A URL with a password is not logged verbatim. */
@@ -238,9 +248,13 @@ int main(int argc, char **argv)
         return 1;
     }
     /* Fence on acquire: every token is first raised in every store (fencehooks.h), here the
-     * Redis store the RESP endpoint fronts. */
+     * Redis store the RESP endpoint fronts; when that is the lock backend's own Redis, the
+     * acquire script raises its mark itself (lock_options.mark_prefix). */
+    memset(&lopt, 0, sizeof(lopt));
+    if (main_same_redis(&cfg.backend, &cfg.upstream))
+        snprintf(lopt.mark_prefix, sizeof(lopt.mark_prefix), "%s", FENCE_HWM_PREFIX);
     marks = store_marks_new(m.base, &cfg.upstream, 2000);
-    if (marks && fencehooks_add(&hooks, store_marks_hook, marks) != 0) {
+    if (marks && !lopt.mark_prefix[0] && fencehooks_add(&hooks, store_marks_hook, marks) != 0) {
         fprintf(stderr, "fencegate: too many stores to fence\n");
         return 2;
     }
@@ -263,7 +277,6 @@ int main(int argc, char **argv)
                 hstores ? "too many stores to fence" : "out of memory");
         return 2;
     }
-    memset(&lopt, 0, sizeof(lopt));
     lopt.fence = fencehooks_run;
     lopt.fence_arg = &hooks;
     if (cfg.backend.kind == CFG_URL_ETCD) /* the Redis backend keeps its own key layout */

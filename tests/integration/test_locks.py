@@ -294,6 +294,39 @@ class CounterRepair(LockTestCase):
         self.assertGreater(t3, t2)
 
 
+class FenceOnAcquire(LockTestCase):
+    """Before a token is handed out the store's mark is raised to it: by the acquire script itself
+    when the lock backend is the store's own Redis, by a separate script otherwise."""
+
+    def check_mark_raised(self, fg, store, backend):
+        c = self.raw(fg.resp_port)
+        for _ in range(3):
+            t = self.acquire(c, "wallet:m")
+            self.assertEqual(int(store.get(hwm_key("wallet:m"))), t)
+            self.assertEqual(backend.get(lock_key("wallet:m")) is not None, True)
+            self.assertEqual(c.call("FENCE.RELEASE", "wallet:m"), 1)
+        # A mark that is not a number proves nothing: the acquisition fails, nothing is held.
+        store.set(hwm_key("wallet:m"), "junk")
+        r = c.call("FENCE.ACQUIRE", "wallet:m")
+        self.assertIsInstance(r, Err)
+        self.assertTrue(r.startswith("UNAVAILABLE"), r)
+        self.assertIn("not a number", r)
+        self.assertIsNone(backend.get(lock_key("wallet:m")))
+        self.assertEqual(store.get(hwm_key("wallet:m")), b"junk")
+        self.assertEqual(c.call("FENCE.LOCKS"), [])
+
+    def test_backend_is_the_store(self):
+        self.check_mark_raised(self.fencegate(), self.direct, self.direct)
+
+    def test_backend_is_another_redis(self):
+        other = self.start_redis()
+        fg = self.fencegate("--backend", other.url)
+        backend = other.client()
+        self.addCleanup(backend.close)
+        self.check_mark_raised(fg, self.direct, backend)
+        self.assertIsNone(self.direct.get(lock_key("wallet:m")))
+
+
 class Pipelining(LockTestCase):
 
     def test_pipelined_acquire_then_fenced_writes_in_order(self):
