@@ -59,6 +59,22 @@ void lock_fmt(char *out, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
+void lock_note_repair(struct lock_client *c, const char *name, size_t len, int reissued,
+                      uint64_t token)
+{
+    char msg[LOCK_MSG_MAX];
+
+    c->stats.token_repairs++;
+    if (c->opt.warn == NULL)
+        return;
+    lock_fmt(msg, sizeof(msg),
+             "lock %.*s: the token counter was not above a store's high-water mark (a counter "
+             "lost, e.g. in a failover); raised it past the mark: token %llu%s",
+             (int)(len > 200 ? 200 : len), name, (unsigned long long)token,
+             reissued ? " (reissued)" : "");
+    c->opt.warn(c->opt.warn_arg, msg);
+}
+
 uint64_t lock_random(struct lock_client *c)
 {
     uint64_t x = c->rng; /* xorshift64* */
@@ -685,7 +701,7 @@ void lock_repaired(struct lock_req *r, int status, uint64_t token, const char *m
         lock_fence_fail(r, e, "out of memory fencing a lock");
         return;
     }
-    r->s->c->stats.token_repairs++;
+    lock_note_repair(r->s->c, r->name, r->len, 1, token);
     e->token = token;
     r->token = token;
     n->req = r;

@@ -59,6 +59,10 @@ struct lock_options {
      * token itself (first raising the token counter past a mark at or above it, counted as a
      * token repair), so that store needs no fence hook and an acquisition no extra round trip. */
     char mark_prefix[64];
+    /* Told of notable events worth a log line (a token repaired past a store's mark); may be
+     * NULL. */
+    void (*warn)(void *arg, const char *msg);
+    void *warn_arg;
 };
 
 /* Creates a client for url ("redis://host:port[/db]" with optional user:password@, or

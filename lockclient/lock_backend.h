@@ -204,5 +204,9 @@ void lock_backend_up(struct lock_client *c);
 
 /* snprintf that never fails: truncates, always NUL-terminates (cap > 0). */
 void lock_fmt(char *out, size_t cap, const char *fmt, ...) LOCK_PRINTF(3, 4);
+/* Counts a token repair of lock name (len bytes) and tells the owner's warn callback, if any;
+ * reissued: a token had been granted and a new one replaces it. */
+void lock_note_repair(struct lock_client *c, const char *name, size_t len, int reissued,
+                      uint64_t token);
 
 #endif

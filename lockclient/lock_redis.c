@@ -816,8 +816,11 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
         long long v = reply->element[1]->integer;
         if (reply->element[0]->integer == 1 && v > 0) {
             if (reply->elements == 3 && reply->element[2]->type == REDIS_REPLY_INTEGER &&
-                reply->element[2]->integer == 1)
-                rc->lc->stats.token_repairs++; /* the script raised the counter past the mark */
+                reply->element[2]->integer == 1) { /* the counter was raised past the mark */
+                size_t len;
+                const char *name = rd_key_name(k, 0, &len);
+                lock_note_repair(rc->lc, name, len, 0, (uint64_t)v);
+            }
             if (r) {
                 rd_wait_remove(wl, r);
                 lock_granted(r, (uint64_t)v, k->sent_ms);

@@ -160,6 +160,12 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
     server_drain(m->srv, main_on_drained, m);
 }
 
+static void main_lock_warn(void *arg, const char *msg)
+{
+    (void)arg;
+    log_warn("lock backend: %s", msg);
+}
+
 /* Whether the lock backend is the Redis store itself: same host (as spelled), port and database,
  * so the two share a keyspace. Spelled differently, the store simply keeps its own fence hook. */
 static int main_same_redis(const struct cfg_url *backend, const struct cfg_url *store)
@@ -278,6 +284,7 @@ int main(int argc, char **argv)
         return 2;
     }
     lopt.fence = fencehooks_run;
+    lopt.warn = main_lock_warn;
     lopt.fence_arg = &hooks;
     if (cfg.backend.kind == CFG_URL_ETCD) /* the Redis backend keeps its own key layout */
         snprintf(lopt.prefix, sizeof(lopt.prefix), "%s", cfg.backend_prefix);

@@ -289,6 +289,8 @@ class CounterRepair(LockTestCase):
         self.assertEqual(c.call("SET", "wallet:rep", "new"), "OK")
         self.assertEqual(self.direct.get("wallet:rep"), b"new")
         self.assertEqual(metric(fg, "fencegate_token_repairs_total"), repairs0 + 1)
+        with open(fg.stderr_path, "rb") as f:
+            self.assertIn(b"lock wallet:rep: the token counter was not above", f.read())
         self.assertEqual(c.call("FENCE.RELEASE", "wallet:rep"), 1)
         t3 = self.acquire(c, "wallet:rep")
         self.assertGreater(t3, t2)
@@ -311,7 +313,9 @@ class FenceOnAcquire(LockTestCase):
         self.assertIsInstance(r, Err)
         self.assertTrue(r.startswith("UNAVAILABLE"), r)
         self.assertIn("not a number", r)
-        self.assertIsNone(backend.get(lock_key("wallet:m")))
+        # Released (asynchronously, when the grant came before the failed raise).
+        harness.wait_until(lambda: backend.get(lock_key("wallet:m")) is None, 5, 0.05,
+                           "the failed acquisition's lock key to go")
         self.assertEqual(store.get(hwm_key("wallet:m")), b"junk")
         self.assertEqual(c.call("FENCE.LOCKS"), [])
 
