@@ -577,12 +577,12 @@ static struct who_ent *lk_at(const struct ulink *lk, size_t i)
 
 static struct client *lk_head(const struct ulink *lk)
 {
-    return lk->who_count ? lk->who[lk->who_head].c : NULL;
+    return lk->who_count ? lk_at(lk, 0)->c : NULL;
 }
 
 static void lk_pop(struct ulink *lk)
 {
-    struct client *c = lk->who[lk->who_head].c;
+    struct client *c = lk_at(lk, 0)->c;
 
     if (c)
         c->shared_pending--;
