@@ -8,7 +8,9 @@
 # and fencegate in front of it on 127.0.0.1 free ports, and measures with fencebench (50
 # connections, one thread each): plain SET straight at Redis vs fenced SET through fencegate,
 # unpipelined and with 16 in flight, and FENCE.ACQUIRE/RELEASE cycles vs the same acquire and
-# release scripts sent to Redis with EVAL. Each cell is run 3 times, interleaved, median shown.
+# release scripts sent to Redis with EVAL. The fenced SETs are also sent straight to Redis as
+# fencegate's scripts: one call per write (script), and 16 writes per call (group, pipelined
+# row). Each cell is run 3 times, interleaved, median shown.
 # Then a fresh fencegate for memory per held lock (10 x 1000 locks) and one with a 600 ms
 # session lease for renewal round trips (50 vs 5 locks held by one connection).
 #
@@ -132,14 +134,15 @@ CHECK_FILE="$TMPDIR_BENCH/check_failures"   # bench() runs in $(...) subshells: 
 # direct:    set -> fencebench --mode set at Redis;      cycle -> --mode acquire-script at Redis
 # fencegate: set -> fencebench --mode fenced-set;        cycle -> --mode acquire-release
 # script:    set -> fencebench --mode script-set at Redis (the fenced-write script, no proxy)
+# group:     set -> fencebench --mode group-set at Redis (PIPELINE writes per group-script call)
 # Afterwards checks that the work really happened: fencegate's own counters for the fenced
 # runs, Redis' INFO commandstats for the direct ones, and fencebench's error count.
 bench() {
   local target=$1 work=$2 pipe=$3 secs=$4 mode port out ops errs rate
   local check_name before after need
   local -a extra=()
-  if [ "$target" = script ]; then
-    port=$REDIS_PORT; mode='script-set'; check_name='evalsha'
+  if [ "$target" = script ] || [ "$target" = group ]; then
+    port=$REDIS_PORT; mode="$target-set"; check_name='evalsha'
     extra=(--ttl-ms $(( (secs + 60) * 1000 )))   # its lock must outlive the run
     before=$(redis_calls "$check_name")
   elif [ "$target" = direct ]; then
@@ -169,6 +172,7 @@ bench() {
   if [ "$target" != fencegate ]; then
     after=$(redis_calls "$check_name")
     need=$ops; [ "$work" = cycle ] && need=$((2 * ops))   # acquire + release script per cycle
+    [ "$target" = group ] && need=$((ops / pipe))          # one call carries $pipe writes
   else
     after=$(metric "$MAIN_HTTP" "$check_name"); need=$ops
   fi
@@ -213,9 +217,12 @@ declare -A MED
 start_time=$SECONDS
 for w in "${WORKLOADS[@]}"; do
   read -r work pipe <<<"$w"
-  # "script" (the fenced-write script sent straight to Redis) is an extra reference for SETs
-  if [ "$work" = set ]; then TARGETS=(direct fencegate script); else TARGETS=(direct fencegate); fi
-  declare -A samples=([direct]="" [fencegate]="" [script]="")
+  # "script" (the fenced-write script sent straight to Redis) is an extra reference for SETs;
+  # "group" (the group script, as many writes per call as are in flight) for pipelined ones
+  TARGETS=(direct fencegate)
+  [ "$work" = set ] && TARGETS+=(script)
+  [ "$work" = set ] && [ "$pipe" -gt 1 ] && TARGETS+=(group)
+  declare -A samples=([direct]="" [fencegate]="" [script]="" [group]="")
   for ((r = 0; r < REPS; r++)); do
     # rotate which target goes first, so slow drift does not always hit the same one
     for ((i = 0; i < ${#TARGETS[@]}; i++)); do
@@ -294,9 +301,9 @@ done
 stop_pid "$FG_PID"
 
 # ---------------------------------------------------------------- report
-printf '%-36s | %12s | %13s | %7s | %-14s | %12s | %s\n' "row" "direct ops/s" "fencegate o/s" \
-  "fg/dir" "target" "script ops/s" "script/dir"
-printf '%s\n' "-------------------------------------+--------------+---------------+---------+----------------+--------------+-----------"
+printf '%-36s | %12s | %13s | %7s | %-14s | %12s | %10s | %s\n' "row" "direct ops/s" \
+  "fencegate o/s" "fg/dir" "target" "script ops/s" "script/dir" "group/dir"
+printf '%s\n' "-------------------------------------+--------------+---------------+---------+----------------+--------------+------------+----------"
 LABELS=("1 SET -c$CLIENTS unpipelined (fenced)" "2 SET -c$CLIENTS pipeline $PIPELINE (fenced)" "3 acquire+release cycles -c$CLIENTS")
 TARGET_MIN=(0.7 0.7 0.5)
 declare -a STATUS
@@ -309,13 +316,18 @@ for idx in 0 1 2; do
   else
     sc=$(printf '%12s' -); rs=-
   fi
-  printf '%-36s | %12.0f | %13.0f | %7s | >= %-3s %-7s | %s | %s\n' "${LABELS[$idx]}" "$d" "$f" "$rf" \
-    "${TARGET_MIN[$idx]}" "${STATUS[$idx]}" "$sc" "$rs"
+  rg=-
+  [ -n "${MED["$w/group"]:-}" ] && rg=$(ratio "${MED["$w/group"]}" "$d")
+  printf '%-36s | %12.0f | %13.0f | %7s | >= %-3s %-7s | %s | %10s | %s\n' "${LABELS[$idx]}" "$d" \
+    "$f" "$rf" "${TARGET_MIN[$idx]}" "${STATUS[$idx]}" "$sc" "$rs" "$rg"
 done
 echo "  script = each SET sent straight to Redis as EVALSHA of the fenced-write script (no proxy):"
 echo "  one script call per write. fencegate sends writes that meet on its shared connection as one"
-echo "  call, so it can pass this column. Row 3 direct = EVAL of the same acquire + release"
-echo "  scripts; fencegate also raises the store mark (one more script) per acquire."
+echo "  call, so it can pass this column. group = the same writes straight at Redis, $PIPELINE per call"
+echo "  of the group script, one call in flight per connection: what grouped Lua-checked writes cost"
+echo "  Redis (fencegate, grouping up to 64 writes of several clients, can pass it too)."
+echo "  Row 3 direct = EVAL of the same acquire + release scripts; fencegate's acquire script also"
+echo "  raises the store's mark, in the same call."
 echo
 echo "4 memory per held lock ($MEM_CONNS conns x $MEM_LOCKS locks, VmRSS in KiB):"
 echo "  fresh $RSS_FRESH -> $MEM_CONNS conns, 0 locks $RSS_CONN -> $MEM_TOTAL locks held $RSS_HELD"

@@ -22,11 +22,11 @@
 #define FB_MAX_PIPELINE  1024
 #define FB_MAX_LOCKS     100000 /* locks one connection may hold in hold mode */
 #define FB_MAX_SECONDS   3600
-#define FB_READ_BUF      65536 /* one reply larger than this is refused */
-#define FB_CMD_MAX       2048  /* upper bound of one encoded command */
-#define FB_MAX_ARGS      12
-#define FB_MAX_DEPTH     4  /* nesting of arrays in a reply */
-#define FB_MAX_ELEMS     16 /* elements of a reply array we accept */
+#define FB_READ_BUF      65536                  /* one reply larger than this is refused */
+#define FB_CMD_MAX       2048                   /* upper bound of one encoded command */
+#define FB_MAX_ELEMS     16                     /* elements of a reply array we accept */
+#define FB_MAX_ARGS      (4 + 8 * FB_MAX_ELEMS) /* a group-set call of FB_MAX_ELEMS writes */
+#define FB_MAX_DEPTH     4                      /* nesting of arrays in a reply */
 #define FB_IO_TIMEOUT_S  10 /* a send or receive that blocks longer is a failure */
 #define FB_NAME_MAX      160
 #define FB_MAX_LATENCIES 1000000 /* acquire round trips recorded per connection (--latency) */
@@ -60,50 +60,70 @@ static const char fb_release_script[] =
     "end\n"
     "return n\n";
 
-/* A script equivalent to the one fencegate sends a fenced write as (proxy/fence.c): check the
- * lock's high-water mark, raise it to the token, run the command. Sent straight to Redis by
- * --mode script-set, it shows what the script itself costs Redis, without the proxy hop.
- * KEYS: marks. ARGV: n, n tokens, n lock names, the command. */
-static const char fb_fenced_write_script[] =
-    "local n = tonumber(ARGV[1])\n"
-    "if n == nil or n ~= #KEYS then\n"
-    "  return redis.error_reply('ERR fencebench write script: bad mark count')\n"
+/* Scripts equivalent to the ones fencegate sends fenced writes as (proxy/fence.c): check the
+ * lock's high-water mark, raise it to the token, run the command. Sent straight to Redis, they
+ * show what the scripts themselves cost Redis, without the proxy hop. one() judges and applies
+ * one write: marks KEYS[k+1 .. k+n]; ARGV[a] = n, n tokens, n lock names, the command up to
+ * ARGV[last]. */
+#define FB_ONE_LUA                                                                                 \
+    "local function one(k, a, last)\n"                                                             \
+    "  local n = tonumber(ARGV[a])\n"                                                              \
+    "  local raise = {}\n"                                                                         \
+    "  for i = 1, n do\n"                                                                          \
+    "    local tok, name = ARGV[a + i], ARGV[a + n + i]\n"                                         \
+    "    local mark = redis.pcall('GET', KEYS[k + i])\n"                                           \
+    "    if type(mark) == 'table' then\n"                                                          \
+    "      return redis.error_reply('ERR fencebench script: mark: ' .. tostring(mark.err))\n"      \
+    "    end\n"                                                                                    \
+    "    mark = mark or '0'\n"                                                                     \
+    "    local t, h = tonumber(tok), tonumber(mark)\n"                                             \
+    "    if t == nil or h == nil then\n"                                                           \
+    "      return redis.error_reply('ERR fencebench script: not a number')\n"                      \
+    "    end\n"                                                                                    \
+    "    if t < h then\n"                                                                          \
+    "      return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"                   \
+    "        .. ' < high-water mark ' .. mark)\n"                                                  \
+    "    end\n"                                                                                    \
+    "    raise[i] = t > h\n"                                                                       \
+    "  end\n"                                                                                      \
+    "  for i = 1, n do\n"                                                                          \
+    "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + i]) end\n"                       \
+    "  end\n"                                                                                      \
+    "  return redis.pcall(unpack(ARGV, a + 2 * n + 1, last))\n"                                    \
     "end\n"
-    "local raise = {}\n"
-    "for i = 1, n do\n"
-    "  local tok, name = ARGV[1 + i], ARGV[n + 1 + i]\n"
-    "  local mark = redis.pcall('GET', KEYS[i])\n"
-    "  if type(mark) == 'table' then\n"
-    "    return redis.error_reply('ERR fencebench write script: mark ' .. KEYS[i] .. ': '\n"
-    "      .. tostring(mark.err))\n"
-    "  end\n"
-    "  mark = mark or '0'\n"
-    "  local t, h = tonumber(tok), tonumber(mark)\n"
-    "  if t == nil or h == nil then\n"
-    "    return redis.error_reply('ERR fencebench write script: not a number')\n"
-    "  end\n"
-    "  if t < h then\n"
-    "    return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"
-    "      .. ' < high-water mark ' .. mark)\n"
-    "  end\n"
-    "  raise[i] = t > h\n"
+
+/* --mode script-set: one write per call. KEYS: marks. ARGV: n, n tokens, n lock names, the
+ * command. */
+static const char fb_fenced_write_script[] = FB_ONE_LUA "return one(0, 1, #ARGV)\n";
+
+/* --mode group-set: --pipeline writes per call, as fencegate sends writes that meet on its
+ * shared upstream connection. KEYS: every write's marks. ARGV: the number of writes, then per
+ * write its argument count and the single script's ARGV. */
+static const char fb_group_script[] =
+    /* defines one() */ FB_ONE_LUA /* then: */
+    "local out, k, a = {}, 0, 2\n"
+    "for w = 1, tonumber(ARGV[1]) do\n"
+    "  local last = a + tonumber(ARGV[a])\n"
+    "  local ok, r = pcall(one, k, a + 1, last)\n"
+    "  if not ok then r = redis.error_reply(tostring(r)) end\n"
+    "  out[w] = r\n"
+    "  k = k + tonumber(ARGV[a + 1])\n"
+    "  a = last + 1\n"
     "end\n"
-    "for i = 1, n do\n"
-    "  if raise[i] then redis.call('SET', KEYS[i], ARGV[1 + i]) end\n"
-    "end\n"
-    "return redis.pcall(unpack(ARGV, 2 * n + 2))\n";
+    "return out\n";
 
 enum fb_mode {
     FB_SET,
     FB_FENCED_SET,
     FB_SCRIPT_SET,
+    FB_GROUP_SET,
     FB_ACQUIRE_RELEASE,
     FB_ACQUIRE_SCRIPT,
     FB_HOLD
 };
 
 static const char *const fb_mode_names[] = {
-    "set", "fenced-set", "script-set", "acquire-release", "acquire-script", "hold"};
+    "set", "fenced-set", "script-set", "group-set", "acquire-release", "acquire-script", "hold"};
 
 struct fb_opts {
     char host[64];
@@ -128,6 +148,7 @@ struct fb_reply {
     const char *str; /* simple string, error or bulk: points into the read buffer */
     size_t len;
     long long nelem;
+    long long nok; /* elements that are +OK */
     char elem_type[2];
     long long elem_int[2];
 };
@@ -288,12 +309,14 @@ static int fb_parse(const char *p, size_t n, int depth, struct fb_reply *r, size
         if (fb_int(p + 1, line - 1, &v) < 0 || v < -1 || v > FB_MAX_ELEMS || depth >= FB_MAX_DEPTH)
             return -1;
         r->nelem = v;
+        r->nok = 0;
         for (long long i = 0; i < v; i++) {
             struct fb_reply e;
             size_t u = 0;
             int rc = fb_parse(p + off, n - off, depth + 1, &e, &u);
             if (rc <= 0)
                 return rc;
+            r->nok += e.type == '+' && e.len == 2 && memcmp(e.str, "OK", 2) == 0;
             if (i < 2) {
                 r->elem_type[i] = e.type;
                 r->elem_int[i] = e.integer;
@@ -417,6 +440,35 @@ static int fb_push_set(struct fb_conn *c)
     return fb_cmd(c, 3, argv);
 }
 
+/* group-set: one call of the group script carrying n SETs. */
+static int fb_push_group(struct fb_conn *c, int n)
+{
+    char keys[FB_MAX_ELEMS][64], count[16];
+    const char *argv[FB_MAX_ARGS];
+    int argc = 0;
+
+    snprintf(count, sizeof(count), "%d", n);
+    argv[argc++] = "EVALSHA";
+    argv[argc++] = c->sha;
+    argv[argc++] = count;
+    for (int i = 0; i < n; i++)
+        argv[argc++] = c->hwm_key;
+    argv[argc++] = count;
+    for (int i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k:%d:%" PRIu64, c->id,
+                 c->seq % (uint64_t)fb_opt.keyspace);
+        c->seq++;
+        argv[argc++] = "6"; /* n, token, lock, SET, key, value */
+        argv[argc++] = "1";
+        argv[argc++] = c->token;
+        argv[argc++] = c->lock;
+        argv[argc++] = "SET";
+        argv[argc++] = keys[i];
+        argv[argc++] = "xxx";
+    }
+    return fb_cmd(c, argc, argv);
+}
+
 /* The next command of an acquire/release cycle (alternating). */
 static int fb_push_cycle(struct fb_conn *c)
 {
@@ -518,6 +570,22 @@ static int fb_read_batch(struct fb_conn *c, int cmds, int cycle, uint64_t cycle_
     return 0;
 }
 
+/* group-set: the array reply of one call of n writes, each +OK. */
+static int fb_read_group(struct fb_conn *c, int n, uint64_t *ok)
+{
+    struct fb_reply r;
+
+    if (fb_read_reply(c, &r) < 0)
+        return -1;
+    if (r.type == '*' && r.nelem == n && r.nok == n) {
+        *ok += (uint64_t)n;
+    } else {
+        c->errors++;
+        fb_note_reply(c, &r, "group call");
+    }
+    return 0;
+}
+
 /* ---- phases ----------------------------------------------------------------------------------
  */
 
@@ -533,11 +601,12 @@ static int fb_fence_acquire(struct fb_conn *c, const char *name)
     return fb_check_token(c, &r, "FENCE.ACQUIRE");
 }
 
-/* script-set: loads the write script and takes the lock with the acquire script, straight from
- * Redis, so the writes carry a real token from the lock's counter. */
+/* script-set, group-set: loads the write (or group) script and takes the lock with the acquire
+ * script, straight from Redis, so the writes carry a real token from the lock's counter. */
 static int fb_script_setup(struct fb_conn *c)
 {
-    const char *load[3] = {"SCRIPT", "LOAD", fb_fenced_write_script};
+    const char *load[3] = {"SCRIPT", "LOAD",
+                           fb_opt.mode == FB_GROUP_SET ? fb_group_script : fb_fenced_write_script};
     struct fb_reply r;
     uint64_t start = c->cmd_index, ok = 0;
 
@@ -577,7 +646,7 @@ static void *fb_setup(void *arg)
     }
     if (fb_opt.mode == FB_FENCED_SET && fb_fence_acquire(c, c->lock) < 0)
         c->failed = 1;
-    if (fb_opt.mode == FB_SCRIPT_SET && fb_script_setup(c) < 0)
+    if ((fb_opt.mode == FB_SCRIPT_SET || fb_opt.mode == FB_GROUP_SET) && fb_script_setup(c) < 0)
         c->failed = 1;
     return NULL;
 }
@@ -636,16 +705,24 @@ static void *fb_load(void *arg)
             break;
         if (fb_opt.requests && atomic_load(&fb_total_ops) >= fb_opt.requests)
             break;
-        for (int i = 0; i < fb_opt.pipeline; i++) {
-            if ((cycle ? fb_push_cycle(c) : fb_push_set(c)) < 0) {
-                fb_note(c, "command buffer full");
+        if (fb_opt.mode == FB_GROUP_SET) {
+            if (fb_push_group(c, fb_opt.pipeline) < 0 || fb_flush(c) < 0 ||
+                fb_read_group(c, fb_opt.pipeline, &ok) < 0) {
                 c->failed = 1;
                 goto out;
             }
-        }
-        if (fb_flush(c) < 0 || fb_read_batch(c, fb_opt.pipeline, cycle, start, &ok) < 0) {
-            c->failed = 1;
-            goto out;
+        } else {
+            for (int i = 0; i < fb_opt.pipeline; i++) {
+                if ((cycle ? fb_push_cycle(c) : fb_push_set(c)) < 0) {
+                    fb_note(c, "command buffer full");
+                    c->failed = 1;
+                    goto out;
+                }
+            }
+            if (fb_flush(c) < 0 || fb_read_batch(c, fb_opt.pipeline, cycle, start, &ok) < 0) {
+                c->failed = 1;
+                goto out;
+            }
         }
         if (timed) {
             struct timespec t1;
@@ -660,7 +737,8 @@ out:
     if (c->failed)
         return NULL;
     /* Not measured: release what the loop or the setup left held. */
-    if ((cycle || fb_opt.mode == FB_SCRIPT_SET) && c->cmd_index % 2 == 1) {
+    if ((cycle || fb_opt.mode == FB_SCRIPT_SET || fb_opt.mode == FB_GROUP_SET) &&
+        c->cmd_index % 2 == 1) {
         uint64_t start = c->cmd_index, ok = 0;
         if (fb_push_cycle(c) < 0 || fb_flush(c) < 0 || fb_read_batch(c, 1, 1, start, &ok) < 0)
             c->failed = 1;
@@ -763,8 +841,8 @@ static int fb_long(const char *s, long min, long max, long *out)
 static void fb_usage(FILE *f)
 {
     fputs("usage: fencebench --port P [--host 127.0.0.1] [--conns N] [--pipeline D] [--seconds S]\n"
-          "                  [--mode set|fenced-set|script-set|acquire-release|acquire-script|\n"
-          "                          hold]\n"
+          "                  [--mode set|fenced-set|script-set|group-set|acquire-release|\n"
+          "                          acquire-script|hold]\n"
           "                  [--requests CAP] [--keyspace K] [--ttl-ms MS] [--prefix NAME]\n"
           "                  [--locks L] [--gate] [--latency]\n"
           "  set              SET k:<conn>:<n> straight (n cycles through --keyspace values)\n"
@@ -772,14 +850,17 @@ static void fb_usage(FILE *f)
           "  script-set       take the lock with the acquire script, then send each SET as\n"
           "                   EVALSHA of a fenced-write script (as fencegate does) straight at\n"
           "                   Redis\n"
+          "  group-set        the same, but each round is one EVALSHA of a group script carrying\n"
+          "                   D SETs (as fencegate groups writes that meet); D <= 16\n"
           "  acquire-release  FENCE.ACQUIRE / FENCE.RELEASE <prefix>:<conn>, alternating\n"
           "  acquire-script   the same via EVAL of fencegate's Redis acquire/release scripts\n"
           "  hold             acquire --locks L locks <prefix>:<conn>:<i> per connection, print\n"
           "                   'held', keep them until SIGTERM or --seconds; with --gate, print\n"
           "                   'connected' first and wait for SIGUSR1 before acquiring\n"
           "Pipeline D = commands in flight per connection (in cycle modes an acquire and a\n"
-          "release are two commands). Output: one line of key=value pairs on stdout; with\n"
-          "--latency (cycle modes, pipeline 1) a second line with the acquires' p50 and p99.\n"
+          "release are two commands; in group-set, the writes of one call). Output: one line\n"
+          "of key=value pairs on stdout; with --latency (cycle modes, pipeline 1) a second\n"
+          "line with the acquires' p50 and p99.\n"
           "Exit: 0 measured (see errors=), 1 usage, 2 connection/setup failure.\n",
           f);
 }
@@ -863,6 +944,11 @@ static int fb_parse_opts(int argc, char **argv)
     }
     if (fb_opt.port == 0) {
         fprintf(stderr, "fencebench: --port is required\n");
+        return -1;
+    }
+    if (fb_opt.mode == FB_GROUP_SET && fb_opt.pipeline > FB_MAX_ELEMS) {
+        fprintf(stderr, "fencebench: group-set carries at most %d writes per call (--pipeline)\n",
+                FB_MAX_ELEMS);
         return -1;
     }
     return 0;
