@@ -387,9 +387,11 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * from their original decimal strings, since tostring() of a large number goes to exponent form.
  * Every mark is checked before any is raised, so a refusal leaves all marks as they were. A mark
  * that cannot be read is reported as fencegate's own error, not mistaken for the command's; the
- * command runs under pcall so its own error (WRONGTYPE, ...) comes back as its reply. */
-/* One fenced write, shared by the single and the grouped script: its marks are KEYS[k+1 .. k+n];
- * ARGV[a] = n, then n tokens, n lock names, and the command up to ARGV[last]. */
+ * command runs under pcall so its own error (WRONGTYPE, ...) comes back as its reply.
+ *
+ * one() judges and applies one fenced write, for the single and the grouped script alike: its
+ * marks are KEYS[k+1 .. k+n]; ARGV[a] = n, then n tokens, n lock names, and the command up to
+ * ARGV[last]. */
 #define FENCE_ONE_LUA                                                                              \
     "local function one(k, a, last)\n"                                                             \
     "  local n = tonumber(ARGV[a])\n"                                                              \
