@@ -145,6 +145,51 @@ class Multiplex(FgTestCase):
         self.assertEqual(c.read_reply(), Status("OK"))  # ... and its write went out fenced
         self.assertEqual(self.direct.get("k"), b"from-c")
 
+    def test_connections_killed_under_grouped_fenced_writes(self):
+        # Fenced writes travel grouped on the shared connection (16 in flight per client: deeper
+        # pipelines pin); Redis drops its connections in the middle of the stream. Each write
+        # must get its own reply, -UNAVAILABLE (outcome unknown) or -LOCKLOST (never sent), in
+        # order, and the data must agree.
+        conns = [self.raw(self.fg.resp_port, timeout=20) for _ in range(20)]
+        for i, c in enumerate(conns):
+            self.assertIsInstance(c.call("FENCE.ACQUIRE", "g%d" % i), int)
+        sent = [[] for _ in conns]
+        replies = [[] for _ in conns]
+        unavailable = 0
+        for rnd in range(12):
+            for i, c in enumerate(conns):
+                vals = ["%d.%d" % (rnd, j) for j in range(16)]
+                sent[i] += vals
+                c.send(b"".join(encode("RPUSH", "{g%d}l" % i, v) for v in vals))
+            if rnd % 3 == 0:
+                self.direct.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            for i, c in enumerate(conns):
+                for _ in range(16):
+                    r = c.read_reply(timeout=20)
+                    replies[i].append(r)
+                    unavailable += isinstance(r, Err) and r.startswith("UNAVAILABLE")
+            for i, c in enumerate(conns):  # a lock lost with its connection: take it again
+                if c.call("FENCE.TOKEN", "g%d" % i) is None:
+                    harness.wait_until(
+                        lambda: isinstance(c.call("FENCE.ACQUIRE", "g%d" % i), int), 10, 0.2,
+                        "lock g%d to be taken again" % i)
+        self.assertGreater(unavailable, 0, "no write was in flight when the links were killed")
+        self.assertEqual(self.pinned(), 0)
+        for i in range(len(conns)):
+            outcome = list(zip(sent[i], replies[i]))
+            for v, r in outcome:
+                self.assertTrue(isinstance(r, int) or (isinstance(r, Err) and r.startswith(
+                    ("UNAVAILABLE", "LOCKLOST"))), "client %d write %s got %r" % (i, v, r))
+            stored = [v.decode() for v in self.direct.lrange("{g%d}l" % i, 0, -1)]
+            ok = {v for v, r in outcome if isinstance(r, int)}
+            maybe = ok | {v for v, r in outcome if isinstance(r, Err) and r.startswith("UNAVAIL")}
+            self.assertTrue(ok <= set(stored), "client %d: an acknowledged write is gone" % i)
+            self.assertTrue(set(stored) <= maybe, "client %d: a refused write was applied" % i)
+            self.assertEqual(stored, [v for v in sent[i] if v in set(stored)],
+                             "client %d: writes applied out of order" % i)
+            lengths = [r for r in replies[i] if isinstance(r, int)]
+            self.assertEqual(lengths, sorted(lengths), "client %d: replies out of order" % i)
+
     def test_a_request_redis_refuses_ends_only_its_senders_connection(self):
         # Redis closes a connection that sends a bulk over proto-max-bulk-len. Requests over
         # max_pending_bytes (1 MiB) pin, so the shared connection is not the one closed.
