@@ -22,7 +22,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import struct
 import subprocess
