@@ -985,9 +985,9 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
             }
             break;
         }
-        lk_pop(lk);
         if (!c && lk->prelude_left > 0) {
             size_t n = scan - pos; /* "-ERR ...\r\n" */
+            lk_pop(lk);
             lk->prelude_left--;
             if (lk->scan.top_type == '-') {
                 char why[200];
@@ -999,11 +999,8 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
                 lk_fail(lk, why);
                 return -1;
             }
-        } else if (c) {
-            to = c;
-            if (rep_normal(c, src + pos, scan - pos, lk->scan.top_type, &sp) < 0)
-                c->dead = 1;
-            c->reply_partial = 0;
+        } else {
+            lk_deliver(lk, src + pos, scan - pos, lk->scan.top_type, &to, &sp);
         }
         pos = scan;
     }
