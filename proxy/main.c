@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     struct upstream *up;
     struct http_api *http;
     struct lock_client *locks;
-    struct store_marks *marks;
+    struct store_marks *marks = NULL; /* the store's fence hook, when the backend is elsewhere */
     struct pgstores *pg;
     struct httpstore *hstores;
     struct lock_options lopt;
@@ -257,12 +257,15 @@ int main(int argc, char **argv)
      * Redis store the RESP endpoint fronts; when that is the lock backend's own Redis, the
      * acquire script raises its mark itself (lock_options.mark_prefix). */
     memset(&lopt, 0, sizeof(lopt));
-    if (main_same_redis(&cfg.backend, &cfg.upstream))
+    if (main_same_redis(&cfg.backend, &cfg.upstream)) {
         snprintf(lopt.mark_prefix, sizeof(lopt.mark_prefix), "%s", FENCE_HWM_PREFIX);
-    marks = store_marks_new(m.base, &cfg.upstream, 2000);
-    if (marks && !lopt.mark_prefix[0] && fencehooks_add(&hooks, store_marks_hook, marks) != 0) {
-        fprintf(stderr, "fencegate: too many stores to fence\n");
-        return 2;
+    } else {
+        marks = store_marks_new(m.base, &cfg.upstream, 2000);
+        if (!marks || fencehooks_add(&hooks, store_marks_hook, marks) != 0) {
+            fprintf(stderr, "fencegate: %s\n",
+                    marks ? "too many stores to fence" : "out of memory");
+            return 2;
+        }
     }
     /* ... and every PostgreSQL store's fencegate_fence row (pgstore.h). */
     pg = pgstores_new(m.base, &cfg);
@@ -288,10 +291,9 @@ int main(int argc, char **argv)
     lopt.fence_arg = &hooks;
     if (cfg.backend.kind == CFG_URL_ETCD) /* the Redis backend keeps its own key layout */
         snprintf(lopt.prefix, sizeof(lopt.prefix), "%s", cfg.backend_prefix);
-    locks = marks ? lock_client_new(m.base, cfg.backend.raw, &lopt, err, sizeof(err)) : NULL;
+    locks = lock_client_new(m.base, cfg.backend.raw, &lopt, err, sizeof(err));
     if (!locks) {
-        fprintf(stderr, "fencegate: lock backend %s: %s\n", main_url_shown(&cfg.backend),
-                marks ? err : "out of memory");
+        fprintf(stderr, "fencegate: lock backend %s: %s\n", main_url_shown(&cfg.backend), err);
         return 2; /* a backend this build cannot use is a configuration error */
     }
     httpstore_set_lock_client(hstores, locks);
