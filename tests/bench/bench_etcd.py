@@ -112,7 +112,9 @@ def main():
     harness.FENCEGATE_BIN = os.path.abspath(args.bin)
     tmp = tempfile.mkdtemp(prefix="fg-ebench-")
     fb = os.path.join(tmp, "fencebench")
-    subprocess.run(["cc", "-O2", "-pthread", "-o", fb, os.path.join(HERE, "fencebench.c")],
+    proxy = os.path.join(HERE, "..", "..", "proxy")
+    subprocess.run(["cc", "-O2", "-pthread", "-I", proxy, "-o", fb,
+                    os.path.join(HERE, "fencebench.c"), os.path.join(proxy, "fence.c")],
                    check=True)
     etcd = EtcdCluster(1).start()
     redis_srv = harness.RedisServer().start()

@@ -4,7 +4,7 @@
 #
 # Usage: tests/bench/bench_locks.sh [--seconds S] [--bin PATH]
 #
-# Builds tests/bench/fencebench.c (cc -O2 -pthread) into a temp dir, starts one redis-server
+# Builds tests/bench/fencebench.c (cc -O2 -pthread, with proxy/fence.c) into a temp dir, starts one redis-server
 # and fencegate in front of it on 127.0.0.1 free ports, and measures with fencebench (50
 # connections, one thread each): plain SET straight at Redis vs fenced SET through fencegate,
 # unpipelined and with 16 in flight, and FENCE.ACQUIRE/RELEASE cycles vs the same acquire and
@@ -108,7 +108,8 @@ stop_pid() {  # stop_pid PID : TERM, bounded wait, KILL
 
 # ---------------------------------------------------------------- build fencebench
 FB="$TMPDIR_BENCH/fencebench"
-"$CC" -O2 -pthread -o "$FB" "$SCRIPT_DIR/fencebench.c" 2>"$TMPDIR_BENCH/cc.log" \
+"$CC" -O2 -pthread -I "$REPO_ROOT/proxy" -o "$FB" "$SCRIPT_DIR/fencebench.c" \
+  "$REPO_ROOT/proxy/fence.c" 2>"$TMPDIR_BENCH/cc.log" \
   || { show_log "$CC" "$TMPDIR_BENCH/cc.log"; die "cannot build fencebench"; }
 
 # ---------------------------------------------------------------- redis + fencegate

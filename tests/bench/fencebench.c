@@ -1,4 +1,5 @@
-/* fencebench.c — load generator for fencegate's locks and fenced writes (thread per connection). */
+/* fencebench.c — load generator for fencegate's locks and fenced writes (thread per connection).
+ * Build: cc -O2 -pthread -I proxy tests/bench/fencebench.c proxy/fence.c */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +18,9 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "fence.h" /* fencegate's own fencing scripts, sent straight to Redis by script-set and
+                      group-set: built with proxy/fence.c */
 
 #define FB_MAX_CONNS     1000
 #define FB_MAX_PIPELINE  1024
@@ -59,58 +63,6 @@ static const char fb_release_script[] =
     "  end\n"
     "end\n"
     "return n\n";
-
-/* Scripts equivalent to the ones fencegate sends fenced writes as (proxy/fence.c): check the
- * lock's high-water mark, raise it to the token, run the command. Sent straight to Redis, they
- * show what the scripts themselves cost Redis, without the proxy hop. one() judges and applies
- * one write: marks KEYS[k+1 .. k+n]; ARGV[a] = n, n tokens, n lock names, the command up to
- * ARGV[last]. */
-#define FB_ONE_LUA                                                                                 \
-    "local function one(k, a, last)\n"                                                             \
-    "  local n = tonumber(ARGV[a])\n"                                                              \
-    "  local raise = {}\n"                                                                         \
-    "  for i = 1, n do\n"                                                                          \
-    "    local tok, name = ARGV[a + i], ARGV[a + n + i]\n"                                         \
-    "    local mark = redis.pcall('GET', KEYS[k + i])\n"                                           \
-    "    if type(mark) == 'table' then\n"                                                          \
-    "      return redis.error_reply('ERR fencebench script: mark: ' .. tostring(mark.err))\n"      \
-    "    end\n"                                                                                    \
-    "    mark = mark or '0'\n"                                                                     \
-    "    local t, h = tonumber(tok), tonumber(mark)\n"                                             \
-    "    if t == nil or h == nil then\n"                                                           \
-    "      return redis.error_reply('ERR fencebench script: not a number')\n"                      \
-    "    end\n"                                                                                    \
-    "    if t < h then\n"                                                                          \
-    "      return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"                   \
-    "        .. ' < high-water mark ' .. mark)\n"                                                  \
-    "    end\n"                                                                                    \
-    "    raise[i] = t > h\n"                                                                       \
-    "  end\n"                                                                                      \
-    "  for i = 1, n do\n"                                                                          \
-    "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + i]) end\n"                       \
-    "  end\n"                                                                                      \
-    "  return redis.pcall(unpack(ARGV, a + 2 * n + 1, last))\n"                                    \
-    "end\n"
-
-/* --mode script-set: one write per call. KEYS: marks. ARGV: n, n tokens, n lock names, the
- * command. */
-static const char fb_fenced_write_script[] = FB_ONE_LUA "return one(0, 1, #ARGV)\n";
-
-/* --mode group-set: --pipeline writes per call, as fencegate sends writes that meet on its
- * shared upstream connection. KEYS: every write's marks. ARGV: the number of writes, then per
- * write its argument count and the single script's ARGV. */
-static const char fb_group_script[] =
-    /* defines one() */ FB_ONE_LUA /* then: */
-    "local out, k, a = {}, 0, 2\n"
-    "for w = 1, tonumber(ARGV[1]) do\n"
-    "  local last = a + tonumber(ARGV[a])\n"
-    "  local ok, r = pcall(one, k, a + 1, last)\n"
-    "  if not ok then r = redis.error_reply(tostring(r)) end\n"
-    "  out[w] = r\n"
-    "  k = k + tonumber(ARGV[a + 1])\n"
-    "  a = last + 1\n"
-    "end\n"
-    "return out\n";
 
 enum fb_mode {
     FB_SET,
@@ -606,7 +558,8 @@ static int fb_fence_acquire(struct fb_conn *c, const char *name)
 static int fb_script_setup(struct fb_conn *c)
 {
     const char *load[3] = {"SCRIPT", "LOAD",
-                           fb_opt.mode == FB_GROUP_SET ? fb_group_script : fb_fenced_write_script};
+                           fb_opt.mode == FB_GROUP_SET ? fence_group_script()
+                                                       : fence_write_script()};
     struct fb_reply r;
     uint64_t start = c->cmd_index, ok = 0;
 
