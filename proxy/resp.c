@@ -435,6 +435,36 @@ static int resp_valid_bignum(const char *s, size_t n)
     return 1;
 }
 
+/* The common header, decoded in one pass: '$', '*' or ':' with a canonical non-negative number of
+ * at most 18 digits (so no overflow) and its CRLF, all in buf. Returns 1 with *h filled, or 0
+ * for anything else (a sign, a leading zero, a short or unusual line), which the general path
+ * below then judges: both accept a line the same way. Array-of-bulk replies are mostly these. */
+static int resp_reply_header_fast(const char *buf, size_t len, struct resp_hdr *h)
+{
+    char t = buf[0];
+    long long v = 0;
+    size_t i = 1;
+
+    if (t != '$' && t != '*' && t != ':')
+        return 0;
+    if (len > 1 && buf[1] == '0') {
+        i = 2; /* "0" alone; "01" is refused by the general path */
+    } else {
+        for (; i < len && i <= 18 && buf[i] >= '0' && buf[i] <= '9'; i++)
+            v = v * 10 + (buf[i] - '0');
+        if (i == 1)
+            return 0;
+    }
+    if (i + 1 >= len || buf[i] != '\r' || buf[i + 1] != '\n')
+        return 0;
+    h->type = t;
+    h->n = v;
+    h->text = 1;
+    h->text_len = i - 1;
+    h->next = i + 2;
+    return 1;
+}
+
 /* Reads and validates the reply header line at buf[0]. *seen carries the search position of an
  * unfinished line between calls. Returns 1 with *h filled, 0 when more bytes are needed, -1 when
  * the line is not RESP (unknown type, bad number, missing LF, longer than RESP_MAX_LINE). */
@@ -447,6 +477,8 @@ static int resp_reply_header(const char *buf, size_t len, size_t *seen, struct r
 
     if (len == 0)
         return 0;
+    if (*seen == 0 && resp_reply_header_fast(buf, len, h))
+        return 1;
     h->type = buf[0];
     if (!resp_is_bulk_type(h->type) && !resp_is_aggr_type(h->type) && h->type != '+' &&
         h->type != '-' && h->type != ':' && h->type != '_' && h->type != ',' && h->type != '#' &&
@@ -578,7 +610,20 @@ int resp_scan_reply(struct resp_scanner *s, const char *buf, size_t len, size_t 
         s->line_seen = 0;
         pos += h.next;
         if (resp_is_bulk_type(h.type) && h.n >= 0) {
-            s->bulk_left = h.n + 2;
+            if ((unsigned long long)(len - pos) < (unsigned long long)h.n + 2) {
+                s->bulk_left = h.n + 2;
+                continue;
+            }
+            /* The whole payload is here: only its CRLF is looked at. */
+            if (buf[pos + (size_t)h.n] != '\r' || buf[pos + (size_t)h.n + 1] != '\n') {
+                *used = pos;
+                return RESP_SCAN_INVALID;
+            }
+            pos += (size_t)h.n + 2;
+            if (resp_scan_complete(s)) {
+                *used = pos;
+                return RESP_SCAN_DONE;
+            }
             continue;
         }
         if (resp_is_aggr_type(h.type) && h.n > 0) {

@@ -657,7 +657,10 @@ static const struct reply_case replies_valid[] = {
     {S(":-42\r\n")},
     {S(":9223372036854775807\r\n")},
     {S(":-9223372036854775808\r\n")},
+    {S(":999999999999999999\r\n")},  /* 18 digits: the scanner's one-pass header */
+    {S(":1000000000000000000\r\n")}, /* 19: the general one */
     {S("$5\r\nhello\r\n")},
+    {S("$10\r\n0123456789\r\n")},
     {S("$0\r\n\r\n")},
     {S("$-1\r\n")},
     {S("$6\r\na\r\n\0bc\r\n")},
@@ -747,6 +750,8 @@ static const struct reply_case replies_invalid[] = {
     {S("x")},
     {S(":abc\r\n")},
     {S(":01\r\n")},
+    {S("$01\r\n")},
+    {S("*00\r\n")},
     {S(":-0\r\n")},
     {S(":\r\n")},
     {S(":1\rX")},
