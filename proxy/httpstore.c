@@ -5,7 +5,13 @@
  * buffered by evhttp (up to the HTTP endpoint's body limit); the store's response is streamed
  * back chunk by chunk, and reading from the store pauses while the client's output is above
  * HS_WATERMARK. Every teardown goes through hs_fwd_finish(), which defers the frees to the loop so
- * that no evhttp object is freed inside its own callback. */
+ * that no evhttp object is freed inside its own callback.
+ *
+ * Store connections are kept alive: a forward whose response was read whole gives its connection
+ * back to its store's idle list (at most HS_POOL_MAX, each for at most HS_POOL_IDLE_MS), and the
+ * next forward to that store takes the newest. Without that, every forward would leave a socket
+ * in TIME_WAIT, and a few hundred forwards a second would run out of local ports. A connection
+ * the store closed while idle is reopened by evhttp on its next request. */
 #include "httpstore.h"
 
 #include <event2/buffer.h>
@@ -32,6 +38,8 @@
 #define HS_WATERMARK            (256 * 1024) /* client output bytes above which the store is not read */
 #define HS_MAX_RESPONSE_HEADERS (64 * 1024) /* the store's status line and headers, bytes */
 #define HS_MAX_KEY              (CFG_MAX_STR + LOCK_MAX_NAME + 2)
+#define HS_POOL_MAX             32   /* idle connections kept per store */
+#define HS_POOL_IDLE_MS         2000 /* an idle connection is closed after this long */
 
 enum hs_state {
     HS_RAISING,   /* waiting for the mark */
@@ -58,6 +66,7 @@ struct hs_fwd {
     int refused;   /* the store's answer cannot be relayed (a 1xx, an unknown transfer coding) */
     int uerr;      /* 1 + enum evhttp_request_error of a failed store request, else 0 */
     int paused;    /* reading from the store is off: the client is slow */
+    int reusable;  /* the store's response was read whole: conn can serve another forward */
     size_t unsent; /* paused: the client's pending output when the idle timer was last armed */
     long long timeout_ms;
     uint64_t token;
@@ -78,6 +87,13 @@ struct hs_hook {
     char msg[300];
 };
 
+/* An idle store connection; a store's list is newest first. */
+struct hs_idle {
+    struct hs_idle *next;
+    struct evhttp_connection *conn;
+    long long since_ms; /* monotonic */
+};
+
 struct httpstore {
     struct event_base *base;
     const struct cfg *cfg;
@@ -87,6 +103,9 @@ struct httpstore {
     long long connect_ms, response_ms;
     struct hs_fwd *fwds;
     struct hs_hook *hooks;
+    struct hs_idle *idle[CFG_MAX_STORES]; /* per store */
+    int nidle[CFG_MAX_STORES];
+    struct event *sweep; /* closes connections idle too long; armed while any is idle */
 };
 
 static void hs_arm(struct event *ev, long long ms)
@@ -104,6 +123,82 @@ static int hs_mark_key(char *out, size_t cap, const char *store, const char *loc
     return n < 0 || (size_t)n >= cap || (size_t)n > LOCK_MAX_MARK_KEY ? -1 : n;
 }
 
+/* ---- idle store connections ---- */
+
+static long long hs_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Closes the connections of store i idle since before `before` (all of them when before < 0):
+ * they sit at the tail of its list. */
+static void hs_pool_trim(struct httpstore *hs, int i, long long before)
+{
+    struct hs_idle **pp = &hs->idle[i];
+
+    while (*pp && (before >= 0 && (*pp)->since_ms >= before))
+        pp = &(*pp)->next;
+    while (*pp) {
+        struct hs_idle *e = *pp;
+        *pp = e->next;
+        evhttp_connection_free(e->conn);
+        free(e);
+        hs->nidle[i]--;
+    }
+}
+
+static void hs_on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpstore *hs = arg;
+    int any = 0;
+
+    for (int i = 0; i < hs->cfg->nstores; i++) {
+        hs_pool_trim(hs, i, hs_now_ms() - HS_POOL_IDLE_MS);
+        any |= hs->nidle[i] > 0;
+    }
+    if (any)
+        hs_arm(hs->sweep, HS_POOL_IDLE_MS / 2);
+}
+
+/* The newest idle connection to store i, or NULL. */
+static struct evhttp_connection *hs_pool_take(struct httpstore *hs, int i)
+{
+    struct hs_idle *e;
+    struct evhttp_connection *conn;
+
+    hs_pool_trim(hs, i, hs_now_ms() - HS_POOL_IDLE_MS);
+    e = hs->idle[i];
+    if (!e)
+        return NULL;
+    hs->idle[i] = e->next;
+    hs->nidle[i]--;
+    conn = e->conn;
+    free(e);
+    return conn;
+}
+
+/* Keeps conn for store i's next forward, or frees it when the list is full. */
+static void hs_pool_put(struct httpstore *hs, int i, struct evhttp_connection *conn)
+{
+    struct hs_idle *e = hs->nidle[i] < HS_POOL_MAX && hs->sweep ? malloc(sizeof(*e)) : NULL;
+
+    if (!e) {
+        evhttp_connection_free(conn);
+        return;
+    }
+    evhttp_connection_set_closecb(conn, NULL, NULL); /* its forward is gone */
+    e->conn = conn;
+    e->since_ms = hs_now_ms();
+    e->next = hs->idle[i];
+    hs->idle[i] = e;
+    hs->nidle[i]++;
+    if (!evtimer_pending(hs->sweep, NULL))
+        hs_arm(hs->sweep, HS_POOL_IDLE_MS / 2);
+}
+
 /* ---- forwards ---- */
 
 /* f has no client's request to answer any more: it answered it, or gave it back to evhttp. */
@@ -118,7 +213,9 @@ static void hs_fwd_free(struct hs_fwd *f)
     struct httpstore *hs = f->hs;
 
     httpwatch_stop(&f->watch);
-    if (f->conn)
+    if (f->conn && f->reusable && !f->ureq)
+        hs_pool_put(hs, (int)(f->st - hs->cfg->stores), f->conn);
+    else if (f->conn)
         evhttp_connection_free(f->conn); /* frees a store request still pending, silently */
     if (f->prev)
         f->prev->next = f->next;
@@ -339,6 +436,7 @@ static void hs_on_done(struct evhttp_request *ureq, void *arg)
         hs_req_done(f); /* first: the end may free r and its connection at once */
         evhttp_send_reply_end(r);
     }
+    f->reusable = !f->paused; /* evhttp keeps it open, or reopens it, for the next request */
     hs_fwd_finish(f);
 }
 
@@ -418,7 +516,11 @@ static void hs_forward(struct hs_fwd *f)
     char num[32], host[300];
     size_t blen = evbuffer_get_length(body);
 
-    f->conn = evhttp_connection_base_new(hs->base, NULL, a->host, (unsigned short)a->port);
+    f->conn = hs_pool_take(hs, (int)(f->st - hs->cfg->stores));
+    if (f->conn)
+        metrics_inc(&fg_metrics, M_HSTORE_REUSED, 1);
+    else
+        f->conn = evhttp_connection_base_new(hs->base, NULL, a->host, (unsigned short)a->port);
     f->ureq = f->conn ? evhttp_request_new(hs_on_done, f) : NULL;
     if (!f->ureq) {
         hs_fwd_fail(f, 503, "unavailable", "out of memory");
@@ -756,6 +858,7 @@ struct httpstore *httpstore_new(struct event_base *base, const struct cfg *cfg,
         opt && opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms : HTTPSTORE_CONNECT_TIMEOUT_MS;
     hs->response_ms = opt && opt->response_timeout_ms > 0 ? opt->response_timeout_ms
                                                           : HTTPSTORE_RESPONSE_TIMEOUT_MS;
+    hs->sweep = evtimer_new(base, hs_on_sweep, hs); /* without it, nothing is kept idle */
     return hs;
 }
 
@@ -776,7 +879,11 @@ void httpstore_free(struct httpstore *hs)
         k->done(k->ctx, -1, 0, "shutting down");
         free(k);
     }
-    for (int i = 0; i < CFG_MAX_STORES; i++)
+    for (int i = 0; i < CFG_MAX_STORES; i++) {
+        hs_pool_trim(hs, i, -1);
         fence_rules_free(hs->rules[i]);
+    }
+    if (hs->sweep)
+        event_free(hs->sweep);
     free(hs);
 }

@@ -92,6 +92,8 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
                            "HTTP store requests refused: their lock is not held or was lost."},
     [M_HSTORE_ERRORS] = {"fencegate_http_store_errors_total",
                          "HTTP store requests that failed: unreachable, timed out or broken."},
+    [M_HSTORE_REUSED] = {"fencegate_http_store_connections_reused_total",
+                         "Requests forwarded on a kept-alive HTTP store connection."},
 };
 
 static const struct metrics_desc metrics_gauges[G_GAUGE_MAX] = {

@@ -45,6 +45,7 @@ enum metric_counter {
     M_HSTORE_STALE,     /* HTTP store requests refused: a mark above the token */
     M_HSTORE_LOCKLOST,  /* HTTP store requests refused: the lock not held or lost */
     M_HSTORE_ERRORS,    /* HTTP store requests failed: unreachable, timed out, broken off */
+    M_HSTORE_REUSED,    /* forwards sent on a kept-alive store connection */
     M_COUNTER_MAX
 };
 

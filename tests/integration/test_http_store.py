@@ -20,19 +20,28 @@ BIG = 20 * 1024 * 1024
 
 class Upstream:
     """An HTTP/1.1 server on a free loopback port, in a thread, recording every request it gets
-    (method, path, query, headers, body). Paths: /slow sleeps 3 s; /big sends BIG bytes with a
-    Content-Length; /chunked answers with Transfer-Encoding: chunked; anything else echoes."""
+    (method, path, query, headers, body, the client's port) and the ports of the connections that
+    ended. Paths: /slow sleeps 3 s; /big sends BIG bytes with a Content-Length; /chunked answers
+    with Transfer-Encoding: chunked; /close answers and closes; anything else echoes. With
+    idle_timeout, a connection idle that long is closed by the server."""
 
-    def __init__(self):
+    def __init__(self, idle_timeout=None):
         self.requests = []
+        self.closed = []
         self.lock = threading.Lock()
         up = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = idle_timeout
 
             def log_message(self, *a):
                 pass
+
+            def finish(self):
+                super().finish()
+                with up.lock:
+                    up.closed.append(self.client_address[1])
 
             def handle_any(self):
                 n = int(self.headers.get("Content-Length") or 0)
@@ -41,7 +50,8 @@ class Upstream:
                 with up.lock:
                     up.requests.append({
                         "method": self.command, "path": path, "query": query, "body": body,
-                        "headers": [(k.lower(), v) for k, v in self.headers.items()]})
+                        "headers": [(k.lower(), v) for k, v in self.headers.items()],
+                        "port": self.client_address[1]})
                 if path.endswith("/slow"):
                     time.sleep(3)
                 if path.endswith("/big"):
@@ -59,6 +69,14 @@ class Upstream:
                     self.end_headers()
                     self.wfile.write(b"x" * 1000)
                     self.close_connection = True  # the store dies mid-body
+                    return
+                if path.endswith("/close"):
+                    self.send_response(200)
+                    self.send_header("Content-Length", "2")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+                    self.close_connection = True
                     return
                 if path.endswith("/chunked"):
                     self.send_response(200)
@@ -339,6 +357,48 @@ class HttpStore(HttpStoreCase):
         self.assertEqual(Upstream.header(rec, "X-Keep"), ["yes"])
         self.assertEqual(Upstream.header(rec, "Authorization"), ["Bearer app"])
         self.assertEqual(rec["body"], b"hello")
+
+    def forward_n(self, fg, lock, n, pause=0.0, path="/n"):
+        """n PUTs under lock, each on a new client connection; returns the store-side ports."""
+        for i in range(n):
+            st, _, data = self.store(fg, "PUT", "%s/%d" % (path, i), lock=lock, body=b"x")
+            self.assertEqual(st, 201, data)
+            time.sleep(pause)
+        return [r["port"] for r in self.up.seen() if r["path"].startswith("/prefix" + path)]
+
+    def test_store_connections_are_kept_alive_then_closed_when_idle(self):
+        fg = self.sidecar()
+        self.acquire(fg, "ka")
+        ports = self.forward_n(fg, "ka", 20)
+        self.assertEqual(len(ports), 20)
+        # Sequential forwards share one connection (not 20 sockets left in TIME_WAIT).
+        self.assertEqual(len(set(ports)), 1, ports)
+        metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
+        self.assertEqual(metrics.get("fencegate_http_store_connections_reused_total"), 19)
+        # Idle for longer than 2 s, fencegate closes it; the next forward opens a new one.
+        deadline = time.monotonic() + 6
+        while ports[0] not in self.up.closed and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertIn(ports[0], self.up.closed, "the idle store connection was never closed")
+        st, _, data = self.store(fg, "PUT", "/after-idle", lock="ka", body=b"y")
+        self.assertEqual(st, 201, data)
+        self.assertNotEqual(self.up.seen()[-1]["port"], ports[0])
+
+    def test_store_closing_connections_costs_no_request(self):
+        """A store that closes idle connections after 0.2 s, or answers Connection: close: every
+        forward still goes through, each on a connection that is open."""
+        self.up.stop()
+        self.up = Upstream(idle_timeout=0.2)
+        self.addCleanup(self.up.stop)
+        fg = self.sidecar()
+        self.acquire(fg, "cl")
+        ports = self.forward_n(fg, "cl", 6, pause=0.5)
+        self.assertEqual(len(set(ports)), 6, ports)
+        for i in range(4):
+            st, _, data = self.store(fg, "GET", "/x/%d/close" % i, lock="cl")
+            self.assertEqual((st, data), (200, b"ok"))
+        closes = [r["port"] for r in self.up.seen() if r["path"].endswith("/close")]
+        self.assertEqual(len(set(closes)), 4, closes)
 
     def test_large_response_streams_intact(self):
         fg = self.sidecar()
