@@ -48,6 +48,58 @@ int64_t lock_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Decodes %XX escapes of src (n bytes) into out (cap bytes). Returns 0, or -1 if it does not fit
+ * or an escape is malformed. */
+static int lock_pct_decode(const char *src, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = src[i];
+        if (ch == '%') {
+            unsigned v = 0;
+            if (i + 2 >= n)
+                return -1;
+            for (int j = 1; j <= 2; j++) {
+                char h = src[i + (size_t)j];
+                v <<= 4;
+                if (h >= '0' && h <= '9')
+                    v |= (unsigned)(h - '0');
+                else if (h >= 'a' && h <= 'f')
+                    v |= (unsigned)(h - 'a' + 10);
+                else if (h >= 'A' && h <= 'F')
+                    v |= (unsigned)(h - 'A' + 10);
+                else
+                    return -1;
+            }
+            ch = (char)v;
+            i += 2;
+        }
+        if (o + 1 >= cap || ch == '\0')
+            return -1;
+        out[o++] = ch;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+const char *lock_url_userinfo(const char *p, char *user, size_t ucap, char *pass, size_t pcap,
+                              int *have)
+{
+    const char *at = strrchr(p, '@');
+
+    user[0] = pass[0] = '\0';
+    *have = 0;
+    if (at == NULL)
+        return p;
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    const char *pw = colon ? colon + 1 : p;
+    if ((colon && lock_pct_decode(p, (size_t)(colon - p), user, ucap) != 0) ||
+        lock_pct_decode(pw, (size_t)(at - pw), pass, pcap) != 0)
+        return NULL;
+    *have = 1;
+    return at + 1;
+}
+
 void lock_fmt(char *out, size_t cap, const char *fmt, ...)
 {
     va_list ap;

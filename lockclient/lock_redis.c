@@ -1298,40 +1298,6 @@ static int rd_op_ready(const struct lock_client *c)
     return rd_of(c)->main.state == RD_READY;
 }
 
-/* Decodes %XX escapes of src (n bytes) into out (cap bytes). Returns 0, or -1 if it does not fit
- * or an escape is malformed. */
-static int rd_pct_decode(const char *src, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = src[i];
-        if (ch == '%') {
-            unsigned v = 0;
-            if (i + 2 >= n)
-                return -1;
-            for (int j = 1; j <= 2; j++) {
-                char h = src[i + (size_t)j];
-                v <<= 4;
-                if (h >= '0' && h <= '9')
-                    v |= (unsigned)(h - '0');
-                else if (h >= 'a' && h <= 'f')
-                    v |= (unsigned)(h - 'a' + 10);
-                else if (h >= 'A' && h <= 'F')
-                    v |= (unsigned)(h - 'A' + 10);
-                else
-                    return -1;
-            }
-            ch = (char)v;
-            i += 2;
-        }
-        if (o + 1 >= cap || ch == '\0')
-            return -1;
-        out[o++] = ch;
-    }
-    out[o] = '\0';
-    return 0;
-}
-
 /* Parses a decimal in [lo, hi] from s (n bytes). Returns 0 or -1. */
 static int rd_parse_num(const char *s, size_t n, long lo, long hi, int *out)
 {
@@ -1353,27 +1319,14 @@ static int rd_parse_num(const char *s, size_t n, long lo, long hi, int *out)
  * reads it). Returns 0, or -1 with the reason in err. */
 static int rd_parse_url(struct rd_client *rc, const char *url, char *err, size_t errlen)
 {
-    const char *p = url + strlen("redis://");
-    const char *end = p + strcspn(p, "/?#");
-    const char *at = NULL;
-    for (const char *q = p; q < end; q++)
-        if (*q == '@')
-            at = q;
-    rc->port = RD_DEFAULT_PORT;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        const char *pw = colon ? colon + 1 : p;
-        if (colon && rd_pct_decode(p, (size_t)(colon - p), rc->user, sizeof(rc->user)) != 0) {
-            lock_fmt(err, errlen, "redis URL: bad or too long user name");
-            return -1;
-        }
-        if (rd_pct_decode(pw, (size_t)(at - pw), rc->pass, sizeof(rc->pass)) != 0) {
-            lock_fmt(err, errlen, "redis URL: bad or too long password");
-            return -1;
-        }
-        rc->have_auth = 1;
-        p = at + 1;
+    const char *p = lock_url_userinfo(url + strlen("redis://"), rc->user, sizeof(rc->user),
+                                      rc->pass, sizeof(rc->pass), &rc->have_auth);
+    if (p == NULL) {
+        lock_fmt(err, errlen, "redis URL: bad %%-escape, or a user name or password too long");
+        return -1;
     }
+    const char *end = p + strcspn(p, "/?#");
+    rc->port = RD_DEFAULT_PORT;
     const char *hend, *portp = NULL;
     if (*p == '[') {
         const char *rb = memchr(p, ']', (size_t)(end - p));

@@ -208,15 +208,18 @@ class Multiplex(FgTestCase):
         self.assertEqual(self.pinned(), 1)
 
     def test_upstream_password_and_database_on_both_kinds_of_connection(self):
-        self.direct.config_set("requirepass", "s3cret")
-        self.addCleanup(lambda: self.redis.client(password="s3cret").config_set("requirepass", ""))
-        url = "redis://:s3cret@127.0.0.1:%d/2" % self.redis.port
+        # A generated secret may hold '/', '+', '@' or '#': the URL's user info ends at its last
+        # '@', for the upstream and the lock backend alike.
+        pw = "s3/cr@t+#"
+        self.direct.config_set("requirepass", pw)
+        self.addCleanup(lambda: self.redis.client(password=pw).config_set("requirepass", ""))
+        url = "redis://:%s@127.0.0.1:%d/2" % (pw, self.redis.port)
         fg = self.start_fencegate(url, args=["--upstream-multiplex", "true"])
         shared, pinned = self.raw(fg.resp_port), self.raw(fg.resp_port)
         self.assertEqual(shared.call("SET", "on", "shared"), Status("OK"))
         self.assertEqual(pinned.call("CLIENT", "SETNAME", "p"), Status("OK"))
         self.assertEqual(pinned.call("SET", "on2", "pinned"), Status("OK"))
-        db2 = self.redis.client(db=2, password="s3cret")
+        db2 = self.redis.client(db=2, password=pw)
         self.addCleanup(db2.close)
         self.assertEqual(db2.mget("on", "on2"), [b"shared", b"pinned"])
 
