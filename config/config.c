@@ -467,6 +467,18 @@ static const char *cfg_host_list(const char *p, const char *end, int defport, st
     }
 }
 
+/* Decodes the user info p[0..at): "user:password", or a password alone (no ':'). */
+static const char *cfg_userinfo(const char *p, const char *at, struct cfg_url *u)
+{
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    const char *pstart = colon ? colon + 1 : p;
+    const char *why =
+        colon ? cfg_pct_decode(p, (size_t)(colon - p), u->user, sizeof u->user) : NULL;
+
+    return why ? why
+               : cfg_pct_decode(pstart, (size_t)(at - pstart), u->password, sizeof u->password);
+}
+
 /* redis://[[user]:password@]host[:port][/db]. The user info ends at the last '@', so a password
  * may hold '/', '?' or '#' without escaping. As redis-cli -u reads it (and the lock client too),
  * user info without ':' is a password, not a user name. */
@@ -477,12 +489,7 @@ static const char *cfg_url_redis(const char *p, const char *end, struct cfg_url 
     long long db = 0;
 
     if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        const char *pstart = colon ? colon + 1 : p;
-
-        why = colon ? cfg_pct_decode(p, (size_t)(colon - p), u->user, sizeof u->user) : NULL;
-        if (!why)
-            why = cfg_pct_decode(pstart, (size_t)(at - pstart), u->password, sizeof u->password);
+        why = cfg_userinfo(p, at, u);
         if (why)
             return why;
         p = at + 1;
@@ -507,13 +514,24 @@ static const char *cfg_url_redis(const char *p, const char *end, struct cfg_url 
     return NULL;
 }
 
-/* etcd://host[:port][,host[:port]...] */
+/* etcd://[user:password@]host[:port][,host[:port]...]. As with redis://, the user info ends at
+ * the last '@'; etcd's authentication needs both a user name and a password. */
 static const char *cfg_url_etcd(const char *p, const char *end, struct cfg_url *u)
 {
-    const char *aend = cfg_authority_end(p, end, "/?#");
+    const char *at = cfg_memrchr(p, '@', (size_t)(end - p));
+    const char *aend, *why;
 
-    if (memchr(p, '@', (size_t)(aend - p)))
-        return "credentials in etcd:// URLs are not supported yet";
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+
+        if (!colon || colon == p || colon + 1 == at)
+            return "etcd:// credentials must be user:password@ (both non-empty)";
+        why = cfg_userinfo(p, at, u);
+        if (why)
+            return why;
+        p = at + 1;
+    }
+    aend = cfg_authority_end(p, end, "/?#");
     if (aend < end && (*aend != '/' || aend + 1 != end))
         return "etcd:// URLs take no path or query (set the key prefix with backend.prefix)";
     return cfg_host_list(p, aend, 2379, u);
@@ -1768,7 +1786,7 @@ const char *cfg_usage(void)
 {
     return "usage: fencegate [--config FILE] [--resp HOST:PORT] [--http HOST:PORT]\n"
            "                 [--upstream redis://HOST:PORT] [--backend redis://HOST:PORT | "
-           "etcd://HOST:PORT[,HOST:PORT...]]\n"
+           "etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]]\n"
            "       fencegate --version\n"
            "       fencegate injector --listen HOST:PORT --cert FILE --key FILE   (admission "
            "webhook; --help for more)\n"
@@ -1787,7 +1805,7 @@ const char *cfg_usage(void)
            "  --upstream URL            FENCEGATE_UPSTREAM           redis:// behind the Redis "
            "endpoint (default: first redis store, else redis://127.0.0.1:6379)\n"
            "  --backend URL             FENCEGATE_BACKEND            lock backend, redis:// or "
-           "etcd://H:P[,H:P...] (default: the upstream)\n"
+           "etcd://[USER:PASSWORD@]H:P[,H:P...] (default: the upstream)\n"
            "  --backend-prefix P        FENCEGATE_BACKEND_PREFIX     etcd lock key prefix (default "
            "/fencegate/locks/)\n"
            "  --session-ttl-ms N        FENCEGATE_SESSION_TTL_MS     session lease, 500..3600000 "

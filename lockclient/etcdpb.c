@@ -336,6 +336,18 @@ int etcdpb_lease_grant_req_encode(struct etcdpb_buf *b, int64_t ttl_s, int64_t i
     return enc_finish(b, start, 0);
 }
 
+int etcdpb_auth_req_encode(struct etcdpb_buf *b, struct etcdpb_slice name,
+                           struct etcdpb_slice password)
+{
+    size_t start = b->len;
+
+    if (!slice_ok(name) || !slice_ok(password))
+        return enc_finish(b, start, 1);
+    put_slice(b, 1, name);
+    put_slice(b, 2, password);
+    return enc_finish(b, start, 0);
+}
+
 int etcdpb_lease_revoke_req_encode(struct etcdpb_buf *b, int64_t id)
 {
     size_t start = b->len;
@@ -807,6 +819,25 @@ static int lease_grant_resp_fn(const struct pb_field *f, void *out)
 int etcdpb_lease_grant_resp_decode(const uint8_t *p, size_t n, struct etcdpb_lease_grant_resp *out)
 {
     return pb_decode(p, n, lease_grant_resp_fn, out, sizeof(*out));
+}
+
+static int auth_resp_fn(const struct pb_field *f, void *out)
+{
+    struct etcdpb_auth_resp *a = out;
+
+    switch (f->num) {
+    case 1:
+        return pb_embedded(f, header_fn, &a->header);
+    case 2:
+        return want_bytes(f, &a->token);
+    default:
+        return 0;
+    }
+}
+
+int etcdpb_auth_resp_decode(const uint8_t *p, size_t n, struct etcdpb_auth_resp *out)
+{
+    return pb_decode(p, n, auth_resp_fn, out, sizeof(*out));
 }
 
 static int header_only_fn(const struct pb_field *f, void *out)

@@ -179,6 +179,16 @@ struct etcdpb_lease_grant_resp {
 };
 int etcdpb_lease_grant_resp_decode(const uint8_t *p, size_t n, struct etcdpb_lease_grant_resp *out);
 
+/* AuthenticateRequest {name, password}; AuthenticateResponse: the token for the "token"
+ * metadata of later calls. */
+int etcdpb_auth_req_encode(struct etcdpb_buf *b, struct etcdpb_slice name,
+                           struct etcdpb_slice password);
+struct etcdpb_auth_resp {
+    struct etcdpb_header header;
+    struct etcdpb_slice token;
+};
+int etcdpb_auth_resp_decode(const uint8_t *p, size_t n, struct etcdpb_auth_resp *out);
+
 int etcdpb_lease_revoke_req_encode(struct etcdpb_buf *b, int64_t id);
 /* LeaseRevokeResponse and any other response whose only field we read is the header. */
 int etcdpb_header_only_decode(const uint8_t *p, size_t n, struct etcdpb_header *out);

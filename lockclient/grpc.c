@@ -117,6 +117,10 @@ struct grpc_channel {
     int ping_outstanding;
     long long ping_sent_at, last_ping_at;
     uint64_t pings_sent, pings_acked;
+
+    char md_name[64]; /* grpc_channel_set_metadata(); "" when none */
+    char md_value[GRPC_CHANNEL_MD_MAX];
+    char md_except[128]; /* the path whose calls go without it */
 };
 
 static void conn_fail(struct grpc_channel *ch, const char *fmt, ...)
@@ -1117,7 +1121,7 @@ struct grpc_call *grpc_call_start(struct grpc_channel *ch, const char *path,
         return NULL;
     }
     char tmo[32];
-    nghttp2_nv nv[8 + GRPC_MAX_METADATA];
+    nghttp2_nv nv[9 + GRPC_MAX_METADATA];
     size_t n = 0;
     nv[n++] = make_nv(":method", "POST");
     nv[n++] = make_nv(":scheme", "http");
@@ -1131,6 +1135,8 @@ struct grpc_call *grpc_call_start(struct grpc_channel *ch, const char *path,
     }
     for (size_t i = 0; i < nmd; i++)
         nv[n++] = make_nv(md[i].name, md[i].value);
+    if (ch->md_name[0] && strcmp(path, ch->md_except) != 0)
+        nv[n++] = make_nv(ch->md_name, ch->md_value);
     nghttp2_data_provider prd;
     prd.source.ptr = c;
     prd.read_callback = data_read_cb;
@@ -1155,6 +1161,27 @@ struct grpc_call *grpc_call_start(struct grpc_channel *ch, const char *path,
     ping_arm(ch);
     schedule_work(ch);
     return c;
+}
+
+int grpc_channel_set_metadata(struct grpc_channel *ch, const char *name, const char *value,
+                              const char *except_path)
+{
+    struct grpc_metadata m = {name, value};
+
+    if (ch == NULL || name == NULL)
+        return -1;
+    if (value == NULL) {
+        ch->md_name[0] = '\0';
+        return 0;
+    }
+    if (!metadata_ok(&m) || strlen(name) >= sizeof(ch->md_name) ||
+        strlen(value) >= sizeof(ch->md_value) ||
+        (except_path && strlen(except_path) >= sizeof(ch->md_except)))
+        return -1;
+    snprintf(ch->md_except, sizeof(ch->md_except), "%s", except_path ? except_path : "");
+    snprintf(ch->md_name, sizeof(ch->md_name), "%s", name);
+    snprintf(ch->md_value, sizeof(ch->md_value), "%s", value);
+    return 0;
 }
 
 static void call_resume(struct grpc_call *c)

@@ -45,6 +45,7 @@ enum {
     GRPC_STATUS_RESOURCE_EXHAUSTED = 8,
     GRPC_STATUS_INTERNAL = 13,
     GRPC_STATUS_UNAVAILABLE = 14,
+    GRPC_STATUS_UNAUTHENTICATED = 16,
 };
 
 /* A numeric address is used as is; a host name is resolved with getaddrinfo(), which BLOCKS the
@@ -94,6 +95,14 @@ void grpc_channel_ping_counts(const struct grpc_channel *ch, uint64_t *sent, uin
 struct grpc_metadata {
     const char *name, *value;
 };
+
+#define GRPC_CHANNEL_MD_MAX 2048 /* bytes of the channel metadata's value */
+/* Sets the one metadata entry sent with every call started from now on (an auth token, say),
+ * except calls of except_path (may be NULL; the call that obtains a token must not carry a stale
+ * one); value NULL removes it. Calls already started keep what they were sent with. Returns 0, or
+ * -1 when the name or value is not valid metadata or the value is GRPC_CHANNEL_MD_MAX or longer. */
+int grpc_channel_set_metadata(struct grpc_channel *ch, const char *name, const char *value,
+                              const char *except_path);
 
 struct grpc_call_cbs {
     /* One complete response message (the 5-byte prefix removed); msg is valid during the call. */

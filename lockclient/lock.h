@@ -66,7 +66,8 @@ struct lock_options {
 };
 
 /* Creates a client for url ("redis://host:port[/db]" with optional user:password@, or
- * "etcd://host:port[,host:port...]"). opt may be NULL for defaults. Connects in the background.
+ * "etcd://[user:password@]host:port[,host:port...]"). opt may be NULL for defaults. Connects in
+ * the background.
  * Returns NULL with a reason in err (unknown scheme, bad URL, out of memory). */
 struct lock_client *lock_client_new(struct event_base *base, const char *url,
                                     const struct lock_options *opt, char *err, size_t errlen);

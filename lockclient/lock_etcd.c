@@ -19,7 +19,12 @@
  * "orphan" delete, retried after reconnects. A create whose outcome is unknown has no revision to
  * guard with, so its name is "dirty" in the session: the unguarded clean-up runs before any new
  * acquisition of that name in the session may start. Revoking the leases at session close deletes
- * whatever is left. */
+ * whatever is left.
+ *
+ * With etcd://user:password@..., every new connection first calls Auth/Authenticate; calls start
+ * once it answered, each carrying the token as "token" metadata. A unary call refused for its
+ * token (expired, or revoked) was refused before anything happened, so it is sent once more after
+ * a new Authenticate; the watch stream, which keeps the token it was opened with, is reopened. */
 #include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,6 +47,10 @@
 #define ED_PATH_REVOKE    "/etcdserverpb.Lease/LeaseRevoke"
 #define ED_PATH_KEEPALIVE "/etcdserverpb.Lease/LeaseKeepAlive"
 #define ED_PATH_WATCH     "/etcdserverpb.Watch/Watch"
+#define ED_PATH_AUTH      "/etcdserverpb.Auth/Authenticate"
+
+#define ED_AUTH_RETRY_MAX_MS 8000  /* failed authentications are retried, backing off to this */
+#define ED_AUTH_WARN_MS      30000 /* the same authentication failure is logged this seldom */
 
 static const struct grpc_metadata ed_hasleader[] = {{"hasleader", "true"}};
 
@@ -141,6 +150,12 @@ struct ed_rpc {
     uint8_t *resp;
     size_t resp_len;
     int have_resp;
+    /* With authentication: the request, to send again once if refused for its token. */
+    const char *path;
+    uint8_t *req;
+    size_t req_len;
+    int retried; /* sent again already, or waiting to be */
+    int waiting; /* refused for its token: no call now, sent again after the next Authenticate */
 };
 
 /* A key to delete while its create_revision is rev. */
@@ -185,9 +200,18 @@ struct ed_client {
     struct event *maint; /* retries orphan deletes and dirty-name clean-ups every second */
     struct etcdpb_buf out;
     char mark_prefix[ED_MAX_PREFIX + 16];
+    /* Authentication (see the file comment). */
+    int have_auth;
+    int authed;          /* calls may start on this connection (authenticated, or no auth) */
+    int up_done;         /* ed_ready_up() ran for this connection */
+    struct ed_rpc *auth; /* the Authenticate call in flight */
+    int64_t auth_next_ms, auth_backoff_ms, auth_warned_ms, watch_refresh_ms;
+    char user[128], pass[256];
+    char why[LOCK_MSG_MAX]; /* the last authentication failure, while it lasts */
 };
 
 static void ed_acq_start(struct ed_acq *a);
+static void ed_acq_pause(struct ed_acq *a);
 static void ed_acq_look(struct ed_acq *a);
 static void ed_acq_restart(struct ed_acq *a, const char *why);
 static void ed_lease_unref(struct ed_lease *l);
@@ -260,12 +284,24 @@ static void ed_maybe_failover(struct ed_client *ec, int status, const char *err)
     grpc_channel_failover(ec->ch, why);
 }
 
+static void ed_auth_refresh(struct ed_client *ec);
+
 static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char *message)
 {
     struct ed_rpc *k = arg;
     struct ed_client *ec = k->ec;
     char err[LOCK_MSG_MAX];
     (void)call;
+    if (status == GRPC_STATUS_UNAUTHENTICATED && k->req && !k->retried) {
+        /* Refused for its token before anything was done: again, with a new one. */
+        k->call = NULL;
+        k->retried = k->waiting = 1;
+        free(k->resp);
+        k->resp = NULL;
+        k->have_resp = 0;
+        ed_auth_refresh(ec);
+        return;
+    }
     ed_rpc_unlink(k);
     if (status == GRPC_STATUS_OK && !k->have_resp) {
         status = GRPC_STATUS_INTERNAL;
@@ -278,6 +314,7 @@ static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char
     }
     k->fn(k->arg, status, status == GRPC_STATUS_OK ? "" : err, k->resp, k->resp_len);
     free(k->resp);
+    free(k->req);
     free(k);
     if (status != GRPC_STATUS_OK)
         ed_maybe_failover(ec, status, message ? message : "");
@@ -285,8 +322,21 @@ static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char
 
 static const struct grpc_call_cbs ed_rpc_cbs = {ed_rpc_msg, ed_rpc_end};
 
-/* Starts a unary call of the message in ec->out. NULL when not connected or out of memory. */
-static struct ed_rpc *ed_rpc_start(struct ed_client *ec, const char *path, ed_done_fn fn, void *arg)
+/* 1 when calls can start: connected, and authenticated if etcd wants that. */
+static int ed_ready(const struct ed_client *ec)
+{
+    return grpc_channel_ready(ec->ch) && ec->authed;
+}
+
+/* Why calls cannot start, for error messages. */
+static const char *ed_not_ready(const struct ed_client *ec)
+{
+    return ec->why[0] ? ec->why : "etcd is not connected";
+}
+
+/* Starts a unary call of the message in ec->out on the connection, authenticated or not. NULL
+ * when not connected or out of memory. */
+static struct ed_rpc *ed_rpc_begin(struct ed_client *ec, const char *path, ed_done_fn fn, void *arg)
 {
     if (ec->out.oom || !grpc_channel_ready(ec->ch))
         return NULL;
@@ -296,9 +346,16 @@ static struct ed_rpc *ed_rpc_start(struct ed_client *ec, const char *path, ed_do
     k->ec = ec;
     k->fn = fn;
     k->arg = arg;
+    k->path = path;
+    if (ec->have_auth && strcmp(path, ED_PATH_AUTH) != 0 &&
+        (k->req = malloc(ec->out.len ? ec->out.len : 1)) != NULL) {
+        memcpy(k->req, ec->out.p, ec->out.len);
+        k->req_len = ec->out.len;
+    }
     k->call =
         grpc_unary(ec->ch, path, ec->out.p, ec->out.len, ec->c->opt.op_timeout_ms, &ed_rpc_cbs, k);
     if (k->call == NULL) {
+        free(k->req);
         free(k);
         return NULL;
     }
@@ -309,6 +366,12 @@ static struct ed_rpc *ed_rpc_start(struct ed_client *ec, const char *path, ed_do
     return k;
 }
 
+/* Starts a unary call of the message in ec->out. NULL when not ready or out of memory. */
+static struct ed_rpc *ed_rpc_start(struct ed_client *ec, const char *path, ed_done_fn fn, void *arg)
+{
+    return ed_ready(ec) ? ed_rpc_begin(ec, path, fn, arg) : NULL;
+}
+
 /* Cancels k (NULL is a no-op): its completion never runs. */
 static void ed_rpc_cancel(struct ed_rpc *k)
 {
@@ -317,6 +380,7 @@ static void ed_rpc_cancel(struct ed_rpc *k)
     ed_rpc_unlink(k);
     grpc_call_cancel(k->call);
     free(k->resp);
+    free(k->req);
     free(k);
 }
 
@@ -645,6 +709,8 @@ static void ed_ka_end(void *arg, struct grpc_call *call, int status, const char 
         ((struct ed_lease *)(void *)n)->ka_sent_ms = 0;
     if (status != GRPC_STATUS_OK)
         ec->c->stats.backend_errors++;
+    if (status == GRPC_STATUS_UNAUTHENTICATED)
+        ed_auth_refresh(ec); /* the next tick opens a stream with the new token */
     ed_maybe_failover(ec, status, message ? message : "");
 }
 
@@ -654,7 +720,7 @@ static void ed_lease_keepalive(struct ed_lease *l)
 {
     struct ed_client *ec = l->ec;
     int64_t now = lock_now_ms();
-    if (l->norenew || l->state != ED_LEASE_LIVE || !grpc_channel_ready(ec->ch))
+    if (l->norenew || l->state != ED_LEASE_LIVE || !ed_ready(ec))
         return; /* a NORENEW lease is a fixed lease: never extended */
     if (l->ka_sent_ms != 0 && now - l->ka_sent_ms < ec->c->opt.op_timeout_ms)
         return; /* still waiting for the last answer */
@@ -742,6 +808,16 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
             return;
         }
         a->wpend = NULL;
+        if (w.canceled && w.compact_revision == 0 && w.cancel_reason.n > 0) {
+            /* Refused ("permission denied": with authentication, the stream's token may have
+             * expired): a new token and stream, then look again. */
+            if (ec->have_auth && lock_now_ms() - ec->watch_refresh_ms >= 5000) {
+                ec->watch_refresh_ms = lock_now_ms();
+                ed_auth_refresh(ec);
+            }
+            ed_acq_pause(a);
+            return;
+        }
         if (w.canceled) { /* e.g. compacted: look at the current state instead */
             ed_acq_look(a);
             return;
@@ -764,10 +840,10 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
 
 static void ed_acq_pause(struct ed_acq *a);
 
-static void ed_watch_end(void *arg, struct grpc_call *call, int status, const char *message)
+/* The watch stream is gone: its pending creates are forgotten and every watching acquisition
+ * pauses, to look again and watch on a new stream. */
+static void ed_watch_reset(struct ed_client *ec)
 {
-    struct ed_client *ec = arg;
-    (void)call;
     ec->watch = NULL;
     while (ec->wp_head) {
         struct ed_wpend *wp = ec->wp_head;
@@ -783,8 +859,17 @@ static void ed_watch_end(void *arg, struct grpc_call *call, int status, const ch
             ed_acq_pause(a);
         }
     }
+}
+
+static void ed_watch_end(void *arg, struct grpc_call *call, int status, const char *message)
+{
+    struct ed_client *ec = arg;
+    (void)call;
+    ed_watch_reset(ec);
     if (status != GRPC_STATUS_OK)
         ec->c->stats.backend_errors++;
+    if (status == GRPC_STATUS_UNAUTHENTICATED)
+        ed_auth_refresh(ec);
     ed_maybe_failover(ec, status, message ? message : "");
 }
 
@@ -962,7 +1047,7 @@ static void ed_acq_retry_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (a->phase != ED_ACQ_PAUSED)
         return; /* it moved on meanwhile */
-    if (grpc_channel_ready(a->ec->ch))
+    if (ed_ready(a->ec))
         ed_acq_look(a);
     /* else: the channel's up callback looks again */
 }
@@ -1171,7 +1256,7 @@ static void ed_acq_start(struct ed_acq *a)
     etcdpb_buf_reset(&ec->out);
     if (etcdpb_txn_req_encode(&ec->out, &cmp, 1, ok, 2, &fail, 1) != 0 ||
         (a->call = ed_rpc_start(ec, ED_PATH_TXN, ed_acq_created, a)) == NULL) {
-        lock_fmt(msg, sizeof(msg), "lock %s: etcd is not connected", r->name);
+        lock_fmt(msg, sizeof(msg), "lock %s: %s", r->name, ed_not_ready(ec));
         a->phase = ED_ACQ_LEASE; /* nothing was sent */
         ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
     }
@@ -1258,7 +1343,7 @@ static void ed_op_acquire(struct lock_req *r)
     }
     a->lease = ed_lease_for(es, r->ttl_ms, (r->flags & LOCK_NORENEW) != 0);
     if (a->lease == NULL) {
-        lock_fmt(msg, sizeof(msg), "lock %s: etcd %s is not connected", r->name,
+        lock_fmt(msg, sizeof(msg), "lock %s: %s (%s)", r->name, ed_not_ready(ec),
                  grpc_channel_endpoint(ec->ch));
         ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
         return;
@@ -1412,7 +1497,7 @@ static void ed_op_renew(struct lock_session *s, int64_t now_ms)
 
 static int ed_op_ready(const struct lock_client *c)
 {
-    return grpc_channel_ready(ed_of(c)->ch);
+    return ed_ready(ed_of(c));
 }
 
 /* ---- high-water marks kept in etcd (lock_mark_raise) ---- */
@@ -1522,6 +1607,119 @@ static void ed_op_mark_raise(struct lock_client *c, const char *key, size_t len,
     }
 }
 
+/* ---- authentication ---- */
+
+static void ed_ready_up(struct ed_client *ec);
+
+/* Takes the first call waiting for a new token off the waiting state; NULL when none. */
+static struct ed_rpc *ed_rpc_next_waiting(struct ed_client *ec)
+{
+    for (struct ed_rpc *k = ec->rpcs; k; k = k->next)
+        if (k->waiting) {
+            k->waiting = 0;
+            return k;
+        }
+    return NULL;
+}
+
+/* Ends every call waiting for a new token with status and why. */
+static void ed_rpc_fail_waiting(struct ed_client *ec, int status, const char *why)
+{
+    struct ed_rpc *k;
+    char err[LOCK_MSG_MAX];
+
+    lock_fmt(err, sizeof(err), "%s", why);
+    while ((k = ed_rpc_next_waiting(ec)) != NULL) {
+        ed_rpc_unlink(k);
+        k->fn(k->arg, status, err, NULL, 0);
+        free(k->req);
+        free(k);
+    }
+}
+
+/* Sends every call waiting for a new token again (once: a second refusal is its answer). */
+static void ed_rpc_resend_waiting(struct ed_client *ec)
+{
+    struct ed_rpc *k;
+    char err[LOCK_MSG_MAX];
+
+    while ((k = ed_rpc_next_waiting(ec)) != NULL) {
+        k->call = grpc_unary(ec->ch, k->path, k->req, k->req_len, ec->c->opt.op_timeout_ms,
+                             &ed_rpc_cbs, k);
+        if (k->call == NULL) {
+            lock_fmt(err, sizeof(err), "etcd %s: not connected", grpc_channel_endpoint(ec->ch));
+            ed_rpc_unlink(k);
+            k->fn(k->arg, GRPC_STATUS_UNAVAILABLE, err, NULL, 0);
+            free(k->req);
+            free(k);
+        }
+    }
+}
+
+static void ed_auth_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_client *ec = arg;
+    struct etcdpb_auth_resp a;
+    char token[GRPC_CHANNEL_MD_MAX];
+    int64_t now = lock_now_ms();
+
+    ec->auth = NULL;
+    if (status == GRPC_STATUS_OK && etcdpb_auth_resp_decode(p, n, &a) == 0 && a.token.n > 0 &&
+        a.token.n < sizeof(token)) {
+        memcpy(token, a.token.p, a.token.n);
+        token[a.token.n] = '\0';
+        if (grpc_channel_set_metadata(ec->ch, "token", token, ED_PATH_AUTH) == 0) {
+            ec->why[0] = '\0';
+            ec->auth_backoff_ms = 0;
+            ec->authed = 1;
+            if (!ec->up_done) {
+                ed_ready_up(ec);
+            } else if (ec->watch) { /* it holds the old token: a new stream, new watches */
+                struct grpc_call *w = ec->watch;
+                ed_watch_reset(ec);
+                grpc_call_cancel(w);
+            }
+            ed_rpc_resend_waiting(ec);
+            return;
+        }
+    }
+    if (status == GRPC_STATUS_UNAVAILABLE && !grpc_channel_ready(ec->ch))
+        return; /* the connection went; the next one authenticates again */
+    lock_fmt(ec->why, sizeof(ec->why), "etcd %s: authentication as '%s' failed: %s",
+             grpc_channel_endpoint(ec->ch), ec->user,
+             status != GRPC_STATUS_OK ? err : "etcd sent no usable token");
+    ec->authed = 0;
+    ec->auth_backoff_ms = ec->auth_backoff_ms ? ec->auth_backoff_ms * 2 : 1000;
+    if (ec->auth_backoff_ms > ED_AUTH_RETRY_MAX_MS)
+        ec->auth_backoff_ms = ED_AUTH_RETRY_MAX_MS;
+    ec->auth_next_ms = now + ec->auth_backoff_ms;
+    if (ec->c->opt.warn && now - ec->auth_warned_ms >= ED_AUTH_WARN_MS) {
+        ec->auth_warned_ms = now;
+        ec->c->opt.warn(ec->c->opt.warn_arg, ec->why);
+    }
+    ed_rpc_fail_waiting(ec, GRPC_STATUS_UNAUTHENTICATED, ec->why);
+}
+
+/* Asks etcd for a token on the current connection (Auth/Authenticate). */
+static void ed_auth_send(struct ed_client *ec)
+{
+    struct etcdpb_slice user = ed_s(ec->user, strlen(ec->user));
+    struct etcdpb_slice pass = ed_s(ec->pass, strlen(ec->pass));
+
+    if (ec->auth)
+        return;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_auth_req_encode(&ec->out, user, pass) == 0)
+        ec->auth = ed_rpc_begin(ec, ED_PATH_AUTH, ed_auth_done, ec);
+}
+
+/* The token was refused: a new one, unless one is on its way. */
+static void ed_auth_refresh(struct ed_client *ec)
+{
+    if (ec->have_auth && !ec->auth)
+        ed_auth_send(ec);
+}
+
 /* ---- the channel ---- */
 
 /* Clean-ups that failed (or found etcd unreachable) are tried again every second: a key left
@@ -1531,7 +1729,10 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
     struct ed_client *ec = arg;
     (void)fd;
     (void)what;
-    if (!grpc_channel_ready(ec->ch))
+    if (grpc_channel_ready(ec->ch) && ec->have_auth && !ec->authed && !ec->auth &&
+        lock_now_ms() >= ec->auth_next_ms)
+        ed_auth_send(ec);
+    if (!ed_ready(ec))
         return;
     if (ec->norphans > 0)
         ed_orphans_flush(ec);
@@ -1546,10 +1747,10 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void ed_channel_up(void *arg, const char *endpoint)
+/* The connection is up and, with authentication, authenticated. */
+static void ed_ready_up(struct ed_client *ec)
 {
-    struct ed_client *ec = arg;
-    (void)endpoint;
+    ec->up_done = 1;
     ed_orphans_flush(ec);
     /* Leases first: a keepalive now tells whether they survived a failover. */
     size_t b = 0;
@@ -1574,11 +1775,26 @@ static void ed_channel_up(void *arg, const char *endpoint)
     lock_backend_up(ec->c);
 }
 
+static void ed_channel_up(void *arg, const char *endpoint)
+{
+    struct ed_client *ec = arg;
+    (void)endpoint;
+    ec->up_done = 0;
+    ec->authed = !ec->have_auth;
+    if (ec->have_auth) {
+        ec->auth_backoff_ms = 0;
+        ed_auth_send(ec);
+    } else {
+        ed_ready_up(ec);
+    }
+}
+
 static void ed_channel_down(void *arg, const char *why)
 {
     struct ed_client *ec = arg;
-    (void)why;
     ec->c->stats.backend_errors++;
+    ec->authed = ec->up_done = 0;
+    ed_rpc_fail_waiting(ec, GRPC_STATUS_UNAVAILABLE, why);
 }
 
 static const struct grpc_channel_cbs ed_channel_cbs = {ed_channel_up, ed_channel_down};
@@ -1616,15 +1832,26 @@ static int ed_parse_endpoint(const char *p, size_t n, struct grpc_endpoint *e)
     return 0;
 }
 
-/* etcd://host:port[,host:port...][/] */
-static int ed_parse_url(const char *url, struct grpc_endpoint *eps, int *neps, char *err,
-                        size_t errlen)
+/* etcd://[user:password@]host:port[,host:port...][/] into eps and ec's credentials. Messages
+ * name the URL without its user info. */
+static int ed_parse_url(struct ed_client *ec, const char *url, struct grpc_endpoint *eps, int *neps,
+                        char *err, size_t errlen)
 {
-    const char *p = url + strlen("etcd://");
+    const char *p = lock_url_userinfo(url + strlen("etcd://"), ec->user, sizeof(ec->user), ec->pass,
+                                      sizeof(ec->pass), &ec->have_auth);
+    if (p == NULL || (ec->have_auth && (!ec->user[0] || !ec->pass[0]))) {
+        lock_fmt(err, errlen,
+                 "etcd URL: credentials must be user:password@ (both non-empty, %%XX escapes "
+                 "allowed)");
+        return -1;
+    }
+    url = p; /* from here on, messages show the hosts only */
     size_t total = strcspn(p, "/?#");
     if (p[total] != '\0' && strcmp(p + total, "/") != 0) {
         lock_fmt(err, errlen,
-                 "etcd URL '%.200s': only etcd://host:port[,host:port...] is supported", url);
+                 "etcd URL '%.200s': only etcd://[user:password@]host:port[,host:port...] is "
+                 "supported",
+                 url);
         return -1;
     }
     *neps = 0;
@@ -1659,13 +1886,16 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
         lock_fmt(err, errlen, "lock prefix '%.60s' must be 1..%d bytes", prefix, ED_MAX_PREFIX);
         return -1;
     }
-    if (ed_parse_url(url, eps, &neps, err, errlen) != 0)
-        return -1;
     struct ed_client *ec = calloc(1, sizeof(*ec));
     if (ec == NULL) {
         lock_fmt(err, errlen, "lock client: out of memory");
         return -1;
     }
+    if (ed_parse_url(ec, url, eps, &neps, err, errlen) != 0) {
+        free(ec);
+        return -1;
+    }
+    ec->authed = !ec->have_auth;
     ec->c = c;
     c->impl = ec;
     /* Marks of stores that cannot keep their own live next to the locks: /x/locks/ -> /x/marks/ */

@@ -251,6 +251,31 @@ static void fuzz_lease(const uint8_t *p, size_t n)
     etcdpb_buf_free(&b);
 }
 
+/* A decoded token goes back out as the password of an AuthenticateRequest, field for field. */
+static void fuzz_auth(const uint8_t *p, size_t n)
+{
+    struct etcdpb_auth_resp a;
+    struct etcdpb_buf b = {0};
+    struct etcdpb_slice user = {(const uint8_t *)"u", 1};
+    struct fuzz_field f;
+    size_t off = 0;
+    int seen = 0;
+
+    if (etcdpb_auth_resp_decode(p, n, &a) < 0) {
+        FUZZ_CHECK(a.token.p == NULL && a.token.n == 0);
+        return;
+    }
+    fuzz_inside(a.token);
+    FUZZ_CHECK(etcdpb_auth_req_encode(&b, user, a.token) == 0);
+    while (fuzz_next(b.p, b.len, &off, &f)) {
+        FUZZ_CHECK((f.num == 1 && fuzz_slice_eq(&f, user)) ||
+                   (f.num == 2 && fuzz_slice_eq(&f, a.token)));
+        seen += (int)f.num;
+    }
+    FUZZ_CHECK(seen == (a.token.n ? 3 : 1)); /* an empty token is not encoded at all */
+    etcdpb_buf_free(&b);
+}
+
 static void fuzz_watch(const uint8_t *p, size_t n)
 {
     struct etcdpb_watch_resp w;
@@ -293,6 +318,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_delete(buf, size, 0);
     fuzz_txn(buf, size);
     fuzz_lease(buf, size);
+    fuzz_auth(buf, size);
     fuzz_watch(buf, size);
     free(buf);
     return 0;

@@ -55,7 +55,7 @@ class EtcdMember:
                 "--initial-cluster-state", state,
                 "--initial-cluster-token", self.cluster.token,
                 "--heartbeat-interval", "50", "--election-timeout", "500",
-                "--logger", "zap", "--log-outputs", "stderr"]
+                "--logger", "zap", "--log-outputs", "stderr"] + list(self.cluster.extra_args)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, cwd=self.dir, stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=log, env=harness.clean_env())
@@ -106,8 +106,10 @@ class EtcdMember:
 class EtcdCluster:
     """n etcd members forming one cluster (n = 1 is a single node)."""
 
-    def __init__(self, n=1):
+    def __init__(self, n=1, extra_args=()):
         self.token = "fg-%d-%d" % (os.getpid(), harness.free_port())
+        self.extra_args = extra_args
+        self.user = None  # "root:pw" for etcdctl once enable_auth() ran
         self.members = [EtcdMember("m%d" % i, self) for i in range(n)]
 
     def initial_cluster(self):
@@ -140,13 +142,27 @@ class EtcdCluster:
     def ctl(self, *args, timeout=10, check=True):
         """Runs etcdctl (API v3) against the live members; returns stdout text."""
         env = harness.clean_env({"ETCDCTL_API": "3"})
+        user = ["--user", self.user] if self.user else []
         p = subprocess.run([ETCDCTL, "--endpoints", self.endpoints, "--command-timeout=5s"] +
-                           list(args), stdin=subprocess.DEVNULL, capture_output=True,
+                           user + list(args), stdin=subprocess.DEVNULL, capture_output=True,
                            timeout=timeout, env=env)
         if check and p.returncode != 0:
             raise AssertionError("etcdctl %s failed (%d): %s" % (
                 " ".join(args), p.returncode, p.stderr.decode(errors="replace")))
         return p.stdout.decode(errors="replace")
+
+    def enable_auth(self, root_password, users=()):
+        """Turns on etcd's authentication with user root, plus each (name, password, prefix):
+        a user whose role may read and write keys under prefix. etcdctl then acts as root."""
+        self.ctl("user", "add", "root:" + root_password)
+        for name, password, prefix in users:
+            self.ctl("role", "add", name + "-role")
+            self.ctl("role", "grant-permission", name + "-role", "--prefix=true", "readwrite",
+                     prefix)
+            self.ctl("user", "add", "%s:%s" % (name, password))
+            self.ctl("user", "grant-role", name, name + "-role")
+        self.ctl("auth", "enable")
+        self.user = "root:" + root_password
 
     def ctl_popen(self, *args):
         env = harness.clean_env({"ETCDCTL_API": "3"})
@@ -193,11 +209,11 @@ class EtcdTestCase(harness.FgTestCase):
                         m.name, m.log_text))
         return out
 
-    def start_etcd(self, n=1):
+    def start_etcd(self, n=1, extra_args=()):
         missing = etcd_missing()
         if missing:
             self.fail(missing)
-        c = EtcdCluster(n)
+        c = EtcdCluster(n, extra_args)
         self._etcd.append(c)
         self.addCleanup(c.cleanup)
         return c.start()

@@ -278,6 +278,83 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(c.call("SET", "wallet:d", "ok"), "OK")
 
 
+class EtcdAuth(EtcdTestCase):
+    """etcd with authentication on (as the common etcd Helm charts deploy it): fencegate logs in
+    with etcd://user:password@..., as a user whose role covers only fencegate's prefix."""
+
+    def setUp(self):
+        self.redis = self.start_redis()
+
+    def start(self, password="fg/pw@1", ttl_s=None):
+        self.etcd = self.start_etcd(1, extra_args=["--auth-token-ttl", str(ttl_s)]
+                                    if ttl_s else ())
+        self.etcd.enable_auth("rootpw", [("fg", "fg/pw@1", "/fencegate/")])
+        url = "etcd://fg:%s@%s" % (password.replace("@", "%40"), self.etcd.members[0].endpoint)
+        cfg = self.write_file("fg-auth.yaml", PROTECT)
+        return self.start_fencegate(self.redis, args=["--backend", url, "--config", cfg],
+                                    readyz=password == "fg/pw@1")
+
+    def test_locks_waits_and_fenced_writes_as_a_user_limited_to_the_prefix(self):
+        fg = self.start()
+        a, b = self.raw(fg.resp_port, timeout=10), self.raw(fg.resp_port, timeout=10)
+        t = a.call("FENCE.ACQUIRE", "wallet:1")
+        self.assertIsInstance(t, int, t)
+        self.assertEqual([k[1] for k in self.etcd.keys(PREFIX + "wallet:1/")], [t])
+        self.assertEqual(a.call("SET", "wallet:1", "x"), "OK")
+        # A waiter watches its predecessor under the same user, and gets the lock on release.
+        b.send(harness.encode("FENCE.ACQUIRE", "wallet:1", "WAIT", 8000))
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "wallet:1/")) == 2, 5, 0.05,
+                           "the waiter queued")
+        self.assertEqual(a.call("FENCE.RELEASE", "wallet:1"), 1)
+        t2 = b.read_reply(timeout=8)
+        self.assertIsInstance(t2, int, t2)
+        self.assertGreater(t2, t)
+        r = a.call("SET", "wallet:1", "not mine")
+        self.assertTrue(isinstance(r, Err) and r.startswith("NOLOCK"), r)
+        self.assertEqual(b.call("SET", "wallet:1", "y"), "OK")
+        self.assertEqual(self.redis.client().get("wallet:1"), b"y")
+
+    @staticmethod
+    def log(fg):
+        with open(fg.stderr_path, errors="replace") as f:
+            return f.read()
+
+    def test_wrong_password_fails_closed_and_says_why(self):
+        fg = self.start(password="nope")
+        harness.wait_until(lambda: "authentication as 'fg' failed" in self.log(fg), 10, 0.1,
+                           "the failure logged")
+        self.assertEqual(fg.http("/readyz")[0], 503)
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "wallet:1", "WAIT", 0, timeout=10)
+        self.assertIsInstance(r, Err)
+        self.assertIn("authentication as 'fg' failed", r)
+        self.assertIn("invalid user ID or password", r)
+        self.assertNotIn("nope", self.log(fg) + r, "the password is never shown")
+        # Retried with a backoff, logged once per 30 s: not a line per attempt.
+        time.sleep(3)
+        self.assertEqual(self.log(fg).count("authentication as 'fg' failed"), 1, self.log(fg))
+
+    def test_expired_token_is_renewed_without_a_failed_call(self):
+        """Tokens live 1 s here: each call after a pause finds its token expired, is refused,
+        and must be sent again with a new one, unseen by the client."""
+        fg = self.start(ttl_s=1)
+        a, b = self.raw(fg.resp_port, timeout=10), self.raw(fg.resp_port, timeout=10)
+        self.assertIsInstance(a.call("FENCE.ACQUIRE", "wallet:1"), int)
+        b.send(harness.encode("FENCE.ACQUIRE", "wallet:1", "WAIT", 20000))
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "wallet:1/")) == 2, 5, 0.05,
+                           "the waiter queued")
+        for i in range(2):
+            time.sleep(2.5)
+            t = a.call("FENCE.ACQUIRE", "wallet:%d" % (i + 2))
+            self.assertIsInstance(t, int, "after a pause: %r" % (t,))
+        time.sleep(2.5)
+        self.assertEqual(a.call("FENCE.RELEASE", "wallet:1"), 1)
+        t = b.read_reply(timeout=10)
+        self.assertIsInstance(t, int, "the waiter, after the token expired: %r" % (t,))
+        self.assertEqual(b.call("SET", "wallet:1", "b"), "OK")
+        # The session's lease outlived every expiry: the locks taken first are still held.
+        self.assertIsInstance(a.call("FENCE.TOKEN", "wallet:2"), int)
+
+
 class EtcdCluster3(EtcdTestCase):
 
     def test_leader_killed_while_locks_are_held_and_waited_for(self):

@@ -1187,6 +1187,12 @@ static void test_parse_url_table(void **state)
     assert_addr(&u->hosts[1], "b", 2380);
     assert_addr(&u->hosts[2], "::1", 2379);
 
+    URL_OK("etcd://fg:p%40ss@w:rd@h1,h2:2380");
+    assert_string_equal(u->user, "fg");
+    assert_string_equal(u->password, "p@ss@w:rd");
+    assert_int_equal(u->nhosts, 2);
+    assert_addr(&u->hosts[1], "h2", 2380);
+
     URL_OK("postgresql://app@127.0.0.1:5432/app");
     assert_int_equal(u->kind, CFG_URL_POSTGRES);
     assert_addr(&u->hosts[0], "127.0.0.1", 5432);
@@ -1246,6 +1252,8 @@ static void test_parse_url_table(void **state)
             {"etcd://a,,b", "empty host"},
             {"etcd://a,", "empty host"},
             {"etcd://u@h", "credentials"},
+            {"etcd://:pw@h", "must be user:password@"},
+            {"etcd://u:@h", "must be user:password@"},
             {"etcd://h/prefix", "no path"},
             {"etcd://h:99999", "port must be 1..65535"},
             {"postgresql:///db", "empty host"},

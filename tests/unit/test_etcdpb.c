@@ -271,6 +271,21 @@ static void test_golden_lease(void **state)
     etcdpb_buf_free(&b);
 }
 
+static void test_golden_auth(void **state)
+{
+    struct etcdpb_buf b = {0};
+    static const uint8_t req[] = {0x0a, 0x04, 'r', 'o', 'o', 't', 0x12, 0x02, 'p', 'w'};
+    struct etcdpb_slice name = {(const uint8_t *)"root", 4}, pw = {(const uint8_t *)"pw", 2},
+                        bad = {NULL, 3};
+    (void)state;
+
+    assert_int_equal(etcdpb_auth_req_encode(&b, name, pw), 0);
+    assert_buf(&b, req, sizeof(req));
+    etcdpb_buf_reset(&b);
+    assert_int_not_equal(etcdpb_auth_req_encode(&b, name, bad), 0);
+    etcdpb_buf_free(&b);
+}
+
 static void test_golden_watch(void **state)
 {
     struct etcdpb_buf b = {0};
@@ -594,6 +609,24 @@ static void test_fixture_lease(void **state)
     free(p);
 }
 
+static void test_fixture_auth(void **state)
+{
+    size_t n;
+    uint8_t *p = load_fixture("auth.bin", &n);
+    struct etcdpb_auth_resp a;
+    const char *dot;
+    (void)state;
+
+    assert_int_equal(etcdpb_auth_resp_decode(p, n, &a), 0);
+    /* etcd's simple token: 16 random letters, '.', the auth revision */
+    assert_int_equal(a.token.n, 19);
+    dot = memchr(a.token.p, '.', a.token.n);
+    assert_non_null(dot);
+    assert_int_equal(dot - (const char *)a.token.p, 16);
+    assert_memory_equal(dot, ".17", 3);
+    free(p);
+}
+
 static void test_fixture_watch(void **state)
 {
     size_t n, off = 0;
@@ -659,6 +692,7 @@ static int decode_all(const uint8_t *p, size_t n)
     struct etcdpb_lease_grant_resp gr;
     struct etcdpb_lease_keepalive_resp kr;
     struct etcdpb_header h;
+    struct etcdpb_auth_resp ar;
     struct etcdpb_watch_resp wr;
     struct etcdpb_kv kv;
     struct etcdpb_event ev;
@@ -694,6 +728,10 @@ static int decode_all(const uint8_t *p, size_t n)
     ok += etcdpb_lease_grant_resp_decode(p, n, &gr) == 0;
     ok += etcdpb_lease_keepalive_resp_decode(p, n, &kr) == 0;
     ok += etcdpb_header_only_decode(p, n, &h) == 0;
+    if (etcdpb_auth_resp_decode(p, n, &ar) == 0) {
+        ok++;
+        assert_true(ar.token.n == 0 || (ar.token.p >= p && ar.token.p + ar.token.n <= p + n));
+    }
     if (etcdpb_watch_resp_decode(p, n, &wr) == 0) {
         size_t count = 0;
         ok++;
@@ -713,6 +751,7 @@ static int decode_all(const uint8_t *p, size_t n)
 static void test_truncations(void **state)
 {
     static const char *names[] = {
+        "auth.bin",
         "delete.bin",
         "keepalive.bin",
         "keepalive_gone.bin",
@@ -929,6 +968,7 @@ int main(void)
         cmocka_unit_test(test_golden_txn_req),
         cmocka_unit_test(test_golden_compare_operands),
         cmocka_unit_test(test_golden_lease),
+        cmocka_unit_test(test_golden_auth),
         cmocka_unit_test(test_golden_watch),
         cmocka_unit_test(test_txn_roundtrip_large),
         cmocka_unit_test(test_txn_limits_and_bad_args),
@@ -937,6 +977,7 @@ int main(void)
         cmocka_unit_test(test_fixture_put_delete),
         cmocka_unit_test(test_fixture_txn),
         cmocka_unit_test(test_fixture_lease),
+        cmocka_unit_test(test_fixture_auth),
         cmocka_unit_test(test_fixture_watch),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_unknown_fields_skipped),
