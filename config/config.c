@@ -2,12 +2,14 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <yaml.h>
 
@@ -22,7 +24,7 @@
 #define CFG_STR2(x) #x
 #define CFG_STR(x)  CFG_STR2(x)
 
-#define CFG_SCHEMES "redis://, etcd://, postgresql://, postgres:// or http://"
+#define CFG_SCHEMES "redis://, etcd://, etcds://, postgresql://, postgres:// or http://"
 
 /* The settings that every source can set; stores and protect rules come from the file only. */
 enum cfg_kind {
@@ -35,6 +37,8 @@ enum cfg_kind {
     CFG_K_LOG,
     CFG_K_PATH,
     CFG_K_BOOL,
+    CFG_K_FILE, /* a readable file's path */
+    CFG_K_NAME, /* a host name for TLS */
 };
 
 struct cfg_setting {
@@ -59,6 +63,14 @@ static const struct cfg_setting cfg_settings[] = {
      offsetof(struct cfg, backend_prefix), 0, 0},
     {"backend.session_ttl_ms", "FENCEGATE_SESSION_TTL_MS", "session-ttl-ms", CFG_K_LLONG,
      offsetof(struct cfg, session_ttl_ms), 500, 3600000},
+    {"backend.tls_ca_file", "FENCEGATE_BACKEND_TLS_CA_FILE", "backend-tls-ca-file", CFG_K_FILE,
+     offsetof(struct cfg, backend_tls_ca), 0, 0},
+    {"backend.tls_cert_file", "FENCEGATE_BACKEND_TLS_CERT_FILE", "backend-tls-cert-file",
+     CFG_K_FILE, offsetof(struct cfg, backend_tls_cert), 0, 0},
+    {"backend.tls_key_file", "FENCEGATE_BACKEND_TLS_KEY_FILE", "backend-tls-key-file", CFG_K_FILE,
+     offsetof(struct cfg, backend_tls_key), 0, 0},
+    {"backend.tls_server_name", "FENCEGATE_BACKEND_TLS_SERVER_NAME", "backend-tls-server-name",
+     CFG_K_NAME, offsetof(struct cfg, backend_tls_server_name), 0, 0},
     {"upstream_multiplex", "FENCEGATE_UPSTREAM_MULTIPLEX", "upstream-multiplex", CFG_K_BOOL,
      offsetof(struct cfg, upstream_multiplex), 0, 0},
     {"limits.max_clients", "FENCEGATE_MAX_CLIENTS", "max-clients", CFG_K_INT,
@@ -82,7 +94,9 @@ static const char *const cfg_top_keys[] = {
     "listen", "upstream", "upstream_multiplex", "backend", "stores", "protect",
     "limits", "log",      "shutdown_grace_ms",  NULL};
 static const char *const cfg_listen_keys[] = {"resp", "http", NULL};
-static const char *const cfg_backend_keys[] = {"url", "prefix", "session_ttl_ms", NULL};
+static const char *const cfg_backend_keys[] = {
+    "url",           "prefix",       "session_ttl_ms",  "tls_ca_file",
+    "tls_cert_file", "tls_key_file", "tls_server_name", NULL};
 static const char *const cfg_limits_keys[] = {"max_clients", "max_request_bytes",
                                               "max_pending_bytes", "max_args", NULL};
 static const char *const cfg_log_keys[] = {"level", NULL};
@@ -602,8 +616,9 @@ static const char *cfg_url_any(const char *s, size_t n, struct cfg_url *u)
         u->kind = CFG_URL_REDIS;
         return cfg_url_redis(p, end, u);
     }
-    if (cfg_scheme_is(s, sl, "etcd")) {
+    if (cfg_scheme_is(s, sl, "etcd") || cfg_scheme_is(s, sl, "etcds")) {
         u->kind = CFG_URL_ETCD;
+        u->tls = sl == 5;
         return cfg_url_etcd(p, end, u);
     }
     if (cfg_scheme_is(s, sl, "postgresql") || cfg_scheme_is(s, sl, "postgres")) {
@@ -780,6 +795,25 @@ static int cfg_set(struct cfg *cfg, const struct cfg_setting *s, const char *val
         return FG_ERR_CONFIG;
     case CFG_K_PATH:
         return FG_OK;
+    case CFG_K_FILE:
+        if (val[0] == '\0' || strlen(val) >= CFG_MAX_STR) {
+            cfg_errf(err, "bad file path '%s': empty or too long", cfg_show_str(shown, val));
+            return FG_ERR_CONFIG;
+        }
+        if (access(val, R_OK) != 0) {
+            cfg_errf(err, "cannot read file '%s': %s", cfg_show_str(shown, val), strerror(errno));
+            return FG_ERR_CONFIG;
+        }
+        cfg_copy(field, CFG_MAX_STR, val, strlen(val));
+        return FG_OK;
+    case CFG_K_NAME:
+        if (cfg_check_host(val, strlen(val)) != NULL) {
+            cfg_errf(err, "bad host name '%s': %s", cfg_show_str(shown, val),
+                     cfg_check_host(val, strlen(val)));
+            return FG_ERR_CONFIG;
+        }
+        cfg_copy(field, sizeof cfg->backend_tls_server_name, val, strlen(val));
+        return FG_OK;
     case CFG_K_BOOL:
         for (size_t i = 0; i < sizeof cfg_bool_names / sizeof cfg_bool_names[0]; i++) {
             if (strcasecmp(val, cfg_bool_names[i]) == 0) {
@@ -810,7 +844,10 @@ static const char *cfg_expect(const struct cfg_setting *s)
     case CFG_K_LOG:
         return "a log level (error, warn, info or debug)";
     case CFG_K_PATH:
+    case CFG_K_FILE:
         return "a file path";
+    case CFG_K_NAME:
+        return "a host name";
     case CFG_K_BOOL:
         return "true or false";
     }
@@ -1708,8 +1745,21 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
         cfg->backend = cfg->upstream;
     }
     if (cfg->backend.kind != CFG_URL_REDIS && cfg->backend.kind != CFG_URL_ETCD) {
-        cfg_errf(err, "backend.url: bad URL '%s': the lock backend must be redis:// or etcd://",
+        cfg_errf(err,
+                 "backend.url: bad URL '%s': the lock backend must be redis://, etcd:// or "
+                 "etcds://",
                  cfg_show_url(shown, cfg->backend.raw));
+        return FG_ERR_CONFIG;
+    }
+    if (!cfg->backend.tls && (cfg->backend_tls_ca[0] || cfg->backend_tls_cert[0] ||
+                              cfg->backend_tls_key[0] || cfg->backend_tls_server_name[0])) {
+        cfg_errf(err, "backend.tls_*: TLS settings need an etcds:// backend URL, not '%s'",
+                 cfg_show_url(shown, cfg->backend.raw));
+        return FG_ERR_CONFIG;
+    }
+    if (!cfg->backend_tls_cert[0] != !cfg->backend_tls_key[0]) {
+        cfg_errf(err, "backend.tls_cert_file and backend.tls_key_file: a client certificate "
+                      "needs both");
         return FG_ERR_CONFIG;
     }
     if (cfg->backend_prefix[0] == '\0') {
@@ -1786,7 +1836,7 @@ const char *cfg_usage(void)
 {
     return "usage: fencegate [--config FILE] [--resp HOST:PORT] [--http HOST:PORT]\n"
            "                 [--upstream redis://HOST:PORT] [--backend redis://HOST:PORT | "
-           "etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]]\n"
+           "etcd[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]]\n"
            "       fencegate --version\n"
            "       fencegate injector --listen HOST:PORT --cert FILE --key FILE   (admission "
            "webhook; --help for more)\n"
@@ -1805,9 +1855,17 @@ const char *cfg_usage(void)
            "  --upstream URL            FENCEGATE_UPSTREAM           redis:// behind the Redis "
            "endpoint (default: first redis store, else redis://127.0.0.1:6379)\n"
            "  --backend URL             FENCEGATE_BACKEND            lock backend, redis:// or "
-           "etcd://[USER:PASSWORD@]H:P[,H:P...] (default: the upstream)\n"
+           "etcd[s]://[USER:PASSWORD@]H:P[,H:P...] (etcds: TLS; default: the upstream)\n"
            "  --backend-prefix P        FENCEGATE_BACKEND_PREFIX     etcd lock key prefix (default "
            "/fencegate/locks/)\n"
+           "  --backend-tls-ca-file F   FENCEGATE_BACKEND_TLS_CA_FILE     etcds:// only: CA "
+           "certificates, PEM (default: the system's)\n"
+           "  --backend-tls-cert-file F FENCEGATE_BACKEND_TLS_CERT_FILE   etcds:// only: client "
+           "certificate, PEM (with the key file)\n"
+           "  --backend-tls-key-file F  FENCEGATE_BACKEND_TLS_KEY_FILE    etcds:// only: its "
+           "private key, PEM\n"
+           "  --backend-tls-server-name N FENCEGATE_BACKEND_TLS_SERVER_NAME etcds:// only: name "
+           "the server certificate must carry (default: each endpoint's host)\n"
            "  --session-ttl-ms N        FENCEGATE_SESSION_TTL_MS     session lease, 500..3600000 "
            "(default 10000)\n"
            "  --upstream-multiplex B    FENCEGATE_UPSTREAM_MULTIPLEX clients share one upstream "

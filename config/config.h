@@ -24,7 +24,8 @@ enum cfg_url_kind {
     CFG_URL_HTTP,
 };
 
-/* A parsed URL. redis://[user[:password]@]host:port[/db]; etcd://host:port[,host:port...];
+/* A parsed URL. redis://[user[:password]@]host:port[/db];
+ * etcd[s]://[user:password@]host:port[,host:port...];
  * postgresql://... (kept verbatim for libpq, host/port parsed for checks); http://host:port[/path].
  */
 struct cfg_url {
@@ -35,6 +36,7 @@ struct cfg_url {
     int db;                 /* redis: database number, default 0 */
     char user[128];         /* redis ACL user, may be empty */
     char password[256];     /* redis password, may be empty */
+    int tls;                /* etcds:// */
     char path[CFG_MAX_STR]; /* http: path prefix ("" or "/..."); postgres: database */
 };
 
@@ -63,7 +65,12 @@ struct cfg {
     int upstream_multiplex;      /* default 1: unpinned clients share one upstream connection */
     struct cfg_url backend;      /* default redis://127.0.0.1:6379 */
     char backend_prefix[256];    /* default "/fencegate/locks/" */
-    long long session_ttl_ms;    /* default 10000; 500..3600000 */
+    /* etcds:// backends: PEM files (CA, client certificate and key) and the name the server's
+     * certificate must carry; "" = unset (the system's CAs, no client certificate, each
+     * endpoint's host). */
+    char backend_tls_ca[CFG_MAX_STR], backend_tls_cert[CFG_MAX_STR], backend_tls_key[CFG_MAX_STR];
+    char backend_tls_server_name[256];
+    long long session_ttl_ms; /* default 10000; 500..3600000 */
     struct cfg_store stores[CFG_MAX_STORES];
     int nstores; /* after cfg_finish(): the upstream is always a store */
     struct cfg_protect protect[CFG_MAX_PROTECT];

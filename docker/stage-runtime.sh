@@ -40,9 +40,12 @@ for exe in fencegate fencegate-injector; do
     strip --strip-unneeded "$stage/rootfs/$exe"
 done
 echo "staging the libraries they load:"
-# libpq.so.5: fencegate dlopens it for PostgreSQL stores, so ldd does not list it; named here.
+# fencegate dlopens libpq.so.5 for PostgreSQL stores, and libssl.so.3 with
+# libevent_openssl-2.1.so.7 for etcds:// backends, so ldd does not list them; named here.
 "$root/docker/copy-libs.sh" "$stage/rootfs" "$stage/rootfs/fencegate" "$stage/rootfs/fencegate-injector" \
-    "$(pkg-config --variable=libdir libpq)/libpq.so.5"
+    "$(pkg-config --variable=libdir libpq)/libpq.so.5" \
+    "$(pkg-config --variable=libdir libssl)/libssl.so.3" \
+    "$(pkg-config --variable=libdir libevent_openssl)/libevent_openssl-2.1.so.7"
 # glibc's resolver reads these; the container runtime mounts /etc/hosts and /etc/resolv.conf.
 printf 'hosts: files dns\n' >"$stage/rootfs/etc/nsswitch.conf"
 printf 'root:x:0:0:root:/:/nonexistent\nnonroot:x:65532:65532:nonroot:/:/nonexistent\n' \

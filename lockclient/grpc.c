@@ -17,11 +17,13 @@
 #include "grpc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/util.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
@@ -32,6 +34,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "tlslib.h"
 
 #define GRPC_MAX_ENDPOINTS     16
 #define GRPC_CONN_WINDOW       (16 << 20)  /* connection receive window */
@@ -99,6 +103,7 @@ struct grpc_channel {
     int freeing;   /* grpc_channel_free(): no user callbacks */
     int force_now; /* failover requested while disconnected: skip the backoff */
     char why[GRPC_WHY_MAX];
+    char last_error[GRPC_WHY_MAX];     /* why the last connection or attempt ended; "" once ready */
     char goaway_cause[GRPC_CAUSE_MAX]; /* "GOAWAY <code>: <debug data>" */
 
     struct bufferevent *bev;
@@ -126,6 +131,7 @@ struct grpc_channel {
 static void conn_fail(struct grpc_channel *ch, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void conn_start(struct grpc_channel *ch);
+static int tls_failure(struct grpc_channel *ch, char *out, size_t cap);
 
 static long long mono_ms(void)
 {
@@ -443,6 +449,7 @@ static int on_frame_recv_cb(nghttp2_session *sess, const nghttp2_frame *frame, v
     case NGHTTP2_SETTINGS:
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && ch->state == GRPC_ST_HANDSHAKE) {
             ch->state = GRPC_ST_READY;
+            ch->last_error[0] = '\0';
             evtimer_del(ch->conn_timer);
             ch->backoff_cur = ch->opts.backoff_min_ms;
             ch->last_ping_at = mono_ms();
@@ -739,6 +746,7 @@ static void conn_teardown(struct grpc_channel *ch)
     char why[GRPC_WHY_MAX];
     int was_up = ch->state == GRPC_ST_READY || ch->state == GRPC_ST_DRAINING;
     snprintf(why, sizeof(why), "%s", ch->why);
+    snprintf(ch->last_error, sizeof(ch->last_error), "%s", ch->why);
     conn_close(ch);
     ch->state = GRPC_ST_BACKOFF;
     ch->dying = 0;
@@ -801,6 +809,15 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         int one = 1;
         evutil_socket_t fd = bufferevent_getfd(bev);
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (ch->opts.tls) {
+            const unsigned char *proto = NULL;
+            unsigned int plen = 0;
+            tls.SSL_get0_alpn_selected(tls.bufferevent_openssl_get_ssl(bev), &proto, &plen);
+            if (plen != 2 || memcmp(proto, "h2", 2) != 0) {
+                conn_fail(ch, "TLS: the server did not choose HTTP/2 (ALPN h2)");
+                return;
+            }
+        }
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
             {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, GRPC_STREAM_WINDOW},
@@ -817,8 +834,13 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         conn_flush(ch);
         return;
     }
-    if (what & BEV_EVENT_EOF)
-        conn_fail(ch, "connection closed by the server");
+    char why[GRPC_CAUSE_MAX - 64];
+    if (ch->opts.tls && (what & BEV_EVENT_ERROR) && tls_failure(ch, why, sizeof(why)))
+        conn_fail(ch, "%s", why);
+    else if (what & BEV_EVENT_EOF)
+        conn_fail(ch, ch->state == GRPC_ST_CONNECTING && ch->opts.tls
+                          ? "connection closed during the TLS handshake"
+                          : "connection closed by the server");
     else if (ch->state == GRPC_ST_CONNECTING)
         conn_fail(ch, "connect failed: %s", evutil_socket_error_to_string(err));
     else
@@ -872,8 +894,141 @@ static int ep_resolve(const struct grpc_endpoint *ep, struct sockaddr_storage *s
     return 0;
 }
 
-/* The transport seam: opens the byte stream to the current endpoint (plain TCP; TLS would wrap
- * the bufferevent here) and the nghttp2 session over it. Returns 0, or -1 with err set. */
+/* ---- TLS ---- */
+
+struct grpc_tls {
+    SSL_CTX *ctx;
+    char server_name[256]; /* "" = each endpoint's host */
+};
+
+/* The first queued OpenSSL error as text ("" when none), the queue cleared. */
+static const char *tls_error(char *buf, size_t cap)
+{
+    unsigned long e = tls.ERR_get_error();
+
+    buf[0] = '\0';
+    if (e)
+        tls.ERR_error_string_n(e, buf, cap);
+    tls.ERR_clear_error();
+    return buf;
+}
+
+struct grpc_tls *grpc_tls_new(const struct grpc_tls_opts *o, char *err, size_t errlen)
+{
+    static const unsigned char alpn[] = {2, 'h', '2'};
+    struct grpc_tls *t;
+    char why[256];
+    int has_cert = o->cert_file && o->cert_file[0], has_key = o->key_file && o->key_file[0];
+
+    if (has_cert != has_key) {
+        snprintf(err, errlen, "TLS: a client certificate needs both a certificate and a key file");
+        return NULL;
+    }
+    if (o->server_name && strlen(o->server_name) >= sizeof(t->server_name)) {
+        snprintf(err, errlen, "TLS: server name too long");
+        return NULL;
+    }
+    if (tlslib_load(err, errlen) != 0)
+        return NULL;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL || (t->ctx = tls.SSL_CTX_new(tls.TLS_client_method())) == NULL) {
+        snprintf(err, errlen, "TLS: cannot create a context: %s", tls_error(why, sizeof(why)));
+        free(t);
+        return NULL;
+    }
+    snprintf(t->server_name, sizeof(t->server_name), "%s", o->server_name ? o->server_name : "");
+    tls.SSL_CTX_ctrl(t->ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, NULL);
+    tls.SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
+    if (o->ca_file && o->ca_file[0]) {
+        if (tls.SSL_CTX_load_verify_locations(t->ctx, o->ca_file, NULL) != 1) {
+            snprintf(err, errlen, "TLS: cannot load CA file '%s': %s", o->ca_file,
+                     tls_error(why, sizeof(why)));
+            goto fail;
+        }
+    } else if (tls.SSL_CTX_set_default_verify_paths(t->ctx) != 1) {
+        snprintf(err, errlen, "TLS: cannot load the system's CAs: %s", tls_error(why, sizeof(why)));
+        goto fail;
+    }
+    if (has_cert) {
+        if (tls.SSL_CTX_use_certificate_chain_file(t->ctx, o->cert_file) != 1) {
+            snprintf(err, errlen, "TLS: cannot load certificate file '%s': %s", o->cert_file,
+                     tls_error(why, sizeof(why)));
+            goto fail;
+        }
+        if (tls.SSL_CTX_use_PrivateKey_file(t->ctx, o->key_file, SSL_FILETYPE_PEM) != 1 ||
+            tls.SSL_CTX_check_private_key(t->ctx) != 1) {
+            snprintf(err, errlen, "TLS: cannot use key file '%s' with '%s': %s", o->key_file,
+                     o->cert_file, tls_error(why, sizeof(why)));
+            goto fail;
+        }
+    }
+    if (tls.SSL_CTX_set_alpn_protos(t->ctx, alpn, sizeof(alpn)) != 0) {
+        snprintf(err, errlen, "TLS: cannot set ALPN: %s", tls_error(why, sizeof(why)));
+        goto fail;
+    }
+    return t;
+fail:
+    grpc_tls_free(t);
+    return NULL;
+}
+
+void grpc_tls_free(struct grpc_tls *t)
+{
+    if (t == NULL)
+        return;
+    if (t->ctx)
+        tls.SSL_CTX_free(t->ctx);
+    free(t);
+}
+
+/* An SSL for the current endpoint: SNI and the name checked against the certificate (a DNS name,
+ * or an IP address, which must be in the certificate's IP SANs). NULL with err set. */
+static SSL *tls_ssl_new(struct grpc_channel *ch, char *err, size_t errcap)
+{
+    const struct grpc_endpoint *ep = &ch->eps[ch->ep_idx];
+    const char *name = ch->opts.tls->server_name[0] ? ch->opts.tls->server_name : ep->host;
+    struct sockaddr_storage ss;
+    char why[256];
+    int is_ip = inet_pton(AF_INET, name, &ss) == 1 || inet_pton(AF_INET6, name, &ss) == 1;
+    SSL *ssl = tls.SSL_new(ch->opts.tls->ctx);
+
+    if (ssl == NULL) {
+        snprintf(err, errcap, "TLS: %s", tls_error(why, sizeof(why)));
+        return NULL;
+    }
+    if ((is_ip ? tls.X509_VERIFY_PARAM_set1_ip_asc(tls.SSL_get0_param(ssl), name)
+               : tls.SSL_set1_host(ssl, name) &&
+                     tls.SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                                  (void *)(uintptr_t)name)) != 1) {
+        snprintf(err, errcap, "TLS: cannot check the server's name '%s': %s", name,
+                 tls_error(why, sizeof(why)));
+        tls.SSL_free(ssl);
+        return NULL;
+    }
+    return ssl;
+}
+
+/* Why TLS failed, when OpenSSL says (its error, and the certificate check's): 1 with the text in
+ * out, else 0 (a plain socket error). */
+static int tls_failure(struct grpc_channel *ch, char *out, size_t cap)
+{
+    SSL *ssl = tls.bufferevent_openssl_get_ssl(ch->bev);
+    unsigned long e = tls.bufferevent_get_openssl_error(ch->bev);
+    long v = ssl && ch->state == GRPC_ST_CONNECTING ? tls.SSL_get_verify_result(ssl) : X509_V_OK;
+    char why[256] = "";
+
+    if (e == 0 && v == X509_V_OK)
+        return 0;
+    if (e)
+        tls.ERR_error_string_n(e, why, sizeof(why));
+    snprintf(out, cap, "TLS%s failed: %s%s%s", ch->state == GRPC_ST_CONNECTING ? " handshake" : "",
+             why[0] ? why : "", v != X509_V_OK && why[0] ? ": " : "",
+             v != X509_V_OK ? tls.X509_verify_cert_error_string(v) : "");
+    return 1;
+}
+
+/* The transport seam: opens the byte stream to the current endpoint (plain TCP, or TLS when the
+ * channel has a context) and the nghttp2 session over it. Returns 0, or -1 with err set. */
 static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
 {
     struct sockaddr_storage ss;
@@ -908,18 +1063,33 @@ static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
         snprintf(err, errcap, "cannot create the HTTP/2 session: %s", nghttp2_strerror(rv));
         return -1;
     }
-    /* Close-on-exec, so a child process never holds the connection open. */
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, errcap, "socket: %s", strerror(e));
-        return -1;
-    }
-    ch->bev = bufferevent_socket_new(ch->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (ch->bev == NULL) {
-        close(fd);
-        snprintf(err, errcap, "out of memory");
-        return -1;
+    if (ch->opts.tls) {
+        /* libevent makes the socket and starts the handshake once it is connected. */
+        SSL *ssl = tls_ssl_new(ch, err, errcap);
+        if (ssl == NULL)
+            return -1;
+        ch->bev = tls.bufferevent_openssl_socket_new(ch->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                                     BEV_OPT_CLOSE_ON_FREE);
+        if (ch->bev == NULL) {
+            tls.SSL_free(ssl);
+            snprintf(err, errcap, "out of memory");
+            return -1;
+        }
+        tls.bufferevent_openssl_set_allow_dirty_shutdown(ch->bev, 1);
+    } else {
+        /* Close-on-exec, so a child process never holds the connection open. */
+        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            int e = errno;
+            snprintf(err, errcap, "socket: %s", strerror(e));
+            return -1;
+        }
+        ch->bev = bufferevent_socket_new(ch->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        if (ch->bev == NULL) {
+            close(fd);
+            snprintf(err, errcap, "out of memory");
+            return -1;
+        }
     }
     bufferevent_setcb(ch->bev, read_cb, NULL, event_cb, ch);
     if (bufferevent_socket_connect(ch->bev, (struct sockaddr *)&ss, (int)sl) != 0) {
@@ -927,6 +1097,8 @@ static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
         snprintf(err, errcap, "connect failed: %s", evutil_socket_error_to_string(e));
         return -1;
     }
+    if (ch->opts.tls) /* the socket libevent made */
+        fcntl(bufferevent_getfd(ch->bev), F_SETFD, FD_CLOEXEC);
     return 0;
 }
 
@@ -976,6 +1148,7 @@ struct grpc_channel *grpc_channel_new(struct event_base *base, const struct grpc
     struct grpc_channel_opts o = {0};
     if (opts)
         o = *opts;
+    ch->opts.tls = o.tls;
     ch->opts.connect_timeout_ms = opt_or(o.connect_timeout_ms, 2000);
     ch->opts.ping_interval_ms = opt_or(o.ping_interval_ms, 10000);
     if (ch->opts.ping_interval_ms < GRPC_PING_INTERVAL_MIN)
@@ -1040,6 +1213,11 @@ int grpc_channel_ready(const struct grpc_channel *ch)
 const char *grpc_channel_endpoint(const struct grpc_channel *ch)
 {
     return ch ? ch->ep_name : "";
+}
+
+const char *grpc_channel_last_error(const struct grpc_channel *ch)
+{
+    return ch ? ch->last_error : "";
 }
 
 void grpc_channel_failover(struct grpc_channel *ch, const char *why)
@@ -1124,7 +1302,7 @@ struct grpc_call *grpc_call_start(struct grpc_channel *ch, const char *path,
     nghttp2_nv nv[9 + GRPC_MAX_METADATA];
     size_t n = 0;
     nv[n++] = make_nv(":method", "POST");
-    nv[n++] = make_nv(":scheme", "http");
+    nv[n++] = make_nv(":scheme", ch->opts.tls ? "https" : "http");
     nv[n++] = make_nv(":path", path);
     nv[n++] = make_nv(":authority", ch->ep_name);
     nv[n++] = make_nv("content-type", "application/grpc");

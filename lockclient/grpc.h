@@ -1,7 +1,6 @@
 /* grpc.h — a small gRPC client over HTTP/2 (nghttp2) on a libevent loop: one channel over several
- * endpoints, one connection at a time (h2c with prior knowledge; the connection is made through
- * one function so TLS can be added there), unary calls and long-lived bidirectional streams
- * multiplexed on it.
+ * endpoints, one connection at a time (h2c with prior knowledge, or TLS: grpc_tls_new()), unary
+ * calls and long-lived bidirectional streams multiplexed on it.
  *
  * Framing: every message is the gRPC 5-byte prefix (compressed flag 0, 32-bit big-endian length)
  * and the bytes. A call ends with the `grpc-status` / `grpc-message` trailers (also as a
@@ -55,7 +54,24 @@ struct grpc_endpoint {
     int port;
 };
 
+/* TLS for a channel, as etcdctl's --cacert, --cert and --key. */
+struct grpc_tls_opts {
+    const char *ca_file;     /* PEM; NULL or "": the system's certificate authorities */
+    const char *cert_file;   /* client certificate chain (PEM), with key_file; NULL or "": none */
+    const char *key_file;    /* its private key (PEM) */
+    const char *server_name; /* the name the server's certificate must carry (and SNI); NULL or
+                              * "": each endpoint's host (a DNS name or an IP address) */
+};
+struct grpc_tls;
+/* Loads libssl (tlslib.h) and the files: a context for any number of channels. TLS 1.2 or later,
+ * the server's certificate verified against the CAs and the name, ALPN "h2". NULL with the reason
+ * in err (a library missing, a file unreadable or not PEM, a key that does not match). */
+struct grpc_tls *grpc_tls_new(const struct grpc_tls_opts *o, char *err, size_t errlen);
+/* Frees t once no channel uses it. NULL is a no-op. */
+void grpc_tls_free(struct grpc_tls *t);
+
 struct grpc_channel_opts {
+    struct grpc_tls *tls;         /* NULL: h2c with prior knowledge; else TLS with ALPN h2 */
     long long connect_timeout_ms; /* default 2000 */
     long long ping_interval_ms;   /* default 10000; values under 5000 are raised to 5000 */
     long long ping_timeout_ms;    /* default 5000 */
@@ -84,6 +100,9 @@ void grpc_channel_free(struct grpc_channel *ch);
 int grpc_channel_ready(const struct grpc_channel *ch);
 /* "host:port" of the endpoint in use or being tried. */
 const char *grpc_channel_endpoint(const struct grpc_channel *ch);
+/* Why the last connection, or the last attempt, ended ("host:port: cause"); "" while connected
+ * and before any failure. */
+const char *grpc_channel_last_error(const struct grpc_channel *ch);
 /* Drops the current connection (open calls end with GRPC_STATUS_UNAVAILABLE and `why`) and moves
  * on to the next endpoint without waiting for the backoff of a healthy channel. */
 void grpc_channel_failover(struct grpc_channel *ch, const char *why);

@@ -800,14 +800,19 @@ struct lock_client *lock_client_new(struct event_base *base, const char *url,
         lock_fmt(err, errlen, "lock client: missing event base or backend URL");
         return NULL;
     }
+    size_t ul = strcspn(url, ":");
     for (size_t i = 0; i < sizeof(lock_backends) / sizeof(lock_backends[0]); i++) {
-        size_t sl = strlen(lock_backends[i]->scheme);
-        if (strncmp(url, lock_backends[i]->scheme, sl) == 0 && strncmp(url + sl, "://", 3) == 0)
+        const char *tls = lock_backends[i]->tls_scheme;
+        if (strncmp(url + ul, "://", 3) == 0 &&
+            ((strlen(lock_backends[i]->scheme) == ul &&
+              strncmp(url, lock_backends[i]->scheme, ul) == 0) ||
+             (tls && strlen(tls) == ul && strncmp(url, tls, ul) == 0)))
             ops = lock_backends[i];
     }
     if (ops == NULL) {
-        lock_fmt(err, errlen, "lock backend URL '%.300s': unknown scheme (use redis:// or etcd://)",
-                 url);
+        lock_fmt(err, errlen,
+                 "lock backend URL '%.*s...': unknown scheme (use redis://, etcd:// or etcds://)",
+                 (int)(ul > 40 ? 40 : ul), url);
         return NULL;
     }
     struct lock_client *c = calloc(1, sizeof(*c));

@@ -63,11 +63,15 @@ struct lock_options {
      * NULL. */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
+    /* etcds:// only: PEM files as etcdctl's --cacert, --cert and --key (empty: the system's CAs,
+     * no client certificate), and the name the server's certificate must carry (empty: each
+     * endpoint's host). */
+    char tls_ca_file[1024], tls_cert_file[1024], tls_key_file[1024], tls_server_name[256];
 };
 
 /* Creates a client for url ("redis://host:port[/db]" with optional user:password@, or
- * "etcd://[user:password@]host:port[,host:port...]"). opt may be NULL for defaults. Connects in
- * the background.
+ * "etcd://[user:password@]host:port[,host:port...]", or etcds:// for TLS). opt may be NULL for
+ * defaults. Connects in the background.
  * Returns NULL with a reason in err (unknown scheme, bad URL, out of memory). */
 struct lock_client *lock_client_new(struct event_base *base, const char *url,
                                     const struct lock_options *opt, char *err, size_t errlen);

@@ -140,6 +140,7 @@ struct lock_client {
  * (lock.c defers them), so a backend may report results from inside its own I/O callbacks. */
 struct lock_backend_ops {
     const char *scheme;         /* URL scheme without "://" */
+    const char *tls_scheme;     /* the same over TLS, or NULL */
     const char *default_prefix; /* used when lock_options.prefix is empty */
     /* Parses url, sets c->impl and starts connecting. Returns 0, or -1 with a reason in err. */
     int (*open)(struct lock_client *c, const char *url, char *err, size_t errlen);

@@ -50,7 +50,7 @@
 #define ED_PATH_AUTH      "/etcdserverpb.Auth/Authenticate"
 
 #define ED_AUTH_RETRY_MAX_MS 8000  /* failed authentications are retried, backing off to this */
-#define ED_AUTH_WARN_MS      30000 /* the same authentication failure is logged this seldom */
+#define ED_AUTH_WARN_MS      30000 /* a failure to connect or authenticate is logged this seldom */
 
 static const struct grpc_metadata ed_hasleader[] = {{"hasleader", "true"}};
 
@@ -208,6 +208,10 @@ struct ed_client {
     int64_t auth_next_ms, auth_backoff_ms, auth_warned_ms, watch_refresh_ms;
     char user[128], pass[256];
     char why[LOCK_MSG_MAX]; /* the last authentication failure, while it lasts */
+    struct grpc_tls *tls;   /* etcds:// */
+    char down_why[LOCK_MSG_MAX];
+    char warned[LOCK_MSG_MAX]; /* the connection failure last logged ("" while up), and when */
+    int64_t warned_ms;
 };
 
 static void ed_acq_start(struct ed_acq *a);
@@ -329,9 +333,16 @@ static int ed_ready(const struct ed_client *ec)
 }
 
 /* Why calls cannot start, for error messages. */
-static const char *ed_not_ready(const struct ed_client *ec)
+static const char *ed_not_ready(struct ed_client *ec)
 {
-    return ec->why[0] ? ec->why : "etcd is not connected";
+    const char *last = grpc_channel_last_error(ec->ch);
+
+    if (ec->why[0])
+        return ec->why;
+    if (!last[0])
+        return "etcd is not connected";
+    lock_fmt(ec->down_why, sizeof(ec->down_why), "etcd is not connected (%s)", last);
+    return ec->down_why;
 }
 
 /* Starts a unary call of the message in ec->out on the connection, authenticated or not. NULL
@@ -1607,6 +1618,24 @@ static void ed_op_mark_raise(struct lock_client *c, const char *key, size_t len,
     }
 }
 
+/* Logs why etcd cannot be reached (a refused connection, a TLS handshake that fails): at once
+ * after a time connected, then once per ED_AUTH_WARN_MS while it lasts. */
+static void ed_warn_down(struct ed_client *ec)
+{
+    const char *last = grpc_channel_last_error(ec->ch);
+    int64_t now = lock_now_ms();
+
+    if (grpc_channel_ready(ec->ch)) {
+        ec->warned[0] = '\0';
+        return;
+    }
+    if (!ec->c->opt.warn || !last[0] || (ec->warned[0] && now - ec->warned_ms < ED_AUTH_WARN_MS))
+        return;
+    lock_fmt(ec->warned, sizeof(ec->warned), "%s", last);
+    ec->warned_ms = now;
+    ec->c->opt.warn(ec->c->opt.warn_arg, ec->why[0] ? ec->why : last);
+}
+
 /* ---- authentication ---- */
 
 static void ed_ready_up(struct ed_client *ec);
@@ -1732,6 +1761,7 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
     if (grpc_channel_ready(ec->ch) && ec->have_auth && !ec->authed && !ec->auth &&
         lock_now_ms() >= ec->auth_next_ms)
         ed_auth_send(ec);
+    ed_warn_down(ec);
     if (!ed_ready(ec))
         return;
     if (ec->norphans > 0)
@@ -1837,7 +1867,7 @@ static int ed_parse_endpoint(const char *p, size_t n, struct grpc_endpoint *e)
 static int ed_parse_url(struct ed_client *ec, const char *url, struct grpc_endpoint *eps, int *neps,
                         char *err, size_t errlen)
 {
-    const char *p = lock_url_userinfo(url + strlen("etcd://"), ec->user, sizeof(ec->user), ec->pass,
+    const char *p = lock_url_userinfo(strstr(url, "://") + 3, ec->user, sizeof(ec->user), ec->pass,
                                       sizeof(ec->pass), &ec->have_auth);
     if (p == NULL || (ec->have_auth && (!ec->user[0] || !ec->pass[0]))) {
         lock_fmt(err, errlen,
@@ -1849,7 +1879,7 @@ static int ed_parse_url(struct ed_client *ec, const char *url, struct grpc_endpo
     size_t total = strcspn(p, "/?#");
     if (p[total] != '\0' && strcmp(p + total, "/") != 0) {
         lock_fmt(err, errlen,
-                 "etcd URL '%.200s': only etcd://[user:password@]host:port[,host:port...] is "
+                 "etcd URL '%.200s': only etcd[s]://[user:password@]host:port[,host:port...] is "
                  "supported",
                  url);
         return -1;
@@ -1895,6 +1925,18 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
         free(ec);
         return -1;
     }
+    struct grpc_channel_opts copts = {0};
+    if (strncmp(url, "etcds://", 8) == 0) {
+        struct grpc_tls_opts t = {c->opt.tls_ca_file, c->opt.tls_cert_file, c->opt.tls_key_file,
+                                  c->opt.tls_server_name};
+        char why[LOCK_MSG_MAX];
+        if ((ec->tls = grpc_tls_new(&t, why, sizeof(why))) == NULL) {
+            lock_fmt(err, errlen, "etcd backend: %s", why);
+            free(ec);
+            return -1;
+        }
+        copts.tls = ec->tls;
+    }
     ec->authed = !ec->have_auth;
     ec->c = c;
     c->impl = ec;
@@ -1906,10 +1948,11 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
         cut--;
     lock_fmt(ec->mark_prefix, sizeof(ec->mark_prefix), "%.*smarks/", (int)cut, prefix);
     ec->maint = event_new(c->base, -1, EV_PERSIST, ed_maint_cb, ec);
-    ec->ch = ec->maint ? grpc_channel_new(c->base, eps, neps, NULL, &ed_channel_cbs, ec) : NULL;
+    ec->ch = ec->maint ? grpc_channel_new(c->base, eps, neps, &copts, &ed_channel_cbs, ec) : NULL;
     if (ec->ch == NULL) {
         if (ec->maint)
             event_free(ec->maint);
+        grpc_tls_free(ec->tls);
         lock_fmt(err, errlen, "lock client: out of memory");
         free(ec);
         c->impl = NULL;
@@ -1957,6 +2000,7 @@ static void ed_op_close(struct lock_client *c)
     }
     lock_map_clear(&ec->leases);
     grpc_channel_free(ec->ch);
+    grpc_tls_free(ec->tls);
     event_free(ec->maint);
     etcdpb_buf_free(&ec->out);
     free(ec);
@@ -1965,6 +2009,7 @@ static void ed_op_close(struct lock_client *c)
 
 const struct lock_backend_ops lock_etcd_ops = {
     .scheme = "etcd",
+    .tls_scheme = "etcds",
     .default_prefix = "/fencegate/locks/",
     .open = ed_op_open,
     .close = ed_op_close,

@@ -286,6 +286,10 @@ int main(int argc, char **argv)
                 hstores ? "too many stores to fence" : "out of memory");
         return 2;
     }
+    snprintf(lopt.tls_ca_file, sizeof(lopt.tls_ca_file), "%s", cfg.backend_tls_ca);
+    snprintf(lopt.tls_cert_file, sizeof(lopt.tls_cert_file), "%s", cfg.backend_tls_cert);
+    snprintf(lopt.tls_key_file, sizeof(lopt.tls_key_file), "%s", cfg.backend_tls_key);
+    snprintf(lopt.tls_server_name, sizeof(lopt.tls_server_name), "%s", cfg.backend_tls_server_name);
     lopt.fence = fencehooks_run;
     lopt.warn = main_lock_warn;
     lopt.fence_arg = &hooks;
@@ -294,7 +298,12 @@ int main(int argc, char **argv)
     locks = lock_client_new(m.base, cfg.backend.raw, &lopt, err, sizeof(err));
     if (!locks) {
         fprintf(stderr, "fencegate: lock backend %s: %s\n", main_url_shown(&cfg.backend), err);
-        return 2; /* a backend this build cannot use is a configuration error */
+        httpstore_free(hstores);
+        pgstores_free(pg);
+        store_marks_free(marks);
+        upstream_free(up);
+        event_base_free(m.base);
+        return 2; /* a backend this build cannot use (TLS files, say) is a configuration error */
     }
     httpstore_set_lock_client(hstores, locks);
     m.srv = server_new(m.base, &cfg, up, locks, err, sizeof(err));

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 
@@ -41,14 +42,19 @@ class EtcdMember:
         return "127.0.0.1:%d" % self.client_port
 
     @property
+    def client_url(self):
+        return ("https://" if self.cluster.tls else "http://") + self.endpoint
+
+    @property
     def peer_url(self):
         return "http://127.0.0.1:%d" % self.peer_port
 
     def start(self, state="new"):
         assert self.proc is None or self.proc.poll() is not None, "etcd already running"
+        tls = self.cluster.tls
         argv = [ETCD, "--name", self.name, "--data-dir", os.path.join(self.dir, "data"),
-                "--listen-client-urls", "http://" + self.endpoint,
-                "--advertise-client-urls", "http://" + self.endpoint,
+                "--listen-client-urls", self.client_url,
+                "--advertise-client-urls", self.client_url,
                 "--listen-peer-urls", self.peer_url,
                 "--initial-advertise-peer-urls", self.peer_url,
                 "--initial-cluster", self.cluster.initial_cluster(),
@@ -56,6 +62,9 @@ class EtcdMember:
                 "--initial-cluster-token", self.cluster.token,
                 "--heartbeat-interval", "50", "--election-timeout", "500",
                 "--logger", "zap", "--log-outputs", "stderr"] + list(self.cluster.extra_args)
+        if tls:  # clients must show a certificate of the test CA
+            argv += ["--cert-file", tls["server.crt"], "--key-file", tls["server.key"],
+                     "--client-cert-auth", "--trusted-ca-file", tls["ca.crt"]]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, cwd=self.dir, stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=log, env=harness.clean_env())
@@ -64,13 +73,20 @@ class EtcdMember:
 
     def healthy(self):
         try:
-            c = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=1)
+            tls = self.cluster.tls
+            if tls:
+                ctx = ssl.create_default_context(cafile=tls["ca.crt"])
+                ctx.load_cert_chain(tls["client.crt"], tls["client.key"])
+                c = http.client.HTTPSConnection("127.0.0.1", self.client_port, timeout=1,
+                                                context=ctx)
+            else:
+                c = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=1)
             c.request("GET", "/health")
             r = c.getresponse()
             body = r.read()
             c.close()
             return r.status == 200 and json.loads(body).get("health") == "true"
-        except (OSError, ValueError, http.client.HTTPException):
+        except (OSError, ValueError, http.client.HTTPException, ssl.SSLError):
             return False
 
     def alive(self):
@@ -103,12 +119,38 @@ class EtcdMember:
         return harness._tail(self.log_path, n)
 
 
+def make_certs(dir):
+    """A test CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a
+    second CA that signed neither, made with the openssl command in dir. Returns their paths by
+    name: ca.crt, server.crt/.key, client.crt/.key, other-ca.crt."""
+    def run(*args):
+        p = subprocess.run(["openssl"] + list(args), cwd=dir, capture_output=True, timeout=30)
+        if p.returncode != 0:
+            raise AssertionError("openssl %s: %s" % (args[0], p.stderr.decode(errors="replace")))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", *ec, "-keyout", ca + ".key", "-out", ca + ".crt", "-days", "2",
+            "-subj", "/CN=fencegate test " + ca)
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                 "extendedKeyUsage=serverAuth,clientAuth\n"),
+                      ("client", "extendedKeyUsage=clientAuth\n")):
+        with open(os.path.join(dir, name + ".ext"), "w") as f:
+            f.write(ext)
+        run("req", "-new", *ec, "-keyout", name + ".key", "-out", name + ".csr",
+            "-subj", "/CN=fencegate test " + name)
+        run("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", name + ".crt", "-days", "2", "-extfile", name + ".ext")
+    return {n: os.path.join(dir, n) for n in ("ca.crt", "server.crt", "server.key",
+                                               "client.crt", "client.key", "other-ca.crt")}
+
+
 class EtcdCluster:
     """n etcd members forming one cluster (n = 1 is a single node)."""
 
-    def __init__(self, n=1, extra_args=()):
+    def __init__(self, n=1, extra_args=(), tls=None):
         self.token = "fg-%d-%d" % (os.getpid(), harness.free_port())
         self.extra_args = extra_args
+        self.tls = tls  # make_certs(): clients over TLS with a certificate
         self.user = None  # "root:pw" for etcdctl once enable_auth() ran
         self.members = [EtcdMember("m%d" % i, self) for i in range(n)]
 
@@ -117,7 +159,7 @@ class EtcdCluster:
 
     @property
     def url(self):
-        return "etcd://" + ",".join(m.endpoint for m in self.members)
+        return ("etcds://" if self.tls else "etcd://") + ",".join(m.endpoint for m in self.members)
 
     @property
     def endpoints(self):
@@ -143,6 +185,9 @@ class EtcdCluster:
         """Runs etcdctl (API v3) against the live members; returns stdout text."""
         env = harness.clean_env({"ETCDCTL_API": "3"})
         user = ["--user", self.user] if self.user else []
+        if self.tls:
+            user += ["--cacert", self.tls["ca.crt"], "--cert", self.tls["client.crt"],
+                     "--key", self.tls["client.key"]]
         p = subprocess.run([ETCDCTL, "--endpoints", self.endpoints, "--command-timeout=5s"] +
                            user + list(args), stdin=subprocess.DEVNULL, capture_output=True,
                            timeout=timeout, env=env)
@@ -209,11 +254,11 @@ class EtcdTestCase(harness.FgTestCase):
                         m.name, m.log_text))
         return out
 
-    def start_etcd(self, n=1, extra_args=()):
+    def start_etcd(self, n=1, extra_args=(), tls=None):
         missing = etcd_missing()
         if missing:
             self.fail(missing)
-        c = EtcdCluster(n, extra_args)
+        c = EtcdCluster(n, extra_args, tls)
         self._etcd.append(c)
         self.addCleanup(c.cleanup)
         return c.start()

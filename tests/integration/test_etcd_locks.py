@@ -6,13 +6,15 @@ behind fencegate's back makes its locks lost at once; a 3-member cluster loses i
 locks are held and waited for, and no lock is ever granted twice."""
 
 import json
+import os
+import re
 import threading
 import time
 import unittest
 import urllib.request
 
 import harness
-from etcd_harness import EtcdTestCase
+from etcd_harness import EtcdTestCase, make_certs
 from harness import Err
 
 PREFIX = "/fencegate/locks/"
@@ -353,6 +355,84 @@ class EtcdAuth(EtcdTestCase):
         self.assertEqual(b.call("SET", "wallet:1", "b"), "OK")
         # The session's lease outlived every expiry: the locks taken first are still held.
         self.assertIsInstance(a.call("FENCE.TOKEN", "wallet:2"), int)
+
+
+class EtcdTLS(EtcdTestCase):
+    """etcds://: etcd serving TLS only and asking every client for a certificate of its CA."""
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.certs = make_certs(os.path.dirname(self.write_file("certs", "")))
+        self.etcd = self.start_etcd(1, tls=self.certs)
+
+    def start(self, ca="ca.crt", client=True, ready=True, extra=()):
+        args = ["--backend", self.etcd.url, "--backend-tls-ca-file", self.certs[ca]]
+        if client:
+            args += ["--backend-tls-cert-file", self.certs["client.crt"],
+                     "--backend-tls-key-file", self.certs["client.key"]]
+        return self.start_fencegate(self.redis, args=args + list(extra), readyz=ready)
+
+    @staticmethod
+    def log(fg):
+        with open(fg.stderr_path, errors="replace") as f:
+            return f.read()
+
+    def test_locks_waits_and_fenced_writes_over_mutual_tls(self):
+        fg = self.start(extra=["--config", self.write_file("fg-tls.yaml", PROTECT)])
+        a, b = self.raw(fg.resp_port, timeout=10), self.raw(fg.resp_port, timeout=10)
+        t = a.call("FENCE.ACQUIRE", "wallet:1")
+        self.assertIsInstance(t, int, t)
+        self.assertEqual([k[1] for k in self.etcd.keys(PREFIX + "wallet:1/")], [t])
+        self.assertEqual(a.call("SET", "wallet:1", "a"), "OK")
+        b.send(harness.encode("FENCE.ACQUIRE", "wallet:1", "WAIT", 8000))
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "wallet:1/")) == 2, 5, 0.05,
+                           "the waiter queued")
+        self.assertEqual(a.call("FENCE.RELEASE", "wallet:1"), 1)
+        t2 = b.read_reply(timeout=8)
+        self.assertIsInstance(t2, int, t2)
+        self.assertGreater(t2, t)
+        self.assertEqual(b.call("SET", "wallet:1", "b"), "OK")
+
+    def test_server_certificate_of_another_ca_is_refused(self):
+        fg = self.start(ca="other-ca.crt", ready=False)
+        harness.wait_until(lambda: "certificate verify failed" in self.log(fg), 10, 0.1,
+                           "the TLS failure logged")
+        self.assertEqual(fg.http("/readyz")[0], 503)
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "x", "WAIT", 0, timeout=10)
+        self.assertIsInstance(r, Err)
+        self.assertIn("certificate verify failed", r)
+        self.assertEqual(self.etcd.keys(PREFIX), [], "nothing reached etcd")
+
+    def test_the_name_checked_is_the_server_name_when_given(self):
+        # The certificate names localhost and 127.0.0.1: a DNS name checks too, another fails.
+        fg = self.start(extra=["--backend-tls-server-name", "localhost"])
+        self.assertIsInstance(self.raw(fg.resp_port).call("FENCE.ACQUIRE", "n1"), int)
+        bad = self.start(ready=False, extra=["--backend-tls-server-name", "etcd.example"])
+        harness.wait_until(lambda: "hostname mismatch" in self.log(bad), 10, 0.1,
+                           "the name mismatch logged")
+        self.assertEqual(bad.http("/readyz")[0], 503)
+
+    def test_no_client_certificate_is_refused_by_etcd(self):
+        fg = self.start(client=False, ready=False)
+        # etcd's alert: "bad certificate" (TLS 1.2) or "certificate required" (TLS 1.3).
+        def refused():
+            return re.search(r"TLS[a-z ]* failed: .*alert (bad certificate|certificate required)",
+                             self.log(fg))
+        harness.wait_until(refused, 10, 0.1, "the refusal logged")
+        self.assertEqual(fg.http("/readyz")[0], 503)
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "x", "WAIT", 0, timeout=10)
+        self.assertTrue(isinstance(r, Err) and "alert" in r, r)
+
+    def test_unusable_tls_files_stop_the_start(self):
+        fg = self.start_fencegate(self.redis, args=[
+            "--backend", self.etcd.url, "--backend-tls-ca-file", "/dev/null"], ready=False)
+        self.assertEqual(fg.wait_exit(10), 2)
+        self.assertIn("cannot load CA file '/dev/null'", self.log(fg))
+        fg = self.start_fencegate(self.redis, args=[
+            "--backend", self.etcd.url, "--backend-tls-cert-file", self.certs["client.crt"],
+            "--backend-tls-key-file", self.certs["server.key"]], ready=False)
+        self.assertEqual(fg.wait_exit(10), 2)
+        self.assertIn("cannot use key file", self.log(fg))
 
 
 class EtcdCluster3(EtcdTestCase):

@@ -286,7 +286,8 @@ static void test_unknown_keys(void **state)
     expect_yaml_msg("listen:\n  resp: 1234\n  rsp: 1\n",
                     "t.yaml:3:3: listen: unknown key 'rsp' (expected one of: resp, http)");
     expect_yaml_err("backend: { url: redis://h, ttl: 5 }\n", "t.yaml:1:28: backend: ",
-                    "unknown key 'ttl' (expected one of: url, prefix, session_ttl_ms)");
+                    "unknown key 'ttl' (expected one of: url, prefix, session_ttl_ms, tls_ca_file, "
+                    "tls_cert_file, tls_key_file, tls_server_name)");
     expect_yaml_err("stores:\n  - { name: a, url: redis://h, port: 1 }\n",
                     "t.yaml:2:32: stores[0]: unknown key 'port'", NULL);
     expect_yaml_err("protect:\n  - { store: a, keys: 'x:*', lock: 'x:$1', mode: w }\n",
@@ -355,7 +356,7 @@ static void test_bad_url_in_yaml(void **state)
     expect_yaml_msg(
         "backend:\n  url: ftp://h\n",
         "t.yaml:2:8: backend.url: bad URL 'ftp://h': unknown scheme (expected redis://, "
-        "etcd://, postgresql://, postgres:// or http://)");
+        "etcd://, etcds://, postgresql://, postgres:// or http://)");
     expect_yaml_err("stores:\n  - { name: b, url: \"https://blobs\" }\n",
                     "t.yaml:2:21: stores[0].url: bad URL 'https://blobs': ", "TLS");
     expect_yaml_err("backend: { url: 'postgresql://h/db' }\n",
@@ -677,6 +678,22 @@ static void chk_grace(const struct cfg *c)
 {
     assert_int_equal(c->shutdown_grace_ms, 0);
 }
+static void chk_tls_ca(const struct cfg *c)
+{
+    assert_string_equal(c->backend_tls_ca, "/dev/null");
+}
+static void chk_tls_cert(const struct cfg *c)
+{
+    assert_string_equal(c->backend_tls_cert, "/dev/null");
+}
+static void chk_tls_key(const struct cfg *c)
+{
+    assert_string_equal(c->backend_tls_key, "/dev/null");
+}
+static void chk_tls_name(const struct cfg *c)
+{
+    assert_string_equal(c->backend_tls_server_name, "etcd.svc");
+}
 
 static const struct setting_case settings[] = {
     {"FENCEGATE_LISTEN_RESP", "resp", "10.1.2.3:7001", chk_resp},
@@ -692,6 +709,10 @@ static const struct setting_case settings[] = {
     {"FENCEGATE_LOG_LEVEL", "log-level", "warn", chk_log},
     {"FENCEGATE_SHUTDOWN_GRACE_MS", "shutdown-grace-ms", "0", chk_grace},
     {"FENCEGATE_UPSTREAM_MULTIPLEX", "upstream-multiplex", "off", chk_mux},
+    {"FENCEGATE_BACKEND_TLS_CA_FILE", "backend-tls-ca-file", "/dev/null", chk_tls_ca},
+    {"FENCEGATE_BACKEND_TLS_CERT_FILE", "backend-tls-cert-file", "/dev/null", chk_tls_cert},
+    {"FENCEGATE_BACKEND_TLS_KEY_FILE", "backend-tls-key-file", "/dev/null", chk_tls_key},
+    {"FENCEGATE_BACKEND_TLS_SERVER_NAME", "backend-tls-server-name", "etcd.svc", chk_tls_name},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -1020,6 +1041,37 @@ static void test_finish_backend_checks(void **state)
 
     expect_yaml_err("backend: { prefix: '' }\n", "t.yaml:1:20: backend.prefix: empty prefix", NULL);
 
+    /* TLS: only with etcds://, a client certificate with its key, files that can be read. */
+    char *tls_ok[] = {"fencegate", "--backend", "etcds://e:2379", "--backend-tls-ca-file",
+                      "/dev/null", NULL};
+    char *tls_plain[] = {"fencegate", "--backend", "etcd://e", "--backend-tls-ca-file",
+                         "/dev/null", NULL};
+    char *tls_half[] = {"fencegate", "--backend", "etcds://e", "--backend-tls-cert-file",
+                        "/dev/null", NULL};
+    c = new_cfg();
+    assert_int_equal(cfg_apply_args(c, 5, tls_ok, &action, &err), FG_OK);
+    finish_ok(c);
+    assert_int_equal(c->backend.kind, CFG_URL_ETCD);
+    assert_int_equal(c->backend.tls, 1);
+    free(c);
+    c = new_cfg();
+    assert_int_equal(cfg_apply_args(c, 5, tls_plain, &action, &err), FG_OK);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_starts_with(err.msg, "backend.tls_*: TLS settings need an etcds:// backend URL, not "
+                                "'etcd://e'");
+    free(c);
+    c = new_cfg();
+    assert_int_equal(cfg_apply_args(c, 5, tls_half, &action, &err), FG_OK);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_contains(err.msg, "a client certificate needs both");
+    free(c);
+    expect_yaml_err("backend: { tls_ca_file: /nonexistent/ca.pem }\n",
+                    "t.yaml:1:25: backend.tls_ca_file: cannot read file '/nonexistent/ca.pem': "
+                    "No such file or directory",
+                    NULL);
+    expect_yaml_err("backend: { tls_server_name: 'a b' }\n",
+                    "t.yaml:1:29: backend.tls_server_name: bad host name 'a b'", NULL);
+
     /* No backend given: the locks live in the upstream Redis, not in some other default. */
     char *up_only[] = {"fencegate", "--upstream", "redis://10.1.2.3:7000/2", NULL};
     c = new_cfg();
@@ -1224,7 +1276,8 @@ static void test_parse_url_table(void **state)
         } bad[] = {
             {"", "empty"},
             {"127.0.0.1:6379", "missing scheme"},
-            {"ftp://h", "unknown scheme (expected redis://, etcd://, postgresql://, postgres:// or "
+            {"ftp://h", "unknown scheme (expected redis://, etcd://, etcds://, postgresql://, "
+                        "postgres:// or "
                         "http://)"},
             {"https://h", "not supported yet (no TLS)"},
             {"rediss://h", "not supported yet (no TLS)"},
@@ -1252,7 +1305,7 @@ static void test_parse_url_table(void **state)
             {"etcd://a,,b", "empty host"},
             {"etcd://a,", "empty host"},
             {"etcd://u@h", "credentials"},
-            {"etcd://:pw@h", "must be user:password@"},
+            {"etcd://:@h", "must be user:password@"},
             {"etcd://u:@h", "must be user:password@"},
             {"etcd://h/prefix", "no path"},
             {"etcd://h:99999", "port must be 1..65535"},
