@@ -71,6 +71,8 @@ static const struct cfg_setting cfg_settings[] = {
      offsetof(struct cfg, backend_tls_key), 0, 0},
     {"backend.tls_server_name", "FENCEGATE_BACKEND_TLS_SERVER_NAME", "backend-tls-server-name",
      CFG_K_NAME, offsetof(struct cfg, backend_tls_server_name), 0, 0},
+    {"backend.password_file", "FENCEGATE_BACKEND_PASSWORD_FILE", "backend-password-file",
+     CFG_K_FILE, offsetof(struct cfg, backend_password_file), 0, 0},
     {"upstream_multiplex", "FENCEGATE_UPSTREAM_MULTIPLEX", "upstream-multiplex", CFG_K_BOOL,
      offsetof(struct cfg, upstream_multiplex), 0, 0},
     {"limits.max_clients", "FENCEGATE_MAX_CLIENTS", "max-clients", CFG_K_INT,
@@ -95,8 +97,8 @@ static const char *const cfg_top_keys[] = {
     "limits", "log",      "shutdown_grace_ms",  NULL};
 static const char *const cfg_listen_keys[] = {"resp", "http", NULL};
 static const char *const cfg_backend_keys[] = {
-    "url",           "prefix",       "session_ttl_ms",  "tls_ca_file",
-    "tls_cert_file", "tls_key_file", "tls_server_name", NULL};
+    "url",          "prefix",          "session_ttl_ms", "tls_ca_file", "tls_cert_file",
+    "tls_key_file", "tls_server_name", "password_file",  NULL};
 static const char *const cfg_limits_keys[] = {"max_clients", "max_request_bytes",
                                               "max_pending_bytes", "max_args", NULL};
 static const char *const cfg_log_keys[] = {"level", NULL};
@@ -528,8 +530,9 @@ static const char *cfg_url_redis(const char *p, const char *end, struct cfg_url 
     return NULL;
 }
 
-/* etcd://[user:password@]host[:port][,host[:port]...]. As with redis://, the user info ends at
- * the last '@'; etcd's authentication needs both a user name and a password. */
+/* etcd://[user[:password]@]host[:port][,host[:port]...]. As with redis://, the user info ends at
+ * the last '@'; unlike redis://, user info without ':' is a user name (etcd's authentication
+ * needs one), whose password then comes from backend.password_file (cfg_finish() checks). */
 static const char *cfg_url_etcd(const char *p, const char *end, struct cfg_url *u)
 {
     const char *at = cfg_memrchr(p, '@', (size_t)(end - p));
@@ -538,9 +541,10 @@ static const char *cfg_url_etcd(const char *p, const char *end, struct cfg_url *
     if (at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
 
-        if (!colon || colon == p || colon + 1 == at)
-            return "etcd:// credentials must be user:password@ (both non-empty)";
-        why = cfg_userinfo(p, at, u);
+        if (colon == p || at == p)
+            return "etcd:// credentials must be user:password@ or user@ (a user name is needed)";
+        why = colon ? cfg_userinfo(p, at, u)
+                    : cfg_pct_decode(p, (size_t)(at - p), u->user, sizeof u->user);
         if (why)
             return why;
         p = at + 1;
@@ -1757,6 +1761,20 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                  cfg_show_url(shown, cfg->backend.raw));
         return FG_ERR_CONFIG;
     }
+    if (cfg->backend.kind == CFG_URL_ETCD && cfg->backend.user[0] && !cfg->backend.password[0] &&
+        !cfg->backend_password_file[0]) {
+        cfg_errf(err,
+                 "backend.url: etcd user '%s' has no password: give user:password@ or "
+                 "backend.password_file",
+                 cfg_show_str(shown, cfg->backend.user));
+        return FG_ERR_CONFIG;
+    }
+    if (cfg->backend.kind == CFG_URL_ETCD && !cfg->backend.user[0] &&
+        cfg->backend_password_file[0]) {
+        cfg_errf(err, "backend.password_file: an etcd password needs a user in the URL "
+                      "(etcd://USER@host:port)");
+        return FG_ERR_CONFIG;
+    }
     if (!cfg->backend_tls_cert[0] != !cfg->backend_tls_key[0]) {
         cfg_errf(err, "backend.tls_cert_file and backend.tls_key_file: a client certificate "
                       "needs both");
@@ -1858,6 +1876,8 @@ const char *cfg_usage(void)
            "etcd[s]://[USER:PASSWORD@]H:P[,H:P...] (etcds: TLS; default: the upstream)\n"
            "  --backend-prefix P        FENCEGATE_BACKEND_PREFIX     etcd lock key prefix (default "
            "/fencegate/locks/)\n"
+           "  --backend-password-file F FENCEGATE_BACKEND_PASSWORD_FILE   the backend's password, "
+           "read from F at start (instead of the URL's; etcd: with etcd://USER@...)\n"
            "  --backend-tls-ca-file F   FENCEGATE_BACKEND_TLS_CA_FILE     etcds:// only: CA "
            "certificates, PEM (default: the system's)\n"
            "  --backend-tls-cert-file F FENCEGATE_BACKEND_TLS_CERT_FILE   etcds:// only: client "

@@ -70,7 +70,8 @@ struct cfg {
      * endpoint's host). */
     char backend_tls_ca[CFG_MAX_STR], backend_tls_cert[CFG_MAX_STR], backend_tls_key[CFG_MAX_STR];
     char backend_tls_server_name[256];
-    long long session_ttl_ms; /* default 10000; 500..3600000 */
+    char backend_password_file[CFG_MAX_STR]; /* the backend's password, read at start; "" = unset */
+    long long session_ttl_ms;                /* default 10000; 500..3600000 */
     struct cfg_store stores[CFG_MAX_STORES];
     int nstores; /* after cfg_finish(): the upstream is always a store */
     struct cfg_protect protect[CFG_MAX_PROTECT];

@@ -67,6 +67,9 @@ struct lock_options {
      * no client certificate), and the name the server's certificate must carry (empty: each
      * endpoint's host). */
     char tls_ca_file[1024], tls_cert_file[1024], tls_key_file[1024], tls_server_name[256];
+    /* The backend's password when not in the URL (read by the caller, e.g. from a mounted
+     * Secret); it replaces the URL's. etcd takes the user from the URL: etcd://user@host. */
+    char password[256];
 };
 
 /* Creates a client for url ("redis://host:port[/db]" with optional user:password@, or

@@ -1862,17 +1862,27 @@ static int ed_parse_endpoint(const char *p, size_t n, struct grpc_endpoint *e)
     return 0;
 }
 
-/* etcd://[user:password@]host:port[,host:port...][/] into eps and ec's credentials. Messages
- * name the URL without its user info. */
-static int ed_parse_url(struct ed_client *ec, const char *url, struct grpc_endpoint *eps, int *neps,
-                        char *err, size_t errlen)
+/* etcd[s]://[user[:password]@]host:port[,host:port...][/] into eps and ec's credentials (a
+ * password given apart, opt.password, wins over the URL's). Messages name the URL without its
+ * user info. */
+static int ed_parse_url(struct ed_client *ec, const struct lock_options *opt, const char *url,
+                        struct grpc_endpoint *eps, int *neps, char *err, size_t errlen)
 {
-    const char *p = lock_url_userinfo(strstr(url, "://") + 3, ec->user, sizeof(ec->user), ec->pass,
-                                      sizeof(ec->pass), &ec->have_auth);
-    if (p == NULL || (ec->have_auth && (!ec->user[0] || !ec->pass[0]))) {
+    const char *info = strstr(url, "://") + 3;
+    const char *p = lock_url_userinfo(info, ec->user, sizeof(ec->user), ec->pass, sizeof(ec->pass),
+                                      &ec->have_auth);
+    if (p && ec->have_auth && !memchr(info, ':', (size_t)(p - info))) {
+        /* "user@": a user name, unlike redis:// */
+        lock_fmt(ec->user, sizeof(ec->user), "%s", ec->pass);
+        ec->pass[0] = '\0';
+    }
+    if (p && opt->password[0])
+        lock_fmt(ec->pass, sizeof(ec->pass), "%s", opt->password);
+    if (p == NULL || (ec->have_auth && (!ec->user[0] || !ec->pass[0])) ||
+        (!ec->have_auth && opt->password[0])) {
         lock_fmt(err, errlen,
-                 "etcd URL: credentials must be user:password@ (both non-empty, %%XX escapes "
-                 "allowed)");
+                 "etcd URL: credentials must be user:password@, or user@ with the password "
+                 "given apart (%%XX escapes allowed)");
         return -1;
     }
     url = p; /* from here on, messages show the hosts only */
@@ -1921,7 +1931,7 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
         lock_fmt(err, errlen, "lock client: out of memory");
         return -1;
     }
-    if (ed_parse_url(ec, url, eps, &neps, err, errlen) != 0) {
+    if (ed_parse_url(ec, &c->opt, url, eps, &neps, err, errlen) != 0) {
         free(ec);
         return -1;
     }

@@ -1325,6 +1325,14 @@ static int rd_parse_url(struct rd_client *rc, const char *url, char *err, size_t
         lock_fmt(err, errlen, "redis URL: bad %%-escape, or a user name or password too long");
         return -1;
     }
+    if (rc->lc->opt.password[0]) { /* given apart from the URL: it wins */
+        lock_fmt(rc->pass, sizeof(rc->pass), "%s", rc->lc->opt.password);
+        rc->have_auth = 1;
+    }
+    if (rc->lc->opt.password[0]) { /* given apart from the URL: it wins */
+        lock_fmt(rc->pass, sizeof(rc->pass), "%s", rc->lc->opt.password);
+        rc->have_auth = 1;
+    }
     const char *end = p + strcspn(p, "/?#");
     rc->port = RD_DEFAULT_PORT;
     const char *hend, *portp = NULL;

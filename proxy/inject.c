@@ -53,10 +53,11 @@ struct inject_walk {
     /* the pod */
     enum inject_shape annotations, spec, containers, init_containers, volumes;
     struct inject_str meta_name, meta_generate_name, meta_namespace;
-    struct inject_str ann_inject, ann_config;
+    struct inject_str ann_inject, ann_config, ann_secret;
     int ann_injected;
     int has_sidecar;     /* a container or initContainer is already named "fencegate" */
     int volume_conflict; /* a volume is already named "fencegate-config" */
+    int secret_conflict; /* ... or "fencegate-secret" */
     size_t ncontainers;  /* app containers seen (may exceed INJECT_MAX_CONTAINERS) */
     unsigned char env_shape[INJECT_MAX_CONTAINERS]; /* enum inject_shape of each env member */
     unsigned char env_has[INJECT_MAX_CONTAINERS];   /* bit 0: RESP_ADDR set, bit 1: HTTP_ADDR */
@@ -323,17 +324,18 @@ static int inject_string_member(struct inject_walk *w, struct inject_str *s, siz
     return inject_skip(w, &v);
 }
 
-/* metadata.annotations: the three fencegate.io keys; other members are skipped. */
+/* metadata.annotations: the four fencegate.io keys; other members are skipped. */
 static int inject_walk_annotations(struct inject_walk *w)
 {
-    static const char *const keys[] = {INJECT_ANN_INJECT, INJECT_ANN_CONFIG, INJECT_ANN_STATUS};
+    static const char *const keys[] = {INJECT_ANN_INJECT, INJECT_ANN_CONFIG, INJECT_ANN_STATUS,
+                                       INJECT_ANN_SECRET};
     struct json_token k, v;
     unsigned seen = 0;
     int done, rc;
 
     while ((rc = inject_member(w, &k, &done)) == FG_OK && !done) {
         int which = -1;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             if (json_string_equals(&k, keys[i]))
                 which = i;
         }
@@ -360,6 +362,8 @@ static int inject_walk_annotations(struct inject_walk *w)
             inject_keep(&w->ann_inject, &v, INJECT_MAX_INJECT);
         } else if (which == 1) {
             inject_keep(&w->ann_config, &v, INJECT_MAX_NAME);
+        } else if (which == 3) {
+            inject_keep(&w->ann_secret, &v, INJECT_MAX_NAME);
         } else {
             w->ann_injected = json_string_equals(&v, "injected");
         }
@@ -530,6 +534,8 @@ static int inject_walk_volumes(struct inject_walk *w)
                 return rc;
             if (json_string_equals(&k, "name") && json_string_equals(&v, INJECT_VOLUME))
                 w->volume_conflict = 1;
+            if (json_string_equals(&k, "name") && json_string_equals(&v, INJECT_SECRET_VOL))
+                w->secret_conflict = 1;
             rc = inject_skip(w, &v);
             if (rc != FG_OK)
                 return rc;
@@ -874,6 +880,21 @@ static enum inject_outcome inject_decide(const struct inject_walk *w, int walk_r
                  INJECT_VOLUME, INJECT_ANN_CONFIG);
         return INJECT_UNUSABLE;
     }
+    if (w->ann_secret.set && !inject_valid_name(&w->ann_secret)) {
+        inject_show_str(&w->ann_secret, shown, sizeof(shown));
+        snprintf(msg, INJECT_MAX_MESSAGE,
+                 "fencegate: annotation %s is \"%s\", not a Secret name (lower-case letters, "
+                 "digits, '-' and '.'); no sidecar injected",
+                 INJECT_ANN_SECRET, shown);
+        return INJECT_UNUSABLE;
+    }
+    if (w->ann_secret.set && w->secret_conflict) {
+        snprintf(msg, INJECT_MAX_MESSAGE,
+                 "fencegate: the pod already has a volume named %s; rename it or drop annotation "
+                 "%s; no sidecar injected",
+                 INJECT_SECRET_VOL, INJECT_ANN_SECRET);
+        return INJECT_UNUSABLE;
+    }
     return INJECT_PATCHED;
 }
 
@@ -939,7 +960,7 @@ static void inject_put_probe(struct inject_out *o, const char *name, const char 
  * until /readyz answers. A pod with its own ConfigMap gets no cluster-wide backend, upstream or
  * grace variables: the environment overrides the file, and the pod's own file must win. */
 static void inject_put_sidecar(struct inject_out *o, const struct inject_options *opt,
-                               const struct inject_str *config)
+                               const struct inject_str *config, const struct inject_str *secret)
 {
     char addr[32];
     int first = 1;
@@ -984,9 +1005,18 @@ static void inject_put_sidecar(struct inject_out *o, const struct inject_options
     inject_puts(o, ",\"readOnlyRootFilesystem\":true,\"allowPrivilegeEscalation\":false,"
                    "\"capabilities\":{\"drop\":[\"ALL\"]},"
                    "\"seccompProfile\":{\"type\":\"RuntimeDefault\"}}");
-    if (config != NULL)
-        inject_puts(o, ",\"volumeMounts\":[{\"name\":\"" INJECT_VOLUME
-                       "\",\"mountPath\":\"" INJECT_CONFIG_DIR "\",\"readOnly\":true}]");
+    if (config != NULL || secret != NULL) {
+        inject_puts(o, ",\"volumeMounts\":[");
+        if (config != NULL)
+            inject_puts(o, "{\"name\":\"" INJECT_VOLUME "\",\"mountPath\":\"" INJECT_CONFIG_DIR
+                           "\",\"readOnly\":true}");
+        if (secret != NULL)
+            inject_puts(o, config != NULL ? ",{" : "{");
+        if (secret != NULL)
+            inject_puts(o, "\"name\":\"" INJECT_SECRET_VOL "\",\"mountPath\":\"" INJECT_SECRET_DIR
+                           "\",\"readOnly\":true}");
+        inject_puts(o, "]");
+    }
     inject_puts(o, "}");
 }
 
@@ -1007,23 +1037,31 @@ static void inject_put_patch(struct inject_out *o, const struct inject_walk *w,
                              const struct inject_options *opt)
 {
     const struct inject_str *config = w->ann_config.set ? &w->ann_config : NULL;
+    const struct inject_str *secret = w->ann_secret.set ? &w->ann_secret : NULL;
     int init_arr = w->init_containers == INJECT_ARRAY;
+    int vol_arr = w->volumes == INJECT_ARRAY;
     char path[64];
     int first = 1;
 
     inject_puts(o, "[");
     inject_op(o, &first, init_arr ? "/spec/initContainers/-" : "/spec/initContainers");
     inject_puts(o, init_arr ? "" : "[");
-    inject_put_sidecar(o, opt, config);
+    inject_put_sidecar(o, opt, config, secret);
     inject_puts(o, init_arr ? "}" : "]}");
-    if (config != NULL) {
-        int arr = w->volumes == INJECT_ARRAY;
-        inject_op(o, &first, arr ? "/spec/volumes/-" : "/spec/volumes");
-        inject_puts(o, arr ? "" : "[");
-        inject_puts(o, "{\"name\":\"" INJECT_VOLUME "\",\"configMap\":{\"name\":");
-        inject_put_jstr(o, config->text, config->len);
+    for (int k = 0; k < 2; k++) {
+        const struct inject_str *src = k == 0 ? config : secret;
+        if (src == NULL)
+            continue;
+        inject_op(o, &first, vol_arr ? "/spec/volumes/-" : "/spec/volumes");
+        inject_puts(o, vol_arr ? "" : "[");
+        if (k == 0)
+            inject_puts(o, "{\"name\":\"" INJECT_VOLUME "\",\"configMap\":{\"name\":");
+        else
+            inject_puts(o, "{\"name\":\"" INJECT_SECRET_VOL "\",\"secret\":{\"secretName\":");
+        inject_put_jstr(o, src->text, src->len);
         inject_puts(o, "}}");
-        inject_puts(o, arr ? "}" : "]}");
+        inject_puts(o, vol_arr ? "}" : "]}");
+        vol_arr = 1; /* the list exists now */
     }
     for (size_t i = 0; i < w->ncontainers; i++) {
         static const char *const names[2] = {INJECT_ENV_RESP, INJECT_ENV_HTTP};

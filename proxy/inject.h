@@ -18,12 +18,15 @@
 /* The pod annotations the injector reads and writes. */
 #define INJECT_ANN_INJECT "fencegate.io/inject" /* "true" asks for the sidecar */
 #define INJECT_ANN_CONFIG "fencegate.io/config" /* a ConfigMap holding config.yaml */
+#define INJECT_ANN_SECRET "fencegate.io/secret" /* a Secret for the files a config names */
 #define INJECT_ANN_STATUS "fencegate.io/status" /* "injected", written by the patch */
 
 /* The injected container and what it exposes. */
 #define INJECT_CONTAINER   "fencegate"
 #define INJECT_VOLUME      "fencegate-config"
 #define INJECT_CONFIG_DIR  "/etc/fencegate"
+#define INJECT_SECRET_VOL  "fencegate-secret"
+#define INJECT_SECRET_DIR  "/etc/fencegate-secret" /* e.g. backend.password_file: .../password */
 #define INJECT_RESP_PORT   6380
 #define INJECT_HTTP_PORT   8380
 #define INJECT_RUN_AS_USER 65532

@@ -175,6 +175,32 @@ static int main_same_redis(const struct cfg_url *backend, const struct cfg_url *
            strcmp(backend->hosts[0].host, store->hosts[0].host) == 0;
 }
 
+/* Reads a password file (a mounted Secret, say): its bytes without one trailing newline. Returns
+ * 0, or -1 with the reason in err (unreadable, empty, too long, a NUL inside). */
+static int main_read_password(const char *path, char *out, size_t cap, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n;
+
+    if (!f) {
+        snprintf(err, errlen, "cannot read '%.300s': %s", path, strerror(errno));
+        return -1;
+    }
+    n = fread(out, 1, cap, f);
+    fclose(f);
+    if (n > 0 && out[n - 1] == '\n')
+        n--;
+    if (n > 0 && out[n - 1] == '\r')
+        n--;
+    if (n == 0 || n >= cap || memchr(out, '\0', n)) {
+        snprintf(err, errlen, "'%.300s' must hold a password of 1..%zu bytes (no NUL)", path,
+                 cap - 1);
+        return -1;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
 static const char *main_url_shown(const struct cfg_url *u)
 {
     /* A URL with a password is not logged verbatim. */
@@ -218,7 +244,7 @@ int main(int argc, char **argv)
     struct httpstore *hstores;
     struct lock_options lopt;
     struct event *sigterm, *sigint;
-    char err[512];
+    char err[512], password[sizeof(lopt.password)] = "";
     int rc;
 
     if (argc > 1 && strcmp(argv[1], "injector") == 0)
@@ -227,6 +253,12 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     log_set_level((enum log_level)cfg.log_level);
+    if (cfg.backend_password_file[0] &&
+        main_read_password(cfg.backend_password_file, password, sizeof(password), err,
+                           sizeof(err)) != 0) {
+        fprintf(stderr, "fencegate: backend.password_file: %s\n", err);
+        return 2;
+    }
     /* PostgreSQL stores load libpq now (pqlib.h): a missing one is a configuration error, found
      * before anything connects or listens. Without such a store libpq is never loaded. */
     for (int i = 0; i < cfg.nstores; i++) {
@@ -286,6 +318,7 @@ int main(int argc, char **argv)
                 hstores ? "too many stores to fence" : "out of memory");
         return 2;
     }
+    memcpy(lopt.password, password, sizeof(lopt.password));
     snprintf(lopt.tls_ca_file, sizeof(lopt.tls_ca_file), "%s", cfg.backend_tls_ca);
     snprintf(lopt.tls_cert_file, sizeof(lopt.tls_cert_file), "%s", cfg.backend_tls_cert);
     snprintf(lopt.tls_key_file, sizeof(lopt.tls_key_file), "%s", cfg.backend_tls_key);

@@ -287,14 +287,25 @@ class EtcdAuth(EtcdTestCase):
     def setUp(self):
         self.redis = self.start_redis()
 
-    def start(self, password="fg/pw@1", ttl_s=None):
+    def start(self, password="fg/pw@1", ttl_s=None, pw_file=False):
         self.etcd = self.start_etcd(1, extra_args=["--auth-token-ttl", str(ttl_s)]
                                     if ttl_s else ())
         self.etcd.enable_auth("rootpw", [("fg", "fg/pw@1", "/fencegate/")])
-        url = "etcd://fg:%s@%s" % (password.replace("@", "%40"), self.etcd.members[0].endpoint)
-        cfg = self.write_file("fg-auth.yaml", PROTECT)
-        return self.start_fencegate(self.redis, args=["--backend", url, "--config", cfg],
+        args = ["--config", self.write_file("fg-auth.yaml", PROTECT)]
+        if pw_file:  # as a mounted Secret gives it: the file's content, a newline at the end
+            url = "etcd://fg@%s" % self.etcd.members[0].endpoint
+            args += ["--backend-password-file", self.write_file("pw", password + "\n")]
+        else:
+            url = "etcd://fg:%s@%s" % (password.replace("@", "%40"),
+                                        self.etcd.members[0].endpoint)
+        return self.start_fencegate(self.redis, args=["--backend", url] + args,
                                     readyz=password == "fg/pw@1")
+
+    def test_password_from_a_file(self):
+        fg = self.start(pw_file=True)
+        t = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "wallet:9")
+        self.assertIsInstance(t, int, t)
+        self.assertEqual([k[1] for k in self.etcd.keys(PREFIX + "wallet:9/")], [t])
 
     def test_locks_waits_and_fenced_writes_as_a_user_limited_to_the_prefix(self):
         fg = self.start()

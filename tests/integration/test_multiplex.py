@@ -223,6 +223,12 @@ class Multiplex(FgTestCase):
         self.addCleanup(db2.close)
         self.assertEqual(db2.mget("on", "on2"), [b"shared", b"pinned"])
 
+        # The lock backend's password may come from a file instead (a mounted Secret).
+        fg2 = self.start_fencegate(url, args=[
+            "--backend", "redis://127.0.0.1:%d/2" % self.redis.port,
+            "--backend-password-file", self.write_file("pw", pw + "\n")])
+        self.assertIsInstance(self.raw(fg2.resp_port).call("FENCE.ACQUIRE", "pwf"), int)
+
         wrong = "redis://:nope@127.0.0.1:%d/2" % self.redis.port
         bad = self.start_fencegate(wrong, args=["--upstream-multiplex", "true"], readyz=False)
         got = self.raw(bad.resp_port).call("GET", "on")

@@ -287,7 +287,7 @@ static void test_unknown_keys(void **state)
                     "t.yaml:3:3: listen: unknown key 'rsp' (expected one of: resp, http)");
     expect_yaml_err("backend: { url: redis://h, ttl: 5 }\n", "t.yaml:1:28: backend: ",
                     "unknown key 'ttl' (expected one of: url, prefix, session_ttl_ms, tls_ca_file, "
-                    "tls_cert_file, tls_key_file, tls_server_name)");
+                    "tls_cert_file, tls_key_file, tls_server_name, password_file)");
     expect_yaml_err("stores:\n  - { name: a, url: redis://h, port: 1 }\n",
                     "t.yaml:2:32: stores[0]: unknown key 'port'", NULL);
     expect_yaml_err("protect:\n  - { store: a, keys: 'x:*', lock: 'x:$1', mode: w }\n",
@@ -694,6 +694,10 @@ static void chk_tls_name(const struct cfg *c)
 {
     assert_string_equal(c->backend_tls_server_name, "etcd.svc");
 }
+static void chk_pw_file(const struct cfg *c)
+{
+    assert_string_equal(c->backend_password_file, "/dev/null");
+}
 
 static const struct setting_case settings[] = {
     {"FENCEGATE_LISTEN_RESP", "resp", "10.1.2.3:7001", chk_resp},
@@ -713,6 +717,7 @@ static const struct setting_case settings[] = {
     {"FENCEGATE_BACKEND_TLS_CERT_FILE", "backend-tls-cert-file", "/dev/null", chk_tls_cert},
     {"FENCEGATE_BACKEND_TLS_KEY_FILE", "backend-tls-key-file", "/dev/null", chk_tls_key},
     {"FENCEGATE_BACKEND_TLS_SERVER_NAME", "backend-tls-server-name", "etcd.svc", chk_tls_name},
+    {"FENCEGATE_BACKEND_PASSWORD_FILE", "backend-password-file", "/dev/null", chk_pw_file},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -1041,6 +1046,28 @@ static void test_finish_backend_checks(void **state)
 
     expect_yaml_err("backend: { prefix: '' }\n", "t.yaml:1:20: backend.prefix: empty prefix", NULL);
 
+    /* An etcd user needs a password, in the URL or in a file; a file needs a user. */
+    char *no_pw[] = {"fencegate", "--backend", "etcd://fg@e", NULL};
+    char *pw_file[] = {"fencegate", "--backend", "etcd://fg@e", "--backend-password-file",
+                       "/dev/null", NULL};
+    char *no_user[] = {"fencegate", "--backend", "etcd://e", "--backend-password-file",
+                       "/dev/null", NULL};
+    c = new_cfg();
+    assert_int_equal(cfg_apply_args(c, 3, no_pw, &action, &err), FG_OK);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_starts_with(err.msg, "backend.url: etcd user 'fg' has no password");
+    free(c);
+    c = new_cfg();
+    assert_int_equal(cfg_apply_args(c, 5, pw_file, &action, &err), FG_OK);
+    finish_ok(c);
+    assert_string_equal(c->backend_password_file, "/dev/null");
+    free(c);
+    c = new_cfg();
+    assert_int_equal(cfg_apply_args(c, 5, no_user, &action, &err), FG_OK);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_contains(err.msg, "an etcd password needs a user in the URL");
+    free(c);
+
     /* TLS: only with etcds://, a client certificate with its key, files that can be read. */
     char *tls_ok[] = {"fencegate", "--backend", "etcds://e:2379", "--backend-tls-ca-file",
                       "/dev/null", NULL};
@@ -1239,6 +1266,10 @@ static void test_parse_url_table(void **state)
     assert_addr(&u->hosts[1], "b", 2380);
     assert_addr(&u->hosts[2], "::1", 2379);
 
+    URL_OK("etcd://fg@h1"); /* a user name; the password comes from backend.password_file */
+    assert_string_equal(u->user, "fg");
+    assert_string_equal(u->password, "");
+
     URL_OK("etcd://fg:p%40ss@w:rd@h1,h2:2380");
     assert_string_equal(u->user, "fg");
     assert_string_equal(u->password, "p@ss@w:rd");
@@ -1304,9 +1335,8 @@ static void test_parse_url_table(void **state)
             {"etcd://", "empty host"},
             {"etcd://a,,b", "empty host"},
             {"etcd://a,", "empty host"},
-            {"etcd://u@h", "credentials"},
-            {"etcd://:@h", "must be user:password@"},
-            {"etcd://u:@h", "must be user:password@"},
+            {"etcd://:@h", "a user name is needed"},
+            {"etcd://@h", "a user name is needed"},
             {"etcd://h/prefix", "no path"},
             {"etcd://h:99999", "port must be 1..65535"},
             {"postgresql:///db", "empty host"},

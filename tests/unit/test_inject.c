@@ -439,6 +439,36 @@ static void test_annotated_pod_with_config(void **state)
     free(fx.data);
 }
 
+/* A Secret beside the ConfigMap, in a pod without volumes: the first volume creates the list,
+ * the second is appended to it; the sidecar mounts both read-only. */
+static void test_annotated_pod_with_config_and_secret(void **state)
+{
+    static const char doc[] =
+        POD_REVIEW("{\"fencegate.io/inject\":\"true\",\"fencegate.io/config\":\"cfg\","
+                   "\"fencegate.io/secret\":\"etcd-creds\"}",
+                   "{\"containers\":[{\"name\":\"a\"}]}");
+    struct fixture fx = {(char *)doc, sizeof(doc) - 1};
+    struct inject_result res;
+    size_t n;
+    char *p;
+
+    review(&fx, &full_opts, FG_OK, &res);
+    assert_int_equal(res.outcome, INJECT_PATCHED);
+    p = answer(&res, "u-1", &n);
+    expect_raw(p, n, "0.value.0.volumeMounts",
+               "[{\"name\":\"fencegate-config\",\"mountPath\":\"/etc/fencegate\","
+               "\"readOnly\":true},{\"name\":\"fencegate-secret\",\"mountPath\":"
+               "\"/etc/fencegate-secret\",\"readOnly\":true}]");
+    expect_op(p, n, 1, "/spec/volumes");
+    expect_raw(p, n, "1.value",
+               "[{\"name\":\"fencegate-config\",\"configMap\":{\"name\":\"cfg\"}}]");
+    expect_op(p, n, 2, "/spec/volumes/-");
+    expect_raw(p, n, "2.value",
+               "{\"name\":\"fencegate-secret\",\"secret\":{\"secretName\":\"etcd-creds\"}}");
+    free(p);
+    inject_result_free(&res);
+}
+
 static void test_existing_env_and_init_containers(void **state)
 {
     struct fixture fx = load_fixture("existing_env_init.json");
@@ -775,6 +805,12 @@ static void test_unusable_pods(void **state)
          "\"containers\":[{\"name\":\"a\"}]}",
          "already has a volume named fencegate-config"},
         {"{\"fencegate.io/inject\":\"trueeeeeeeeeeeeeeeeeeeee\"}", SPEC_ONE, "is \"(too long)\""},
+        {"{\"fencegate.io/inject\":\"true\",\"fencegate.io/secret\":\"A\"}", SPEC_ONE,
+         "fencegate.io/secret is \"A\", not a Secret name"},
+        {"{\"fencegate.io/inject\":\"true\",\"fencegate.io/secret\":\"s\"}",
+         "{\"volumes\":[{\"name\":\"fencegate-secret\",\"emptyDir\":{}}],"
+         "\"containers\":[{\"name\":\"a\"}]}",
+         "already has a volume named fencegate-secret"},
     };
     char doc[4096];
 
@@ -925,6 +961,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_annotated_pod),
         cmocka_unit_test(test_annotated_pod_with_config),
+        cmocka_unit_test(test_annotated_pod_with_config_and_secret),
         cmocka_unit_test(test_existing_env_and_init_containers),
         cmocka_unit_test(test_already_injected),
         cmocka_unit_test(test_not_requested),
