@@ -5,27 +5,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dlsym.h"
+
 struct tlslib tls;
 
 static int tlslib_loaded;
 
-/* dlsym's result goes through a union: ISO C has no conversion from void * to a function pointer,
- * POSIX guarantees the representation is the same. */
 #define TLSLIB_RESOLVE(h, soname, name)                                                            \
-    {                                                                                              \
-        union {                                                                                    \
-            void *obj;                                                                             \
-            __typeof__(name) *fn;                                                                  \
-        } sym;                                                                                     \
-        dlerror();                                                                                 \
-        sym.obj = dlsym(h, #name);                                                                 \
-        if (!sym.obj) {                                                                            \
-            why = dlerror();                                                                       \
-            snprintf(err, errlen, "%s lacks %s (TLS needs OpenSSL 3 and libevent 2.1): %s",        \
-                     soname, #name, why ? why : "symbol is NULL");                                 \
-            goto fail;                                                                             \
-        }                                                                                          \
-        tls.name = sym.fn;                                                                         \
+    if ((why = fg_dlsym(h, #name, &tls.name, sizeof(tls.name))) != NULL) {                         \
+        snprintf(err, errlen, "%s lacks %s (TLS needs OpenSSL 3 and libevent 2.1): %s", soname,    \
+                 #name, why);                                                                      \
+        goto fail;                                                                                 \
     }
 
 int tlslib_load(char *err, size_t errlen)

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dlsym.h"
+
 struct pqlib pq;
 
 static void *pqlib_handle;
@@ -23,23 +25,11 @@ int pqlib_load(char *err, size_t errlen)
                  PQLIB_PACKAGE, why ? why : "dlopen failed");
         return -1;
     }
-    /* dlsym's result goes through a union: ISO C has no conversion from void * to a function
-     * pointer, POSIX guarantees the representation is the same. */
 #define PQLIB_RESOLVE(name)                                                                        \
-    {                                                                                              \
-        union {                                                                                    \
-            void *obj;                                                                             \
-            __typeof__(name) *fn;                                                                  \
-        } sym;                                                                                     \
-        dlerror();                                                                                 \
-        sym.obj = dlsym(h, #name);                                                                 \
-        if (!sym.obj) {                                                                            \
-            why = dlerror();                                                                       \
-            snprintf(err, errlen, "%s lacks %s (PostgreSQL stores need libpq 14 or later): %s",    \
-                     PQLIB_SONAME, #name, why ? why : "symbol is NULL");                           \
-            goto fail;                                                                             \
-        }                                                                                          \
-        pq.name = sym.fn;                                                                          \
+    if ((why = fg_dlsym(h, #name, &pq.name, sizeof(pq.name))) != NULL) {                           \
+        snprintf(err, errlen, "%s lacks %s (PostgreSQL stores need libpq 14 or later): %s",        \
+                 PQLIB_SONAME, #name, why);                                                        \
+        goto fail;                                                                                 \
     }
     PQLIB_FUNCS(PQLIB_RESOLVE)
 #undef PQLIB_RESOLVE

@@ -254,6 +254,12 @@ class EtcdTestCase(harness.FgTestCase):
                         m.name, m.log_text))
         return out
 
+    @staticmethod
+    def fg_log(fg):
+        """What fencegate wrote to stderr so far."""
+        with open(fg.stderr_path, errors="replace") as f:
+            return f.read()
+
     def start_etcd(self, n=1, extra_args=(), tls=None):
         missing = etcd_missing()
         if missing:

@@ -280,6 +280,28 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(c.call("SET", "wallet:d", "ok"), "OK")
 
 
+def lock_round(test, fg):
+    """Against test.etcd and test.redis, through fg (with PROTECT): a lock's token is its key's
+    create_revision; a waiter watching its predecessor gets it, with a larger token, on release;
+    the former holder's write is refused and the new holder's lands."""
+    a, b = test.raw(fg.resp_port, timeout=10), test.raw(fg.resp_port, timeout=10)
+    t = a.call("FENCE.ACQUIRE", "wallet:1")
+    test.assertIsInstance(t, int, t)
+    test.assertEqual([k[1] for k in test.etcd.keys(PREFIX + "wallet:1/")], [t])
+    test.assertEqual(a.call("SET", "wallet:1", "x"), "OK")
+    b.send(harness.encode("FENCE.ACQUIRE", "wallet:1", "WAIT", 8000))
+    harness.wait_until(lambda: len(test.etcd.keys(PREFIX + "wallet:1/")) == 2, 5, 0.05,
+                       "the waiter queued")
+    test.assertEqual(a.call("FENCE.RELEASE", "wallet:1"), 1)
+    t2 = b.read_reply(timeout=8)
+    test.assertIsInstance(t2, int, t2)
+    test.assertGreater(t2, t)
+    r = a.call("SET", "wallet:1", "not mine")
+    test.assertTrue(isinstance(r, Err) and r.startswith("NOLOCK"), r)
+    test.assertEqual(b.call("SET", "wallet:1", "y"), "OK")
+    test.assertEqual(test.redis.client().get("wallet:1"), b"y")
+
+
 class EtcdAuth(EtcdTestCase):
     """etcd with authentication on (as the common etcd Helm charts deploy it): fencegate logs in
     with etcd://user:password@..., as a user whose role covers only fencegate's prefix."""
@@ -308,43 +330,21 @@ class EtcdAuth(EtcdTestCase):
         self.assertEqual([k[1] for k in self.etcd.keys(PREFIX + "wallet:9/")], [t])
 
     def test_locks_waits_and_fenced_writes_as_a_user_limited_to_the_prefix(self):
-        fg = self.start()
-        a, b = self.raw(fg.resp_port, timeout=10), self.raw(fg.resp_port, timeout=10)
-        t = a.call("FENCE.ACQUIRE", "wallet:1")
-        self.assertIsInstance(t, int, t)
-        self.assertEqual([k[1] for k in self.etcd.keys(PREFIX + "wallet:1/")], [t])
-        self.assertEqual(a.call("SET", "wallet:1", "x"), "OK")
-        # A waiter watches its predecessor under the same user, and gets the lock on release.
-        b.send(harness.encode("FENCE.ACQUIRE", "wallet:1", "WAIT", 8000))
-        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "wallet:1/")) == 2, 5, 0.05,
-                           "the waiter queued")
-        self.assertEqual(a.call("FENCE.RELEASE", "wallet:1"), 1)
-        t2 = b.read_reply(timeout=8)
-        self.assertIsInstance(t2, int, t2)
-        self.assertGreater(t2, t)
-        r = a.call("SET", "wallet:1", "not mine")
-        self.assertTrue(isinstance(r, Err) and r.startswith("NOLOCK"), r)
-        self.assertEqual(b.call("SET", "wallet:1", "y"), "OK")
-        self.assertEqual(self.redis.client().get("wallet:1"), b"y")
-
-    @staticmethod
-    def log(fg):
-        with open(fg.stderr_path, errors="replace") as f:
-            return f.read()
+        lock_round(self, self.start())
 
     def test_wrong_password_fails_closed_and_says_why(self):
         fg = self.start(password="nope")
-        harness.wait_until(lambda: "authentication as 'fg' failed" in self.log(fg), 10, 0.1,
+        harness.wait_until(lambda: "authentication as 'fg' failed" in self.fg_log(fg), 10, 0.1,
                            "the failure logged")
         self.assertEqual(fg.http("/readyz")[0], 503)
         r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "wallet:1", "WAIT", 0, timeout=10)
         self.assertIsInstance(r, Err)
         self.assertIn("authentication as 'fg' failed", r)
         self.assertIn("invalid user ID or password", r)
-        self.assertNotIn("nope", self.log(fg) + r, "the password is never shown")
+        self.assertNotIn("nope", self.fg_log(fg) + r, "the password is never shown")
         # Retried with a backoff, logged once per 30 s: not a line per attempt.
         time.sleep(3)
-        self.assertEqual(self.log(fg).count("authentication as 'fg' failed"), 1, self.log(fg))
+        self.assertEqual(self.fg_log(fg).count("authentication as 'fg' failed"), 1, self.fg_log(fg))
 
     def test_expired_token_is_renewed_without_a_failed_call(self):
         """Tokens live 1 s here: each call after a pause finds its token expired, is refused,
@@ -383,30 +383,12 @@ class EtcdTLS(EtcdTestCase):
                      "--backend-tls-key-file", self.certs["client.key"]]
         return self.start_fencegate(self.redis, args=args + list(extra), readyz=ready)
 
-    @staticmethod
-    def log(fg):
-        with open(fg.stderr_path, errors="replace") as f:
-            return f.read()
-
     def test_locks_waits_and_fenced_writes_over_mutual_tls(self):
-        fg = self.start(extra=["--config", self.write_file("fg-tls.yaml", PROTECT)])
-        a, b = self.raw(fg.resp_port, timeout=10), self.raw(fg.resp_port, timeout=10)
-        t = a.call("FENCE.ACQUIRE", "wallet:1")
-        self.assertIsInstance(t, int, t)
-        self.assertEqual([k[1] for k in self.etcd.keys(PREFIX + "wallet:1/")], [t])
-        self.assertEqual(a.call("SET", "wallet:1", "a"), "OK")
-        b.send(harness.encode("FENCE.ACQUIRE", "wallet:1", "WAIT", 8000))
-        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "wallet:1/")) == 2, 5, 0.05,
-                           "the waiter queued")
-        self.assertEqual(a.call("FENCE.RELEASE", "wallet:1"), 1)
-        t2 = b.read_reply(timeout=8)
-        self.assertIsInstance(t2, int, t2)
-        self.assertGreater(t2, t)
-        self.assertEqual(b.call("SET", "wallet:1", "b"), "OK")
+        lock_round(self, self.start(extra=["--config", self.write_file("fg-tls.yaml", PROTECT)]))
 
     def test_server_certificate_of_another_ca_is_refused(self):
         fg = self.start(ca="other-ca.crt", ready=False)
-        harness.wait_until(lambda: "certificate verify failed" in self.log(fg), 10, 0.1,
+        harness.wait_until(lambda: "certificate verify failed" in self.fg_log(fg), 10, 0.1,
                            "the TLS failure logged")
         self.assertEqual(fg.http("/readyz")[0], 503)
         r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "x", "WAIT", 0, timeout=10)
@@ -419,7 +401,7 @@ class EtcdTLS(EtcdTestCase):
         fg = self.start(extra=["--backend-tls-server-name", "localhost"])
         self.assertIsInstance(self.raw(fg.resp_port).call("FENCE.ACQUIRE", "n1"), int)
         bad = self.start(ready=False, extra=["--backend-tls-server-name", "etcd.example"])
-        harness.wait_until(lambda: "hostname mismatch" in self.log(bad), 10, 0.1,
+        harness.wait_until(lambda: "hostname mismatch" in self.fg_log(bad), 10, 0.1,
                            "the name mismatch logged")
         self.assertEqual(bad.http("/readyz")[0], 503)
 
@@ -428,7 +410,7 @@ class EtcdTLS(EtcdTestCase):
         # etcd's alert: "bad certificate" (TLS 1.2) or "certificate required" (TLS 1.3).
         def refused():
             return re.search(r"TLS[a-z ]* failed: .*alert (bad certificate|certificate required)",
-                             self.log(fg))
+                             self.fg_log(fg))
         harness.wait_until(refused, 10, 0.1, "the refusal logged")
         self.assertEqual(fg.http("/readyz")[0], 503)
         r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "x", "WAIT", 0, timeout=10)
@@ -438,12 +420,12 @@ class EtcdTLS(EtcdTestCase):
         fg = self.start_fencegate(self.redis, args=[
             "--backend", self.etcd.url, "--backend-tls-ca-file", "/dev/null"], ready=False)
         self.assertEqual(fg.wait_exit(10), 2)
-        self.assertIn("cannot load CA file '/dev/null'", self.log(fg))
+        self.assertIn("cannot load CA file '/dev/null'", self.fg_log(fg))
         fg = self.start_fencegate(self.redis, args=[
             "--backend", self.etcd.url, "--backend-tls-cert-file", self.certs["client.crt"],
             "--backend-tls-key-file", self.certs["server.key"]], ready=False)
         self.assertEqual(fg.wait_exit(10), 2)
-        self.assertIn("cannot use key file", self.log(fg))
+        self.assertIn("cannot use key file", self.fg_log(fg))
 
 
 class EtcdCluster3(EtcdTestCase):
