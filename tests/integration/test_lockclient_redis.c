@@ -428,7 +428,18 @@ static void test_invalid_arguments(void **state)
     assert_null(lock_client_new(g_base, "etcd://127.0.0.1:99999", NULL, err, sizeof(err)));
     assert_non_null(strstr(err, "bad endpoint"));
     assert_null(lock_client_new(g_base, "etcd://127.0.0.1:2379/x", NULL, err, sizeof(err)));
-    assert_non_null(strstr(err, "only etcd://host:port"));
+    assert_non_null(strstr(err, "only etcd[s]://[user:password@]host:port"));
+    /* A user needs a password, in the URL or in the options; no password is shown. */
+    assert_null(lock_client_new(g_base, "etcd://u@127.0.0.1:2379", NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "credentials must be user:password@"));
+    assert_null(
+        lock_client_new(g_base, "etcd://u:s3cr3t@127.0.0.1:2379/x", NULL, err, sizeof(err)));
+    assert_null(strstr(err, "s3cr3t"));
+    /* TLS files are loaded at once: a bad one fails the client with OpenSSL's reason. */
+    memset(&o, 0, sizeof(o));
+    snprintf(o.tls_ca_file, sizeof(o.tls_ca_file), "/nonexistent/ca.pem");
+    assert_null(lock_client_new(g_base, "etcds://127.0.0.1:2379", &o, err, sizeof(err)));
+    assert_non_null(strstr(err, "cannot load CA file '/nonexistent/ca.pem'"));
     struct lock_client *ec =
         lock_client_new(g_base, "etcd://127.0.0.1:1,127.0.0.1:2", NULL, err, sizeof(err));
     assert_non_null(ec); /* connects in the background */
