@@ -176,7 +176,12 @@ function main(argv) {
   }
   for (const k of Object.keys(cfg)) check(['listen', 'upstream', 'backend', 'stores', 'protect', 'limits', 'log', 'shutdown_grace_ms'].includes(k), `config key ${k} is one fencegate knows`);
   eq(cfg.listen, { resp: '127.0.0.1:6380', http: '0.0.0.0:8380' }, 'config listen (RESP on loopback, HTTP on the pod IP for probes)');
-  eq(cfg.backend, { url: backend, prefix: v.sidecar.backend.prefix, session_ttl_ms: v.sidecar.sessionTtlMs }, 'config backend');
+  const wantBackend = { url: backend, prefix: v.sidecar.backend.prefix, session_ttl_ms: v.sidecar.sessionTtlMs };
+  const tlsv = v.sidecar.backend.tls || {};
+  for (const [key, val] of [['password_file', v.sidecar.backend.passwordFile], ['tls_ca_file', tlsv.caFile], ['tls_cert_file', tlsv.certFile], ['tls_key_file', tlsv.keyFile], ['tls_server_name', tlsv.serverName]]) {
+    if (val) wantBackend[key] = val; // set values only: an empty one is left out
+  }
+  eq(cfg.backend, wantBackend, 'config backend');
   eq(cfg.stores, [{ name: v.sidecar.upstream.storeName, url: v.sidecar.upstream.url }, ...v.sidecar.stores], 'config stores, the upstream first');
   eq(cfg.protect || [], v.sidecar.protect, 'config protect rules');
   eq(cfg.log, { level: v.sidecar.logLevel }, 'config log');

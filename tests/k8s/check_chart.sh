@@ -105,8 +105,19 @@ for values in "$here"/values/*.yaml; do
     # port (127.0.0.1:9) so nothing is resolved or reached; exit 2 is a configuration error,
     # unless it names a backend that is not built yet; anything else (running until stopped)
     # means it was accepted.
+    # Files under /etc/fencegate-secret/ (what fencegate.io/secret mounts) are stand-ins made
+    # here: a password and a self-signed certificate with its key, so TLS settings load.
     if [ -n "$fencegate_bin" ] && [ -f "$work/$name.config.yaml" ]; then
-        sed -E 's#(redis|etcd|postgresql|postgres|http)://([^@"/]*@)?[^/"]+#\1://\2127.0.0.1:9#g' \
+        if grep -q /etc/fencegate-secret/ "$work/$name.config.yaml" && [ ! -d "$work/secret" ]; then
+            mkdir -p "$work/secret"
+            openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+                -subj /CN=check-chart -keyout "$work/secret/tls.key" -out "$work/secret/tls.crt" \
+                >/dev/null 2>&1 || fail "openssl cannot make the stand-in certificate"
+            cp "$work/secret/tls.crt" "$work/secret/ca.crt"
+            echo "stand-in" >"$work/secret/password"
+        fi
+        sed -E -e 's#(redis|etcds?|postgresql|postgres|http)://([^@"/]*@)?[^/"]+#\1://\2127.0.0.1:9#g' \
+            -e "s#/etc/fencegate-secret/#$work/secret/#g" \
             "$work/$name.config.yaml" >"$work/$name.loopback.yaml"
         rc=0
         timeout -s TERM 1 "$fencegate_bin" --config "$work/$name.loopback.yaml" \
