@@ -801,6 +801,13 @@ static void read_cb(struct bufferevent *bev, void *arg)
     conn_flush(ch);
 }
 
+/* An errno that a failed TCP connection leaves (not a would-block left over from a read). */
+static int tls_connect_errno(int err)
+{
+    return err == ECONNREFUSED || err == ECONNRESET || err == EHOSTUNREACH || err == ENETUNREACH ||
+           err == ETIMEDOUT || err == ECONNABORTED;
+}
+
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     struct grpc_channel *ch = arg;
@@ -837,10 +844,15 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     char why[GRPC_CAUSE_MAX - 64];
     if (ch->opts.tls && (what & BEV_EVENT_ERROR) && tls_failure(ch, why, sizeof(why)))
         conn_fail(ch, "%s", why);
+    else if ((what & BEV_EVENT_EOF) && ch->state == GRPC_ST_CONNECTING && ch->opts.tls &&
+             tls_connect_errno(err))
+        /* libevent's TLS bufferevent reports a refused or reset connection as EOF; errno still
+         * says which */
+        conn_fail(ch, "connect or TLS handshake failed: %s", evutil_socket_error_to_string(err));
+    else if ((what & BEV_EVENT_EOF) && ch->state == GRPC_ST_CONNECTING && ch->opts.tls)
+        conn_fail(ch, "connection closed during the TLS handshake");
     else if (what & BEV_EVENT_EOF)
-        conn_fail(ch, ch->state == GRPC_ST_CONNECTING && ch->opts.tls
-                          ? "connection closed during the TLS handshake"
-                          : "connection closed by the server");
+        conn_fail(ch, "connection closed by the server");
     else if (ch->state == GRPC_ST_CONNECTING)
         conn_fail(ch, "connect failed: %s", evutil_socket_error_to_string(err));
     else

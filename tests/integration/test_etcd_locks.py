@@ -416,6 +416,14 @@ class EtcdTLS(EtcdTestCase):
         r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "x", "WAIT", 0, timeout=10)
         self.assertTrue(isinstance(r, Err) and "alert" in r, r)
 
+    def test_a_closed_port_is_reported_as_refused(self):
+        port = harness.free_port()
+        fg = self.start_fencegate(self.redis, readyz=False, args=[
+            "--backend", "etcds://127.0.0.1:%d" % port,
+            "--backend-tls-ca-file", self.certs["ca.crt"]])
+        harness.wait_until(lambda: "Connection refused" in self.fg_log(fg), 10, 0.1,
+                           "the refused connection logged as such")
+
     def test_unusable_tls_files_stop_the_start(self):
         fg = self.start_fencegate(self.redis, args=[
             "--backend", self.etcd.url, "--backend-tls-ca-file", "/dev/null"], ready=False)
