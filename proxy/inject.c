@@ -795,6 +795,34 @@ static void inject_pod_label(const struct inject_walk *w, struct inject_result *
     snprintf(res->pod, sizeof(res->pod), "%s/%s%s", sns, sname, generated ? "*" : "");
 }
 
+/* An annotation (ann_name) naming a ConfigMap or Secret (kind) to mount as volume vol: 1 with
+ * msg written when the name is not an object name or the pod has a volume of that name already
+ * (conflict), else 0 (also when the annotation is absent). */
+static int inject_mount_unusable(const struct inject_str *ann, const char *ann_name,
+                                 const char *kind, const char *vol, int conflict, char *msg)
+{
+    char shown[INJECT_SHOW_CAP];
+
+    if (!ann->set)
+        return 0;
+    if (!inject_valid_name(ann)) {
+        inject_show_str(ann, shown, sizeof(shown));
+        snprintf(msg, INJECT_MAX_MESSAGE,
+                 "fencegate: annotation %s is \"%s\", not a %s name (lower-case letters, digits, "
+                 "'-' and '.'); no sidecar injected",
+                 ann_name, shown, kind);
+        return 1;
+    }
+    if (conflict) {
+        snprintf(msg, INJECT_MAX_MESSAGE,
+                 "fencegate: the pod already has a volume named %s; rename it or drop annotation "
+                 "%s; no sidecar injected",
+                 vol, ann_name);
+        return 1;
+    }
+    return 0;
+}
+
 /* Decides what to answer for a review that has a uid. Returns the outcome; message is filled
  * for the ones that are not routine. */
 static enum inject_outcome inject_decide(const struct inject_walk *w, int walk_rc, char *msg)
@@ -865,36 +893,11 @@ static enum inject_outcome inject_decide(const struct inject_walk *w, int walk_r
                  w->ncontainers, INJECT_MAX_CONTAINERS);
         return INJECT_UNUSABLE;
     }
-    if (w->ann_config.set && !inject_valid_name(&w->ann_config)) {
-        inject_show_str(&w->ann_config, shown, sizeof(shown));
-        snprintf(msg, INJECT_MAX_MESSAGE,
-                 "fencegate: annotation %s is \"%s\", not a ConfigMap name (lower-case letters, "
-                 "digits, '-' and '.'); no sidecar injected",
-                 INJECT_ANN_CONFIG, shown);
+    if (inject_mount_unusable(&w->ann_config, INJECT_ANN_CONFIG, "ConfigMap", INJECT_VOLUME,
+                              w->volume_conflict, msg) ||
+        inject_mount_unusable(&w->ann_secret, INJECT_ANN_SECRET, "Secret", INJECT_SECRET_VOL,
+                              w->secret_conflict, msg))
         return INJECT_UNUSABLE;
-    }
-    if (w->ann_config.set && w->volume_conflict) {
-        snprintf(msg, INJECT_MAX_MESSAGE,
-                 "fencegate: the pod already has a volume named %s; rename it or drop annotation "
-                 "%s; no sidecar injected",
-                 INJECT_VOLUME, INJECT_ANN_CONFIG);
-        return INJECT_UNUSABLE;
-    }
-    if (w->ann_secret.set && !inject_valid_name(&w->ann_secret)) {
-        inject_show_str(&w->ann_secret, shown, sizeof(shown));
-        snprintf(msg, INJECT_MAX_MESSAGE,
-                 "fencegate: annotation %s is \"%s\", not a Secret name (lower-case letters, "
-                 "digits, '-' and '.'); no sidecar injected",
-                 INJECT_ANN_SECRET, shown);
-        return INJECT_UNUSABLE;
-    }
-    if (w->ann_secret.set && w->secret_conflict) {
-        snprintf(msg, INJECT_MAX_MESSAGE,
-                 "fencegate: the pod already has a volume named %s; rename it or drop annotation "
-                 "%s; no sidecar injected",
-                 INJECT_SECRET_VOL, INJECT_ANN_SECRET);
-        return INJECT_UNUSABLE;
-    }
     return INJECT_PATCHED;
 }
 
@@ -1010,11 +1013,11 @@ static void inject_put_sidecar(struct inject_out *o, const struct inject_options
         if (config != NULL)
             inject_puts(o, "{\"name\":\"" INJECT_VOLUME "\",\"mountPath\":\"" INJECT_CONFIG_DIR
                            "\",\"readOnly\":true}");
-        if (secret != NULL)
-            inject_puts(o, config != NULL ? ",{" : "{");
-        if (secret != NULL)
-            inject_puts(o, "\"name\":\"" INJECT_SECRET_VOL "\",\"mountPath\":\"" INJECT_SECRET_DIR
+        if (secret != NULL) {
+            inject_puts(o, config != NULL ? "," : "");
+            inject_puts(o, "{\"name\":\"" INJECT_SECRET_VOL "\",\"mountPath\":\"" INJECT_SECRET_DIR
                            "\",\"readOnly\":true}");
+        }
         inject_puts(o, "]");
     }
     inject_puts(o, "}");
