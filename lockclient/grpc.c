@@ -98,12 +98,11 @@ struct grpc_channel {
     void *arg;
 
     enum grpc_state state;
-    int dying;     /* a connection failure waits for the work event */
-    int tearing;   /* nghttp2_session_del() running: its callbacks do nothing */
-    int freeing;   /* grpc_channel_free(): no user callbacks */
-    int force_now; /* failover requested while disconnected: skip the backoff */
-    char why[GRPC_WHY_MAX];
-    char last_error[GRPC_WHY_MAX];     /* why the last connection or attempt ended; "" once ready */
+    int dying;              /* a connection failure waits for the work event */
+    int tearing;            /* nghttp2_session_del() running: its callbacks do nothing */
+    int freeing;            /* grpc_channel_free(): no user callbacks */
+    int force_now;          /* failover requested while disconnected: skip the backoff */
+    char why[GRPC_WHY_MAX]; /* why the last connection or attempt ended; "" while connected */
     char goaway_cause[GRPC_CAUSE_MAX]; /* "GOAWAY <code>: <debug data>" */
 
     struct bufferevent *bev;
@@ -449,7 +448,7 @@ static int on_frame_recv_cb(nghttp2_session *sess, const nghttp2_frame *frame, v
     case NGHTTP2_SETTINGS:
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && ch->state == GRPC_ST_HANDSHAKE) {
             ch->state = GRPC_ST_READY;
-            ch->last_error[0] = '\0';
+            ch->why[0] = '\0'; /* grpc_channel_last_error(): none while connected */
             evtimer_del(ch->conn_timer);
             ch->backoff_cur = ch->opts.backoff_min_ms;
             ch->last_ping_at = mono_ms();
@@ -746,7 +745,6 @@ static void conn_teardown(struct grpc_channel *ch)
     char why[GRPC_WHY_MAX];
     int was_up = ch->state == GRPC_ST_READY || ch->state == GRPC_ST_DRAINING;
     snprintf(why, sizeof(why), "%s", ch->why);
-    snprintf(ch->last_error, sizeof(ch->last_error), "%s", ch->why);
     conn_close(ch);
     ch->state = GRPC_ST_BACKOFF;
     ch->dying = 0;
@@ -1229,7 +1227,7 @@ const char *grpc_channel_endpoint(const struct grpc_channel *ch)
 
 const char *grpc_channel_last_error(const struct grpc_channel *ch)
 {
-    return ch ? ch->last_error : "";
+    return ch ? ch->why : "";
 }
 
 void grpc_channel_failover(struct grpc_channel *ch, const char *why)
@@ -1358,13 +1356,7 @@ int grpc_channel_set_metadata(struct grpc_channel *ch, const char *name, const c
 {
     struct grpc_metadata m = {name, value};
 
-    if (ch == NULL || name == NULL)
-        return -1;
-    if (value == NULL) {
-        ch->md_name[0] = '\0';
-        return 0;
-    }
-    if (!metadata_ok(&m) || strlen(name) >= sizeof(ch->md_name) ||
+    if (ch == NULL || !metadata_ok(&m) || strlen(name) >= sizeof(ch->md_name) ||
         strlen(value) >= sizeof(ch->md_value) ||
         (except_path && strlen(except_path) >= sizeof(ch->md_except)))
         return -1;

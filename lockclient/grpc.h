@@ -118,8 +118,8 @@ struct grpc_metadata {
 #define GRPC_CHANNEL_MD_MAX 2048 /* bytes of the channel metadata's value */
 /* Sets the one metadata entry sent with every call started from now on (an auth token, say),
  * except calls of except_path (may be NULL; the call that obtains a token must not carry a stale
- * one); value NULL removes it. Calls already started keep what they were sent with. Returns 0, or
- * -1 when the name or value is not valid metadata or the value is GRPC_CHANNEL_MD_MAX or longer. */
+ * one). Calls already started keep what they were sent with. Returns 0, or -1 when the name or
+ * value is not valid metadata or the value is GRPC_CHANNEL_MD_MAX or longer. */
 int grpc_channel_set_metadata(struct grpc_channel *ch, const char *name, const char *value,
                               const char *except_path);
 

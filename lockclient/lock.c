@@ -82,8 +82,8 @@ static int lock_pct_decode(const char *src, size_t n, char *out, size_t cap)
     return 0;
 }
 
-const char *lock_url_userinfo(const char *p, char *user, size_t ucap, char *pass, size_t pcap,
-                              int *have)
+const char *lock_url_userinfo(const char *p, int bare_is_user, char *user, size_t ucap, char *pass,
+                              size_t pcap, int *have)
 {
     const char *at = strrchr(p, '@');
 
@@ -92,10 +92,15 @@ const char *lock_url_userinfo(const char *p, char *user, size_t ucap, char *pass
     if (at == NULL)
         return p;
     const char *colon = memchr(p, ':', (size_t)(at - p));
-    const char *pw = colon ? colon + 1 : p;
-    if ((colon && lock_pct_decode(p, (size_t)(colon - p), user, ucap) != 0) ||
-        lock_pct_decode(pw, (size_t)(at - pw), pass, pcap) != 0)
-        return NULL;
+    if (colon == NULL && bare_is_user) {
+        if (lock_pct_decode(p, (size_t)(at - p), user, ucap) != 0)
+            return NULL;
+    } else {
+        const char *pw = colon ? colon + 1 : p;
+        if ((colon && lock_pct_decode(p, (size_t)(colon - p), user, ucap) != 0) ||
+            lock_pct_decode(pw, (size_t)(at - pw), pass, pcap) != 0)
+            return NULL;
+    }
     *have = 1;
     return at + 1;
 }
@@ -791,6 +796,12 @@ static int lock_random_uid(char *uid, uint64_t *seed)
     return 0;
 }
 
+/* Whether url's scheme (its first n bytes) is s; s may be NULL. */
+static int lock_scheme_is(const char *url, size_t n, const char *s)
+{
+    return s && strlen(s) == n && strncmp(url, s, n) == 0;
+}
+
 struct lock_client *lock_client_new(struct event_base *base, const char *url,
                                     const struct lock_options *opt, char *err, size_t errlen)
 {
@@ -801,14 +812,11 @@ struct lock_client *lock_client_new(struct event_base *base, const char *url,
         return NULL;
     }
     size_t ul = strcspn(url, ":");
-    for (size_t i = 0; i < sizeof(lock_backends) / sizeof(lock_backends[0]); i++) {
-        const char *tls = lock_backends[i]->tls_scheme;
+    for (size_t i = 0; i < sizeof(lock_backends) / sizeof(lock_backends[0]); i++)
         if (strncmp(url + ul, "://", 3) == 0 &&
-            ((strlen(lock_backends[i]->scheme) == ul &&
-              strncmp(url, lock_backends[i]->scheme, ul) == 0) ||
-             (tls && strlen(tls) == ul && strncmp(url, tls, ul) == 0)))
+            (lock_scheme_is(url, ul, lock_backends[i]->scheme) ||
+             lock_scheme_is(url, ul, lock_backends[i]->tls_scheme)))
             ops = lock_backends[i];
-    }
     if (ops == NULL) {
         lock_fmt(err, errlen,
                  "lock backend URL '%.*s...': unknown scheme (use redis://, etcd:// or etcds://)",

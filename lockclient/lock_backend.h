@@ -179,12 +179,13 @@ extern const struct lock_backend_ops lock_etcd_ops;
 /* Monotonic clock, milliseconds. */
 int64_t lock_now_ms(void);
 /* The user info at p (just past "scheme://"): everything before the last '@' of the URL, so a
- * password may hold '/', '?' or '#' unescaped (as config/ reads URLs). "user:password", or a
- * password alone (no ':', as redis-cli reads it), %XX-decoded into user and pass; *have = 1 when
- * there was an '@'. Returns where the host part starts (p without an '@'), or NULL when an escape
- * is malformed, decodes to NUL, or a part does not fit. */
-const char *lock_url_userinfo(const char *p, char *user, size_t ucap, char *pass, size_t pcap,
-                              int *have);
+ * password may hold '/', '?' or '#' unescaped (as config/ reads URLs). "user:password", or, with
+ * no ':', a password alone (as redis-cli reads it) or, when bare_is_user, a user name (etcd);
+ * %XX-decoded into user and pass; *have = 1 when there was an '@'. Returns where the host part
+ * starts (p without an '@'), or NULL when an escape is malformed, decodes to NUL, or a part does
+ * not fit. */
+const char *lock_url_userinfo(const char *p, int bare_is_user, char *user, size_t ucap, char *pass,
+                              size_t pcap, int *have);
 /* A pseudo-random number for jitter (not for secrets). */
 uint64_t lock_random(struct lock_client *c);
 /* Writes s's owner id "<client uid>:<session number>" into out (LOCK_OWNER_MAX bytes). */

@@ -50,7 +50,7 @@
 #define ED_PATH_AUTH      "/etcdserverpb.Auth/Authenticate"
 
 #define ED_AUTH_RETRY_MAX_MS 8000  /* failed authentications are retried, backing off to this */
-#define ED_AUTH_WARN_MS      30000 /* a failure to connect or authenticate is logged this seldom */
+#define ED_WARN_MS           30000 /* a failure to connect or authenticate is logged this seldom */
 
 static const struct grpc_metadata ed_hasleader[] = {{"hasleader", "true"}};
 
@@ -205,12 +205,12 @@ struct ed_client {
     int authed;          /* calls may start on this connection (authenticated, or no auth) */
     int up_done;         /* ed_ready_up() ran for this connection */
     struct ed_rpc *auth; /* the Authenticate call in flight */
-    int64_t auth_next_ms, auth_backoff_ms, auth_warned_ms, watch_refresh_ms;
+    int64_t auth_next_ms, auth_backoff_ms, watch_refresh_ms;
     char user[128], pass[256];
     char why[LOCK_MSG_MAX]; /* the last authentication failure, while it lasts */
     struct grpc_tls *tls;   /* etcds:// */
     char down_why[LOCK_MSG_MAX];
-    char warned[LOCK_MSG_MAX]; /* the connection failure last logged ("" while up), and when */
+    int warned; /* a failure was logged at warned_ms, and etcd has not been ready since */
     int64_t warned_ms;
 };
 
@@ -288,7 +288,7 @@ static void ed_maybe_failover(struct ed_client *ec, int status, const char *err)
     grpc_channel_failover(ec->ch, why);
 }
 
-static void ed_auth_refresh(struct ed_client *ec);
+static void ed_auth_send(struct ed_client *ec);
 
 static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char *message)
 {
@@ -303,7 +303,7 @@ static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char
         free(k->resp);
         k->resp = NULL;
         k->have_resp = 0;
-        ed_auth_refresh(ec);
+        ed_auth_send(ec);
         return;
     }
     ed_rpc_unlink(k);
@@ -721,7 +721,7 @@ static void ed_ka_end(void *arg, struct grpc_call *call, int status, const char 
     if (status != GRPC_STATUS_OK)
         ec->c->stats.backend_errors++;
     if (status == GRPC_STATUS_UNAUTHENTICATED)
-        ed_auth_refresh(ec); /* the next tick opens a stream with the new token */
+        ed_auth_send(ec); /* the next tick opens a stream with the new token */
     ed_maybe_failover(ec, status, message ? message : "");
 }
 
@@ -824,7 +824,7 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
              * expired): a new token and stream, then look again. */
             if (ec->have_auth && lock_now_ms() - ec->watch_refresh_ms >= 5000) {
                 ec->watch_refresh_ms = lock_now_ms();
-                ed_auth_refresh(ec);
+                ed_auth_send(ec);
             }
             ed_acq_pause(a);
             return;
@@ -848,8 +848,6 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
         ed_acq_look(a);
     }
 }
-
-static void ed_acq_pause(struct ed_acq *a);
 
 /* The watch stream is gone: its pending creates are forgotten and every watching acquisition
  * pauses, to look again and watch on a new stream. */
@@ -880,7 +878,7 @@ static void ed_watch_end(void *arg, struct grpc_call *call, int status, const ch
     if (status != GRPC_STATUS_OK)
         ec->c->stats.backend_errors++;
     if (status == GRPC_STATUS_UNAUTHENTICATED)
-        ed_auth_refresh(ec);
+        ed_auth_send(ec);
     ed_maybe_failover(ec, status, message ? message : "");
 }
 
@@ -1618,22 +1616,28 @@ static void ed_op_mark_raise(struct lock_client *c, const char *key, size_t len,
     }
 }
 
-/* Logs why etcd cannot be reached (a refused connection, a TLS handshake that fails): at once
- * after a time connected, then once per ED_AUTH_WARN_MS while it lasts. */
+/* Logs why etcd cannot be used (a refused connection, a TLS handshake, a failed login): at once
+ * after a time ready, then at most once per ED_WARN_MS while it lasts. */
+static void ed_warn(struct ed_client *ec, const char *msg)
+{
+    int64_t now = lock_now_ms();
+
+    if (!ec->c->opt.warn || (ec->warned && now - ec->warned_ms < ED_WARN_MS))
+        return;
+    ec->warned = 1;
+    ec->warned_ms = now;
+    ec->c->opt.warn(ec->c->opt.warn_arg, msg);
+}
+
+/* Every second: ready again ends a warned spell; a connection that keeps failing is logged. */
 static void ed_warn_down(struct ed_client *ec)
 {
     const char *last = grpc_channel_last_error(ec->ch);
-    int64_t now = lock_now_ms();
 
-    if (grpc_channel_ready(ec->ch)) {
-        ec->warned[0] = '\0';
-        return;
-    }
-    if (!ec->c->opt.warn || !last[0] || (ec->warned[0] && now - ec->warned_ms < ED_AUTH_WARN_MS))
-        return;
-    lock_fmt(ec->warned, sizeof(ec->warned), "%s", last);
-    ec->warned_ms = now;
-    ec->c->opt.warn(ec->c->opt.warn_arg, ec->why[0] ? ec->why : last);
+    if (ed_ready(ec))
+        ec->warned = 0;
+    else if (!grpc_channel_ready(ec->ch) && last[0])
+        ed_warn(ec, last);
 }
 
 /* ---- authentication ---- */
@@ -1722,31 +1726,22 @@ static void ed_auth_done(void *arg, int status, const char *err, const uint8_t *
     if (ec->auth_backoff_ms > ED_AUTH_RETRY_MAX_MS)
         ec->auth_backoff_ms = ED_AUTH_RETRY_MAX_MS;
     ec->auth_next_ms = now + ec->auth_backoff_ms;
-    if (ec->c->opt.warn && now - ec->auth_warned_ms >= ED_AUTH_WARN_MS) {
-        ec->auth_warned_ms = now;
-        ec->c->opt.warn(ec->c->opt.warn_arg, ec->why);
-    }
+    ed_warn(ec, ec->why);
     ed_rpc_fail_waiting(ec, GRPC_STATUS_UNAUTHENTICATED, ec->why);
 }
 
-/* Asks etcd for a token on the current connection (Auth/Authenticate). */
+/* Asks etcd for a token on the current connection (Auth/Authenticate), unless there are no
+ * credentials or one is on its way already. */
 static void ed_auth_send(struct ed_client *ec)
 {
     struct etcdpb_slice user = ed_s(ec->user, strlen(ec->user));
     struct etcdpb_slice pass = ed_s(ec->pass, strlen(ec->pass));
 
-    if (ec->auth)
+    if (!ec->have_auth || ec->auth)
         return;
     etcdpb_buf_reset(&ec->out);
     if (etcdpb_auth_req_encode(&ec->out, user, pass) == 0)
         ec->auth = ed_rpc_begin(ec, ED_PATH_AUTH, ed_auth_done, ec);
-}
-
-/* The token was refused: a new one, unless one is on its way. */
-static void ed_auth_refresh(struct ed_client *ec)
-{
-    if (ec->have_auth && !ec->auth)
-        ed_auth_send(ec);
 }
 
 /* ---- the channel ---- */
@@ -1758,8 +1753,7 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
     struct ed_client *ec = arg;
     (void)fd;
     (void)what;
-    if (grpc_channel_ready(ec->ch) && ec->have_auth && !ec->authed && !ec->auth &&
-        lock_now_ms() >= ec->auth_next_ms)
+    if (grpc_channel_ready(ec->ch) && !ec->authed && lock_now_ms() >= ec->auth_next_ms)
         ed_auth_send(ec);
     ed_warn_down(ec);
     if (!ed_ready(ec))
@@ -1868,14 +1862,8 @@ static int ed_parse_endpoint(const char *p, size_t n, struct grpc_endpoint *e)
 static int ed_parse_url(struct ed_client *ec, const struct lock_options *opt, const char *url,
                         struct grpc_endpoint *eps, int *neps, char *err, size_t errlen)
 {
-    const char *info = strstr(url, "://") + 3;
-    const char *p = lock_url_userinfo(info, ec->user, sizeof(ec->user), ec->pass, sizeof(ec->pass),
-                                      &ec->have_auth);
-    if (p && ec->have_auth && !memchr(info, ':', (size_t)(p - info))) {
-        /* "user@": a user name, unlike redis:// */
-        lock_fmt(ec->user, sizeof(ec->user), "%s", ec->pass);
-        ec->pass[0] = '\0';
-    }
+    const char *p = lock_url_userinfo(strstr(url, "://") + 3, 1, ec->user, sizeof(ec->user),
+                                      ec->pass, sizeof(ec->pass), &ec->have_auth);
     if (p && opt->password[0])
         lock_fmt(ec->pass, sizeof(ec->pass), "%s", opt->password);
     if (p == NULL || (ec->have_auth && (!ec->user[0] || !ec->pass[0])) ||
@@ -1947,7 +1935,6 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
         }
         copts.tls = ec->tls;
     }
-    ec->authed = !ec->have_auth;
     ec->c = c;
     c->impl = ec;
     /* Marks of stores that cannot keep their own live next to the locks: /x/locks/ -> /x/marks/ */

@@ -1319,15 +1319,11 @@ static int rd_parse_num(const char *s, size_t n, long lo, long hi, int *out)
  * reads it). Returns 0, or -1 with the reason in err. */
 static int rd_parse_url(struct rd_client *rc, const char *url, char *err, size_t errlen)
 {
-    const char *p = lock_url_userinfo(url + strlen("redis://"), rc->user, sizeof(rc->user),
+    const char *p = lock_url_userinfo(url + strlen("redis://"), 0, rc->user, sizeof(rc->user),
                                       rc->pass, sizeof(rc->pass), &rc->have_auth);
     if (p == NULL) {
         lock_fmt(err, errlen, "redis URL: bad %%-escape, or a user name or password too long");
         return -1;
-    }
-    if (rc->lc->opt.password[0]) { /* given apart from the URL: it wins */
-        lock_fmt(rc->pass, sizeof(rc->pass), "%s", rc->lc->opt.password);
-        rc->have_auth = 1;
     }
     if (rc->lc->opt.password[0]) { /* given apart from the URL: it wins */
         lock_fmt(rc->pass, sizeof(rc->pass), "%s", rc->lc->opt.password);

@@ -244,7 +244,7 @@ int main(int argc, char **argv)
     struct httpstore *hstores;
     struct lock_options lopt;
     struct event *sigterm, *sigint;
-    char err[512], password[sizeof(lopt.password)] = "";
+    char err[512];
     int rc;
 
     if (argc > 1 && strcmp(argv[1], "injector") == 0)
@@ -253,8 +253,9 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     log_set_level((enum log_level)cfg.log_level);
+    memset(&lopt, 0, sizeof(lopt));
     if (cfg.backend_password_file[0] &&
-        main_read_password(cfg.backend_password_file, password, sizeof(password), err,
+        main_read_password(cfg.backend_password_file, lopt.password, sizeof(lopt.password), err,
                            sizeof(err)) != 0) {
         fprintf(stderr, "fencegate: backend.password_file: %s\n", err);
         return 2;
@@ -288,7 +289,6 @@ int main(int argc, char **argv)
     /* Fence on acquire: every token is first raised in every store (fencehooks.h), here the
      * Redis store the RESP endpoint fronts; when that is the lock backend's own Redis, the
      * acquire script raises its mark itself (lock_options.mark_prefix). */
-    memset(&lopt, 0, sizeof(lopt));
     if (main_same_redis(&cfg.backend, &cfg.upstream)) {
         snprintf(lopt.mark_prefix, sizeof(lopt.mark_prefix), "%s", FENCE_HWM_PREFIX);
     } else {
@@ -318,7 +318,6 @@ int main(int argc, char **argv)
                 hstores ? "too many stores to fence" : "out of memory");
         return 2;
     }
-    memcpy(lopt.password, password, sizeof(lopt.password));
     snprintf(lopt.tls_ca_file, sizeof(lopt.tls_ca_file), "%s", cfg.backend_tls_ca);
     snprintf(lopt.tls_cert_file, sizeof(lopt.tls_cert_file), "%s", cfg.backend_tls_cert);
     snprintf(lopt.tls_key_file, sizeof(lopt.tls_key_file), "%s", cfg.backend_tls_key);
