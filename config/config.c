@@ -1854,7 +1854,7 @@ const char *cfg_usage(void)
 {
     return "usage: fencegate [--config FILE] [--resp HOST:PORT] [--http HOST:PORT]\n"
            "                 [--upstream redis://HOST:PORT] [--backend redis://HOST:PORT | "
-           "etcd[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]]\n"
+           "etcd[s]://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]]\n"
            "       fencegate --version\n"
            "       fencegate injector --listen HOST:PORT --cert FILE --key FILE   (admission "
            "webhook; --help for more)\n"
@@ -1873,7 +1873,7 @@ const char *cfg_usage(void)
            "  --upstream URL            FENCEGATE_UPSTREAM           redis:// behind the Redis "
            "endpoint (default: first redis store, else redis://127.0.0.1:6379)\n"
            "  --backend URL             FENCEGATE_BACKEND            lock backend, redis:// or "
-           "etcd[s]://[USER:PASSWORD@]H:P[,H:P...] (etcds: TLS; default: the upstream)\n"
+           "etcd[s]://[USER[:PASSWORD]@]H:P[,H:P...] (etcds: TLS; default: the upstream)\n"
            "  --backend-prefix P        FENCEGATE_BACKEND_PREFIX     etcd lock key prefix (default "
            "/fencegate/locks/)\n"
            "  --backend-password-file F FENCEGATE_BACKEND_PASSWORD_FILE   the backend's password, "
