@@ -37,8 +37,9 @@ enum cfg_kind {
     CFG_K_LOG,
     CFG_K_PATH,
     CFG_K_BOOL,
-    CFG_K_FILE, /* a readable file's path */
-    CFG_K_NAME, /* a host name for TLS */
+    CFG_K_FILE,  /* a readable file's path */
+    CFG_K_NAME,  /* a host name for TLS */
+    CFG_K_PROBE, /* an http:// URL, or empty for none */
 };
 
 struct cfg_setting {
@@ -87,14 +88,22 @@ static const struct cfg_setting cfg_settings[] = {
      0},
     {"shutdown_grace_ms", "FENCEGATE_SHUTDOWN_GRACE_MS", "shutdown-grace-ms", CFG_K_LLONG,
      offsetof(struct cfg, shutdown_grace_ms), 0, 600000},
+    {"app_health.url", "FENCEGATE_APP_HEALTH_URL", "app-health-url", CFG_K_PROBE,
+     offsetof(struct cfg, app_health_url), 0, 0},
+    {"app_health.interval_ms", "FENCEGATE_APP_HEALTH_INTERVAL_MS", "app-health-interval-ms",
+     CFG_K_LLONG, offsetof(struct cfg, app_health_interval_ms), 100, 600000},
+    {"app_health.timeout_ms", "FENCEGATE_APP_HEALTH_TIMEOUT_MS", "app-health-timeout-ms",
+     CFG_K_LLONG, offsetof(struct cfg, app_health_timeout_ms), 100, 600000},
+    {"app_health.failure_threshold", "FENCEGATE_APP_HEALTH_FAILURE_THRESHOLD",
+     "app-health-failure-threshold", CFG_K_INT, offsetof(struct cfg, app_health_failures), 1, 1000},
     {NULL, "FENCEGATE_CONFIG", "config", CFG_K_PATH, 0, 0, 0},
 };
 
 #define CFG_NSETTINGS (sizeof cfg_settings / sizeof cfg_settings[0])
 
 static const char *const cfg_top_keys[] = {
-    "listen", "upstream", "upstream_multiplex", "backend", "stores", "protect",
-    "limits", "log",      "shutdown_grace_ms",  NULL};
+    "listen", "upstream", "upstream_multiplex", "backend",    "stores", "protect",
+    "limits", "log",      "shutdown_grace_ms",  "app_health", NULL};
 static const char *const cfg_listen_keys[] = {"resp", "http", NULL};
 static const char *const cfg_backend_keys[] = {
     "url",          "prefix",          "session_ttl_ms", "tls_ca_file", "tls_cert_file",
@@ -102,6 +111,8 @@ static const char *const cfg_backend_keys[] = {
 static const char *const cfg_limits_keys[] = {"max_clients", "max_request_bytes",
                                               "max_pending_bytes", "max_args", NULL};
 static const char *const cfg_log_keys[] = {"level", NULL};
+static const char *const cfg_app_health_keys[] = {"url", "interval_ms", "timeout_ms",
+                                                  "failure_threshold", NULL};
 static const char *const cfg_store_keys[] = {"name",       "url",       "pool_size",
                                              "timeout_ms", "queue_max", NULL};
 static const char *const cfg_rule_keys[] = {"store", "keys", "lock", NULL};
@@ -818,6 +829,21 @@ static int cfg_set(struct cfg *cfg, const struct cfg_setting *s, const char *val
         }
         cfg_copy(field, sizeof cfg->backend_tls_server_name, val, strlen(val));
         return FG_OK;
+    case CFG_K_PROBE:
+        if (val[0] == '\0') {
+            memset(field, 0, sizeof u);
+            return FG_OK;
+        }
+        rc = cfg_parse_url(val, &u, err);
+        if (rc)
+            return rc;
+        if (u.kind != CFG_URL_HTTP) {
+            cfg_errf(err, "bad URL '%s': the health check must be an http:// URL",
+                     cfg_show_url(shown, val));
+            return FG_ERR_CONFIG;
+        }
+        memcpy(field, &u, sizeof u);
+        return FG_OK;
     case CFG_K_BOOL:
         for (size_t i = 0; i < sizeof cfg_bool_names / sizeof cfg_bool_names[0]; i++) {
             if (strcasecmp(val, cfg_bool_names[i]) == 0) {
@@ -852,6 +878,8 @@ static const char *cfg_expect(const struct cfg_setting *s)
         return "a file path";
     case CFG_K_NAME:
         return "a host name";
+    case CFG_K_PROBE:
+        return "an http:// URL";
     case CFG_K_BOOL:
         return "true or false";
     }
@@ -1398,6 +1426,8 @@ static int yaml_top(struct cfg_yaml *y)
             rc = yaml_section(y, k, cfg_limits_keys);
         else if (strcmp(k, "log") == 0)
             rc = yaml_section(y, k, cfg_log_keys);
+        else if (strcmp(k, "app_health") == 0)
+            rc = yaml_section(y, k, cfg_app_health_keys);
         else if (strcmp(k, "stores") == 0)
             rc = yaml_list(y, k, "{ name, url } mappings", yaml_store, &y->cfg->nstores);
         else if (strcmp(k, "protect") == 0)
@@ -1673,6 +1703,9 @@ void cfg_defaults(struct cfg *cfg)
     cfg->max_args = 8LL * 1024 * 1024;
     cfg->shutdown_grace_ms = 10000;
     cfg->log_level = CFG_LOG_INFO;
+    cfg->app_health_interval_ms = 1000;
+    cfg->app_health_timeout_ms = 1000;
+    cfg->app_health_failures = 3;
 }
 
 /* Two redis URLs name the same store when they reach the same database as the same user. */
@@ -1902,6 +1935,14 @@ const char *cfg_usage(void)
            "(default info)\n"
            "  --shutdown-grace-ms N     FENCEGATE_SHUTDOWN_GRACE_MS  SIGTERM drain time, "
            "0..600000 (default 10000)\n"
+           "  --app-health-url URL      FENCEGATE_APP_HEALTH_URL     the application's http:// "
+           "health check: while it fails, locks held over HTTP are released (default: none)\n"
+           "  --app-health-interval-ms N FENCEGATE_APP_HEALTH_INTERVAL_MS  time between checks, "
+           "100..600000 (default 1000)\n"
+           "  --app-health-timeout-ms N FENCEGATE_APP_HEALTH_TIMEOUT_MS   a check answered later "
+           "fails, 100..600000 (default 1000)\n"
+           "  --app-health-failure-threshold N FENCEGATE_APP_HEALTH_FAILURE_THRESHOLD  failed "
+           "checks in a row that count as unhealthy, 1..1000 (default 3)\n"
            "  -h, --help                                             print this help and exit\n"
            "  -V, --version                                          print the version and exit\n"
            "\n"

@@ -83,8 +83,14 @@ struct cfg {
     long long
         max_pending_bytes; /* back-pressure watermark per direction, default 1 MiB; 4 KiB..1 GiB */
     long long max_args;    /* largest argument count, default 8388608 (8 Mi); 1..INT_MAX */
-    long long shutdown_grace_ms;  /* SIGTERM drain time, default 10000; 0..600000 */
-    enum cfg_log_level log_level; /* default info */
+    long long shutdown_grace_ms; /* SIGTERM drain time, default 10000; 0..600000 */
+    /* The application's health check (app_health): while it fails, locks held over HTTP are not
+     * kept. kind 0 = off (the default). */
+    struct cfg_url app_health_url;    /* http:// only */
+    long long app_health_interval_ms; /* default 1000; 100..600000 */
+    long long app_health_timeout_ms;  /* default 1000; 100..600000 */
+    int app_health_failures;          /* failure_threshold, default 3; 1..1000 */
+    enum cfg_log_level log_level;     /* default info */
 };
 
 /* An error that names where the bad value came from and the value itself. */

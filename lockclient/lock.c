@@ -1059,6 +1059,20 @@ int lock_release(struct lock_session *s, const char *name, size_t len, lock_rele
     return 0;
 }
 
+void lock_session_lose_all(struct lock_session *s, const char *why)
+{
+    size_t b = 0;
+    struct lock_hnode *it = NULL, *n;
+    if (s == NULL)
+        return;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
+        struct lock_entry *e = LOCK_ENTRY_OF(n);
+        if (e->state == LOCK_ENTRY_HELD)
+            lock_mark_lost(s, e, why);
+    }
+    lock_session_schedule(s);
+}
+
 int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,
                long long *remaining_ms)
 {

@@ -105,6 +105,12 @@ int lock_acquire(struct lock_session *s, const char *name, size_t len, long long
 int lock_release(struct lock_session *s, const char *name, size_t len, lock_release_cb cb,
                  void *arg);
 
+/* Gives up every lock the session holds, as if each had been lost: the lost callback runs for
+ * each (with why), writes under them are refused from now on (lock_state() says -1), and the
+ * backend is asked to free their keys so that other owners get them without waiting for the
+ * leases. Acquisitions in flight are not affected. NULL is a no-op. */
+void lock_session_lose_all(struct lock_session *s, const char *why);
+
 /* Local state of name in the session: 1 held (token, remaining lease in ms), 0 not held, -1 lost
  * (token of the lost lock). Never blocks. */
 int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "appcheck.h"
 #include "config.h"
 #include "httpwatch.h"
 #include "json.h"
@@ -64,7 +65,8 @@ struct http_api {
     struct lock_session *sess; /* the sidecar's own session: every HTTP-held lock */
     struct http_grant *grants;
     struct http_acquire *pending;
-    int stopping; /* SIGTERM: no new acquisitions */
+    struct appcheck *app; /* the application's health check; NULL when none is configured */
+    int stopping;         /* SIGTERM: no new acquisitions */
     struct {
         int kind; /* enum cfg_url_kind */
         char verb[16];
@@ -293,9 +295,11 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
     char body[1400], esc[1100], text[600];
     long long ttl = a->ttl_ms > 0 ? a->ttl_ms : h->cfg->session_ttl_ms;
 
-    if (status == LOCK_OK && !a->req) {
-        /* Nobody is there to learn the token: give the lock back at once. */
+    if (status == LOCK_OK && (!a->req || !appcheck_healthy(h->app))) {
+        /* Nobody is there to learn the token, or nobody to be trusted with it: give it back. */
         (void)lock_release(h->sess, a->name, a->len, NULL, NULL);
+        if (a->req)
+            http_error(a->req, 503, "Service Unavailable", "app_unhealthy", appcheck_why(h->app));
         http_acquire_free(a);
         return;
     }
@@ -390,6 +394,10 @@ static void http_lock_post(struct http_api *h, struct evhttp_request *req, const
     if (h->stopping) {
         http_error(req, 503, "Service Unavailable", "unavailable",
                    "the sidecar is shutting down and takes no new locks");
+        return;
+    }
+    if (!appcheck_healthy(h->app)) {
+        http_error(req, 503, "Service Unavailable", "app_unhealthy", appcheck_why(h->app));
         return;
     }
     if (json_parse_lock_request(body, blen, &ttl, &wait, err, sizeof(err)) != FG_OK) {
@@ -704,6 +712,15 @@ static void http_dispatch(struct evhttp_request *req, void *arg)
         http_metrics(h, req);
 }
 
+/* The application's health check changed its verdict: a failing application keeps no lock. */
+static void http_on_app_health(void *arg, int healthy, const char *why)
+{
+    struct http_api *h = arg;
+
+    if (!healthy)
+        lock_session_lose_all(h->sess, why);
+}
+
 struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
                           struct lock_client *locks, char *err, size_t errlen)
 {
@@ -735,6 +752,12 @@ struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct
     evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h->http, http_dispatch, h);
+    fg_metrics.gauge[G_APP_HEALTHY] = 1;
+    h->app = appcheck_new(base, cfg, http_on_app_health, h, err, errlen);
+    if (!h->app && err[0]) {
+        http_free(h);
+        return NULL;
+    }
     return h;
 }
 
@@ -749,6 +772,7 @@ void http_free(struct http_api *h)
             http_error(a->req, 503, "Service Unavailable", "unavailable", "shutting down");
         http_acquire_free(a);
     }
+    appcheck_free(h->app);
     if (h->http)
         evhttp_free(h->http);
     free(h);

@@ -94,12 +94,19 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
                          "HTTP store requests that failed: unreachable, timed out or broken."},
     [M_HSTORE_REUSED] = {"fencegate_http_store_connections_reused_total",
                          "Requests forwarded on a kept-alive HTTP store connection."},
+    [M_APP_CHECKS] = {"fencegate_app_health_checks_total",
+                      "Health checks of the application (app_health.url)."},
+    [M_APP_CHECK_FAILURES] = {"fencegate_app_health_check_failures_total",
+                              "Health checks of the application that failed."},
 };
 
 static const struct metrics_desc metrics_gauges[G_GAUGE_MAX] = {
     [G_CONNECTIONS_OPEN] = {"fencegate_connections_open", "Client connections open now."},
     [G_UPSTREAM_UP] = {"fencegate_upstream_up",
                        "1 when the upstream Redis answered the last health check, else 0."},
+    [G_APP_HEALTHY] = {"fencegate_app_healthy",
+                       "0 while the application's health check counts as failing (HTTP locks are "
+                       "given up), else 1 (also when none is configured)."},
 };
 
 static const struct metrics_desc metrics_hists[H_HIST_MAX] = {

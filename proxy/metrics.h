@@ -33,19 +33,21 @@ enum metric_counter {
     M_NOLOCK_REFUSED,     /* writes to protected keys without their lock */
     M_LOCKLOST_REFUSED,   /* writes under a lock the session lost */
     /* PostgreSQL stores (pgstore.c): */
-    M_PG_REQUESTS,      /* POST /v1/stores/{postgresql store}/sql requests */
-    M_PG_COMMITTED,     /* SQL batches committed */
-    M_PG_STALE_REFUSED, /* SQL batches rolled back: token older than the store's mark */
-    M_PG_NOLOCK,        /* SQL batches refused before postgres: lock not held or lost */
-    M_PG_SQL_ERRORS,    /* SQL batches rolled back by an SQL error */
-    M_PG_UNAVAILABLE,   /* SQL batches answered 503: store unreachable or failing */
-    M_PG_POOL_FULL,     /* SQL batches answered 503: no connection free in time */
-    M_PG_FENCE_RAISES,  /* fence marks raised in postgresql stores on acquire */
-    M_HSTORE_FORWARDED, /* requests forwarded to HTTP stores */
-    M_HSTORE_STALE,     /* HTTP store requests refused: a mark above the token */
-    M_HSTORE_LOCKLOST,  /* HTTP store requests refused: the lock not held or lost */
-    M_HSTORE_ERRORS,    /* HTTP store requests failed: unreachable, timed out, broken off */
-    M_HSTORE_REUSED,    /* forwards sent on a kept-alive store connection */
+    M_PG_REQUESTS,        /* POST /v1/stores/{postgresql store}/sql requests */
+    M_PG_COMMITTED,       /* SQL batches committed */
+    M_PG_STALE_REFUSED,   /* SQL batches rolled back: token older than the store's mark */
+    M_PG_NOLOCK,          /* SQL batches refused before postgres: lock not held or lost */
+    M_PG_SQL_ERRORS,      /* SQL batches rolled back by an SQL error */
+    M_PG_UNAVAILABLE,     /* SQL batches answered 503: store unreachable or failing */
+    M_PG_POOL_FULL,       /* SQL batches answered 503: no connection free in time */
+    M_PG_FENCE_RAISES,    /* fence marks raised in postgresql stores on acquire */
+    M_HSTORE_FORWARDED,   /* requests forwarded to HTTP stores */
+    M_HSTORE_STALE,       /* HTTP store requests refused: a mark above the token */
+    M_HSTORE_LOCKLOST,    /* HTTP store requests refused: the lock not held or lost */
+    M_HSTORE_ERRORS,      /* HTTP store requests failed: unreachable, timed out, broken off */
+    M_HSTORE_REUSED,      /* forwards sent on a kept-alive store connection */
+    M_APP_CHECKS,         /* the application's health checks (app_health) */
+    M_APP_CHECK_FAILURES, /* ... that failed */
     M_COUNTER_MAX
 };
 
@@ -53,6 +55,7 @@ enum metric_counter {
 enum metric_gauge {
     G_CONNECTIONS_OPEN = 0, /* client connections open now */
     G_UPSTREAM_UP,          /* 1 when the upstream answered the last health check */
+    G_APP_HEALTHY,          /* 0 while the application's health check counts as failing */
     G_GAUGE_MAX
 };
 

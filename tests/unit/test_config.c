@@ -147,6 +147,10 @@ static void test_defaults_without_any_config(void **state)
     assert_int_equal(c->max_args, 8388608);
     assert_int_equal(c->shutdown_grace_ms, 10000);
     assert_int_equal(c->log_level, CFG_LOG_INFO);
+    assert_int_equal(c->app_health_url.kind, 0); /* no application health check */
+    assert_int_equal(c->app_health_interval_ms, 1000);
+    assert_int_equal(c->app_health_timeout_ms, 1000);
+    assert_int_equal(c->app_health_failures, 3);
     /* The default Redis is both the upstream and a store. */
     assert_int_equal(c->nstores, 1);
     assert_string_equal(c->stores[0].name, "redis");
@@ -282,7 +286,7 @@ static void test_unknown_keys(void **state)
     expect_yaml_msg("lisen: {}\n",
                     "t.yaml:1:1: unknown key 'lisen' (expected one of: listen, upstream, "
                     "upstream_multiplex, backend, stores, protect, limits, log, "
-                    "shutdown_grace_ms)");
+                    "shutdown_grace_ms, app_health)");
     expect_yaml_msg("listen:\n  resp: 1234\n  rsp: 1\n",
                     "t.yaml:3:3: listen: unknown key 'rsp' (expected one of: resp, http)");
     expect_yaml_err("backend: { url: redis://h, ttl: 5 }\n", "t.yaml:1:28: backend: ",
@@ -292,8 +296,33 @@ static void test_unknown_keys(void **state)
                     "t.yaml:2:32: stores[0]: unknown key 'port'", NULL);
     expect_yaml_err("protect:\n  - { store: a, keys: 'x:*', lock: 'x:$1', mode: w }\n",
                     "t.yaml:2:44: protect[0]: unknown key 'mode'", NULL);
+    expect_yaml_err("app_health: { url: 'http://h/', period_ms: 5 }\n", "t.yaml:1:33: app_health: ",
+                    "unknown key 'period_ms' (expected one of: url, interval_ms, timeout_ms, "
+                    "failure_threshold)");
     /* Keys are case-sensitive. */
     expect_yaml_err("Listen: {}\n", "t.yaml:1:1: unknown key 'Listen'", NULL);
+}
+
+/* app_health.url: an http:// URL, or empty for none. */
+static void test_app_health_url(void **state)
+{
+    struct cfg *c = new_cfg();
+
+    expect_yaml_ok("app_health:\n  url: http://[::1]:9000/live/z\n", c);
+    assert_int_equal(c->app_health_url.kind, CFG_URL_HTTP);
+    assert_addr(&c->app_health_url.hosts[0], "::1", 9000);
+    assert_string_equal(c->app_health_url.path, "/live/z");
+    expect_yaml_ok("app_health: { url: '' }\n", c); /* a later source turns it off */
+    assert_int_equal(c->app_health_url.kind, 0);
+    free(c);
+    expect_yaml_msg("app_health: { url: 'redis://h:1' }\n",
+                    "t.yaml:1:20: app_health.url: bad URL 'redis://h:1': the health check must be "
+                    "an http:// URL");
+    expect_yaml_err("app_health: { url: 'https://h/' }\n",
+                    "t.yaml:1:20: app_health.url: ", "https:// is not supported");
+    expect_yaml_err("app_health: { url: 'http://h:0/' }\n", "t.yaml:1:20: app_health.url: ", NULL);
+    expect_yaml_err("app_health: { url: 'http://h/x?verbose=1' }\n",
+                    "app_health.url: ", "query strings");
 }
 
 static void test_wrong_types(void **state)
@@ -382,6 +411,9 @@ static void test_numbers_and_ranges(void **state)
         {"limits", "max_pending_bytes", 4096, 1073741824LL},
         {"limits", "max_args", 1, 2147483647LL},
         {NULL, "shutdown_grace_ms", 0, 600000},
+        {"app_health", "interval_ms", 100, 600000},
+        {"app_health", "timeout_ms", 100, 600000},
+        {"app_health", "failure_threshold", 1, 1000},
     };
     static const char *const bad_syntax[] = {"10k", "1e3",  "0x10", "1_000", "+5",   "5.0",
                                              "'-'", "\"\"", "1 2",  "010",   "true", "\"12 \""};
@@ -410,6 +442,12 @@ static void test_numbers_and_ranges(void **state)
                 assert_int_equal(c->max_pending_bytes, ok[k]);
             else if (!strcmp(key, "max_args"))
                 assert_int_equal(c->max_args, ok[k]);
+            else if (!strcmp(key, "interval_ms"))
+                assert_int_equal(c->app_health_interval_ms, ok[k]);
+            else if (!strcmp(key, "timeout_ms"))
+                assert_int_equal(c->app_health_timeout_ms, ok[k]);
+            else if (!strcmp(key, "failure_threshold"))
+                assert_int_equal(c->app_health_failures, ok[k]);
             else
                 assert_int_equal(c->shutdown_grace_ms, ok[k]);
             free(c);
@@ -698,6 +736,24 @@ static void chk_pw_file(const struct cfg *c)
 {
     assert_string_equal(c->backend_password_file, "/dev/null");
 }
+static void chk_app_url(const struct cfg *c)
+{
+    assert_int_equal(c->app_health_url.kind, CFG_URL_HTTP);
+    assert_addr(&c->app_health_url.hosts[0], "127.0.0.1", 8080);
+    assert_string_equal(c->app_health_url.path, "/healthz");
+}
+static void chk_app_interval(const struct cfg *c)
+{
+    assert_int_equal(c->app_health_interval_ms, 250);
+}
+static void chk_app_timeout(const struct cfg *c)
+{
+    assert_int_equal(c->app_health_timeout_ms, 600000);
+}
+static void chk_app_failures(const struct cfg *c)
+{
+    assert_int_equal(c->app_health_failures, 1);
+}
 
 static const struct setting_case settings[] = {
     {"FENCEGATE_LISTEN_RESP", "resp", "10.1.2.3:7001", chk_resp},
@@ -718,6 +774,11 @@ static const struct setting_case settings[] = {
     {"FENCEGATE_BACKEND_TLS_KEY_FILE", "backend-tls-key-file", "/dev/null", chk_tls_key},
     {"FENCEGATE_BACKEND_TLS_SERVER_NAME", "backend-tls-server-name", "etcd.svc", chk_tls_name},
     {"FENCEGATE_BACKEND_PASSWORD_FILE", "backend-password-file", "/dev/null", chk_pw_file},
+    {"FENCEGATE_APP_HEALTH_URL", "app-health-url", "http://127.0.0.1:8080/healthz", chk_app_url},
+    {"FENCEGATE_APP_HEALTH_INTERVAL_MS", "app-health-interval-ms", "250", chk_app_interval},
+    {"FENCEGATE_APP_HEALTH_TIMEOUT_MS", "app-health-timeout-ms", "600000", chk_app_timeout},
+    {"FENCEGATE_APP_HEALTH_FAILURE_THRESHOLD", "app-health-failure-threshold", "1",
+     chk_app_failures},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -1576,7 +1637,10 @@ static void test_example_files_parse(void **state)
                                        "max_request_bytes:",
                                        "max_pending_bytes:",
                                        "level:",
-                                       "shutdown_grace_ms:"};
+                                       "shutdown_grace_ms:",
+                                       "app_health:",
+                                       "interval_ms:",
+                                       "failure_threshold:"};
     const char *file = __FILE__, *slash = strrchr(file, '/');
     char dir[PATH_MAX], path[PATH_MAX + 256];
     DIR *d;
@@ -1641,6 +1705,7 @@ int main(void)
         cmocka_unit_test(test_empty_documents_keep_defaults),
         cmocka_unit_test(test_yaml_syntax_errors),
         cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_app_health_url),
         cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_anchors_aliases_tags_documents),
