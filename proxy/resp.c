@@ -208,7 +208,8 @@ static int resp_isspace(char c)
 /* Splits an inline line buf[0..end) into raw token slices the way Redis's sdssplitargs() reads it:
  * blanks separate tokens, "..." allows backslash escapes, '...' allows only \', and a closing
  * quote must be followed by a blank or the end of the line. Returns 0, -1 on unbalanced quotes,
- * -2 when out of memory. The line holds no NUL (checked when it was found). */
+ * -2 when out of memory, -3 past max_args tokens. The line holds no NUL (checked when it was
+ * found). */
 static int resp_split_inline(struct resp_parser *p, const char *buf, size_t end)
 {
     size_t i = 0;
@@ -265,6 +266,8 @@ static int resp_split_inline(struct resp_parser *p, const char *buf, size_t end)
                 i++;
             }
         }
+        if (p->argc >= p->lim.max_args)
+            return -3;
         if (resp_push_arg(p, start, i - start) != 0)
             return -2;
     }
@@ -298,6 +301,8 @@ static int resp_parse_inline(struct resp_parser *p, const char *buf, size_t len,
     rc = resp_split_inline(p, buf, end);
     if (rc == -1)
         return resp_fail(p, "Protocol error: unbalanced quotes in request");
+    if (rc == -3)
+        return resp_fail(p, "Protocol error: too many arguments in inline request");
     if (rc != 0)
         return resp_fail(p, "out of memory while parsing a request");
     return resp_finish(p, out, nl + 1, 1);

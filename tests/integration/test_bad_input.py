@@ -56,6 +56,25 @@ class BadInput(FgTestCase):
         # ... and new connections are served.
         self.assertTrue(self.fg.client().ping())
 
+    def test_max_args_bounds_inline_and_multibulk_commands(self):
+        fg = self.start_fencegate(self.redis, args=["--max-args", "10"])
+        ok = self.raw_to(fg)
+        self.assertEqual(ok.call("RPUSH", "a", *range(8)), 8)  # 10 arguments
+        for name, data, reply in [
+                ("multibulk", encode("RPUSH", "b", *range(9)),
+                 b"-ERR Protocol error: invalid multibulk length\r\n"),
+                ("inline", b"RPUSH c " + b" ".join(b"%d" % i for i in range(20)) + b"\r\n",
+                 b"-ERR Protocol error: too many arguments in inline request\r\n")]:
+            with self.subTest(name):
+                bad = self.raw_to(fg)
+                self._send_tolerant(bad, data)
+                self.assertEqual(bad.read_until_close(timeout=5), reply)
+        self.assertEqual(self.direct.exists("b", "c"), 0, "nothing past the limit reached Redis")
+        self.assertEqual(ok.call("PING", "x"), b"x")
+
+    def raw_to(self, fg):
+        return super().raw(fg.resp_port, 5.0)
+
     def test_protocol_error_after_valid_commands_keeps_order(self):
         # Redis answers the commands before the bad bytes, then the error, then closes.
         bad = self.raw()

@@ -422,6 +422,10 @@ static void test_request_limits(void **state)
     assert_int_equal(parse_once(&lim, S("abcdefghij"), err, 128), RESP_PARTIAL);
     assert_int_equal(parse_once(&lim, S("abcdefghijk"), err, 128), RESP_INVALID);
     assert_string_equal(err, "Protocol error: too big inline request");
+    /* inline arguments count against max_args as multibulk ones do */
+    assert_int_equal(parse_once(&lim, S("a b  c\n"), err, 128), RESP_DONE);
+    assert_int_equal(parse_once(&lim, S("a b c d\n"), err, 128), RESP_INVALID);
+    assert_string_equal(err, "Protocol error: too many arguments in inline request");
 
     /* the defaults: Redis's 512 MB bulk, our 8 Mi arguments */
     assert_int_equal(parse_once(NULL, S("*1\r\n$536870912\r\n"), err, 128), RESP_PARTIAL);
