@@ -16,8 +16,9 @@
 #define INJECT_MAX_INJECT 16  /* bytes kept of the fencegate.io/inject value */
 #define INJECT_GRACE_MAX  600000
 
-#define INJECT_ENV_RESP "FENCEGATE_RESP_ADDR"
-#define INJECT_ENV_HTTP "FENCEGATE_HTTP_ADDR"
+#define INJECT_ENV_RESP       "FENCEGATE_RESP_ADDR"
+#define INJECT_ENV_HTTP       "FENCEGATE_HTTP_ADDR"
+#define INJECT_ENV_APP_HEALTH "FENCEGATE_APP_HEALTH_URL" /* the sidecar's, from the annotation */
 
 /* How a member looked in the review. */
 enum inject_shape {
@@ -37,6 +38,15 @@ struct inject_str {
     int too_long; /* longer than its bound: text is empty */
 };
 
+/* The one longer string kept, the fencegate.io/app-health-url value: as inject_str, bound
+ * INJECT_MAX_APP_URL. */
+struct inject_url {
+    char text[INJECT_MAX_APP_URL + 1];
+    size_t len;
+    int set;
+    int too_long;
+};
+
 /* Everything the walk over the review learnt; decided on only once the walk is complete. */
 struct inject_walk {
     struct json_reader r;
@@ -54,6 +64,7 @@ struct inject_walk {
     enum inject_shape annotations, spec, containers, init_containers, volumes;
     struct inject_str meta_name, meta_generate_name, meta_namespace;
     struct inject_str ann_inject, ann_config, ann_secret;
+    struct inject_url ann_app_health;
     int ann_injected;
     int has_sidecar;     /* a container or initContainer is already named "fencegate" */
     int volume_conflict; /* a volume is already named "fencegate-config" */
@@ -257,19 +268,26 @@ static const char *inject_shape_name(enum inject_shape s)
     return names[s];
 }
 
-/* Keeps the string token t in *s, up to bound bytes (at most INJECT_MAX_NAME). */
-static void inject_keep(struct inject_str *s, const struct json_token *t, size_t bound)
+/* Decodes the string token t into text (bound + 1 bytes). Returns 1 with *len, or 0 when it is
+ * longer than bound: text is then empty and *len is bound + 1. */
+static int inject_decode(const struct json_token *t, char *text, size_t bound, size_t *len)
 {
     size_t n = 0;
 
-    s->set = 1;
-    if (t->len > bound * 6 + 6 || json_unescape(t->ptr, t->len, s->text, bound + 1, &n) != FG_OK) {
-        s->text[0] = '\0';
-        s->len = bound + 1;
-        s->too_long = 1;
-        return;
+    if (t->len > bound * 6 + 6 || json_unescape(t->ptr, t->len, text, bound + 1, &n) != FG_OK) {
+        text[0] = '\0';
+        *len = bound + 1;
+        return 0;
     }
-    s->len = n;
+    *len = n;
+    return 1;
+}
+
+/* Keeps the string token t in *s, up to bound bytes (at most INJECT_MAX_NAME). */
+static void inject_keep(struct inject_str *s, const struct json_token *t, size_t bound)
+{
+    s->set = 1;
+    s->too_long = !inject_decode(t, s->text, bound, &s->len);
 }
 
 static int inject_str_is(const struct inject_str *s, const char *want)
@@ -324,18 +342,18 @@ static int inject_string_member(struct inject_walk *w, struct inject_str *s, siz
     return inject_skip(w, &v);
 }
 
-/* metadata.annotations: the four fencegate.io keys; other members are skipped. */
+/* metadata.annotations: the five fencegate.io keys; other members are skipped. */
 static int inject_walk_annotations(struct inject_walk *w)
 {
     static const char *const keys[] = {INJECT_ANN_INJECT, INJECT_ANN_CONFIG, INJECT_ANN_STATUS,
-                                       INJECT_ANN_SECRET};
+                                       INJECT_ANN_SECRET, INJECT_ANN_APP_HEALTH};
     struct json_token k, v;
     unsigned seen = 0;
     int done, rc;
 
     while ((rc = inject_member(w, &k, &done)) == FG_OK && !done) {
         int which = -1;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < (int)(sizeof(keys) / sizeof(keys[0])); i++) {
             if (json_string_equals(&k, keys[i]))
                 which = i;
         }
@@ -364,6 +382,10 @@ static int inject_walk_annotations(struct inject_walk *w)
             inject_keep(&w->ann_config, &v, INJECT_MAX_NAME);
         } else if (which == 3) {
             inject_keep(&w->ann_secret, &v, INJECT_MAX_NAME);
+        } else if (which == 4) {
+            struct inject_url *u = &w->ann_app_health;
+            u->set = 1;
+            u->too_long = !inject_decode(&v, u->text, INJECT_MAX_APP_URL, &u->len);
         } else {
             w->ann_injected = json_string_equals(&v, "injected");
         }
@@ -823,6 +845,69 @@ static int inject_mount_unusable(const struct inject_str *ann, const char *ann_n
     return 0;
 }
 
+/* Why the fencegate.io/app-health-url value cannot be the sidecar's FENCEGATE_APP_HEALTH_URL:
+ * 1 with the reason in why (cap bytes), or 0 when it can. Accepted: http://HOST[:PORT][/PATH],
+ * at most INJECT_MAX_APP_URL bytes of printable ASCII without spaces; like fencegate's own
+ * http:// URLs, no user info, query string or fragment. The sidecar checks the host and port
+ * when it starts; this catches the rest of what would stop it there. */
+static int inject_url_unusable(const struct inject_url *url, char *why, size_t cap)
+{
+    static const char scheme[] = "http://";
+    const size_t host = sizeof(scheme) - 1; /* where the host starts */
+    size_t host_end = host;
+
+    if (url->too_long) {
+        snprintf(why, cap, "longer than %d bytes", INJECT_MAX_APP_URL);
+        return 1;
+    }
+    if (url->len < host || memcmp(url->text, scheme, host) != 0) {
+        snprintf(why, cap, "not an http:// URL");
+        return 1;
+    }
+    for (size_t i = 0; i < url->len; i++) {
+        unsigned char c = (unsigned char)url->text[i];
+        if (c <= 0x20 || c >= 0x7f) {
+            snprintf(why, cap, "byte %zu is 0x%02X", i, c);
+            return 1;
+        }
+    }
+    while (host_end < url->len && strchr("/?#", url->text[host_end]) == NULL)
+        host_end++;
+    if (host_end == host || url->text[host] == ':') {
+        snprintf(why, cap, "no host");
+        return 1;
+    }
+    if (memchr(url->text + host, '@', host_end - host) != NULL) {
+        snprintf(why, cap, "user info (USER@) is not supported");
+        return 1;
+    }
+    if (memchr(url->text, '?', url->len) != NULL || memchr(url->text, '#', url->len) != NULL) {
+        snprintf(why, cap, "query strings and fragments are not supported");
+        return 1;
+    }
+    return 0;
+}
+
+/* The fencegate.io/app-health-url annotation: 1 with msg written when its value is set and not
+ * usable (inject_url_unusable()), else 0. Absent or "" (no health gate) is fine. */
+static int inject_app_health_unusable(const struct inject_url *url, char *msg)
+{
+    char shown[INJECT_SHOW_CAP], why[64];
+
+    if (!url->set || url->len == 0 || !inject_url_unusable(url, why, sizeof(why)))
+        return 0;
+    if (url->too_long)
+        snprintf(shown, sizeof(shown), "(%s)", "too long");
+    else
+        inject_show(url->text, url->len, shown, sizeof(shown));
+    snprintf(msg, INJECT_MAX_MESSAGE,
+             "fencegate: annotation %s is \"%s\": %s; expected \"\" (no check) or "
+             "http://HOST[:PORT][/PATH], at most %d bytes of printable ASCII without spaces; no "
+             "sidecar injected",
+             INJECT_ANN_APP_HEALTH, shown, why, INJECT_MAX_APP_URL);
+    return 1;
+}
+
 /* Decides what to answer for a review that has a uid. Returns the outcome; message is filled
  * for the ones that are not routine. */
 static enum inject_outcome inject_decide(const struct inject_walk *w, int walk_rc, char *msg)
@@ -896,7 +981,8 @@ static enum inject_outcome inject_decide(const struct inject_walk *w, int walk_r
     if (inject_mount_unusable(&w->ann_config, INJECT_ANN_CONFIG, "ConfigMap", INJECT_VOLUME,
                               w->volume_conflict, msg) ||
         inject_mount_unusable(&w->ann_secret, INJECT_ANN_SECRET, "Secret", INJECT_SECRET_VOL,
-                              w->secret_conflict, msg))
+                              w->secret_conflict, msg) ||
+        inject_app_health_unusable(&w->ann_app_health, msg))
         return INJECT_UNUSABLE;
     return INJECT_PATCHED;
 }
@@ -961,9 +1047,12 @@ static void inject_put_probe(struct inject_out *o, const char *name, const char 
 /* The sidecar: a native sidecar (an initContainer that keeps running), so that it starts before
  * the app containers and stops after them. The startup probe holds the app containers back
  * until /readyz answers. A pod with its own ConfigMap gets no cluster-wide backend, upstream or
- * grace variables: the environment overrides the file, and the pod's own file must win. */
+ * grace variables: the environment overrides the file, and the pod's own file must win. The
+ * pod's own health check URL (app_health, NULL for none) is set with or without a ConfigMap:
+ * it is the pod's word, overriding the file's app_health.url. */
 static void inject_put_sidecar(struct inject_out *o, const struct inject_options *opt,
-                               const struct inject_str *config, const struct inject_str *secret)
+                               const struct inject_str *config, const struct inject_str *secret,
+                               const struct inject_url *app_health)
 {
     char addr[32];
     int first = 1;
@@ -987,6 +1076,8 @@ static void inject_put_sidecar(struct inject_out *o, const struct inject_options
             inject_put_env(o, "FENCEGATE_SHUTDOWN_GRACE_MS", ms, &first);
         }
     }
+    if (app_health != NULL)
+        inject_put_env(o, INJECT_ENV_APP_HEALTH, app_health->text, &first);
     inject_puts(o, "],\"ports\":[{\"name\":\"fg-resp\",\"containerPort\":");
     inject_put_int(o, INJECT_RESP_PORT);
     inject_puts(o, ",\"protocol\":\"TCP\"},{\"name\":\"fg-http\",\"containerPort\":");
@@ -1041,6 +1132,8 @@ static void inject_put_patch(struct inject_out *o, const struct inject_walk *w,
 {
     const struct inject_str *config = w->ann_config.set ? &w->ann_config : NULL;
     const struct inject_str *secret = w->ann_secret.set ? &w->ann_secret : NULL;
+    const struct inject_url *app_health =
+        w->ann_app_health.set && w->ann_app_health.len > 0 ? &w->ann_app_health : NULL;
     int init_arr = w->init_containers == INJECT_ARRAY;
     int vol_arr = w->volumes == INJECT_ARRAY;
     char path[64];
@@ -1049,7 +1142,7 @@ static void inject_put_patch(struct inject_out *o, const struct inject_walk *w,
     inject_puts(o, "[");
     inject_op(o, &first, init_arr ? "/spec/initContainers/-" : "/spec/initContainers");
     inject_puts(o, init_arr ? "" : "[");
-    inject_put_sidecar(o, opt, config, secret);
+    inject_put_sidecar(o, opt, config, secret, app_health);
     inject_puts(o, init_arr ? "}" : "]}");
     for (int k = 0; k < 2; k++) {
         const struct inject_str *src = k == 0 ? config : secret;

@@ -14,12 +14,14 @@
 #define INJECT_MAX_OPTION     1024 /* bytes of each string option */
 #define INJECT_MAX_MESSAGE    512  /* bytes of inject_result.message, NUL included */
 #define INJECT_MAX_POD        400  /* bytes of inject_result.pod, NUL included */
+#define INJECT_MAX_APP_URL    1023 /* bytes of the fencegate.io/app-health-url value */
 
 /* The pod annotations the injector reads and writes. */
-#define INJECT_ANN_INJECT "fencegate.io/inject" /* "true" asks for the sidecar */
-#define INJECT_ANN_CONFIG "fencegate.io/config" /* a ConfigMap holding config.yaml */
-#define INJECT_ANN_SECRET "fencegate.io/secret" /* a Secret for the files a config names */
-#define INJECT_ANN_STATUS "fencegate.io/status" /* "injected", written by the patch */
+#define INJECT_ANN_INJECT     "fencegate.io/inject" /* "true" asks for the sidecar */
+#define INJECT_ANN_CONFIG     "fencegate.io/config" /* a ConfigMap holding config.yaml */
+#define INJECT_ANN_SECRET     "fencegate.io/secret" /* a Secret for the files a config names */
+#define INJECT_ANN_STATUS     "fencegate.io/status" /* "injected", written by the patch */
+#define INJECT_ANN_APP_HEALTH "fencegate.io/app-health-url" /* the app's http:// health check */
 
 /* The injected container and what it exposes. */
 #define INJECT_CONTAINER   "fencegate"
@@ -73,10 +75,11 @@ int inject_options_check(const struct inject_options *opt, char *err, size_t err
  * Returns FG_OK when the body is an AdmissionReview carrying a request.uid: res->body is then
  * the response AdmissionReview with the same uid (and apiVersion) and "allowed": true, plus a
  * base64 JSONPatch when res->outcome is INJECT_PATCHED. A review whose object cannot be used
- * (missing, not a Pod, wrong member types, too many containers, a bad fencegate.io/config
- * value, nesting deeper than the JSON reader allows) is still allowed, without a patch and with
- * status.message = res->message: a pod must never be refused because the injector could not
- * read it, and its owner sees the warning in kubectl's output.
+ * (missing, not a Pod, wrong member types, too many containers, a bad fencegate.io/config,
+ * fencegate.io/secret or fencegate.io/app-health-url value, nesting deeper than the JSON reader
+ * allows) is still allowed, without a patch and with status.message = res->message: a pod must
+ * never be refused because the injector could not read it, and its owner sees the warning in
+ * kubectl's output.
  *
  * Returns FG_ERR_PROTO (not JSON, not an AdmissionReview, no usable request.uid: there is no
  * review to answer, so the HTTP layer replies 400) or FG_ERR_LIMIT (len > INJECT_MAX_BODY:

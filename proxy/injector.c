@@ -50,7 +50,9 @@
     "  FENCEGATE_INJECT_GRACE_MS        the sidecar's FENCEGATE_SHUTDOWN_GRACE_MS (default "       \
     "10000)\n"                                                                                     \
     "A pod annotated fencegate.io/config: NAME gets that ConfigMap's config.yaml instead of\n"     \
-    "the backend, upstream and grace above.\n"
+    "the backend, upstream and grace above; fencegate.io/secret: NAME mounts that Secret at\n"     \
+    "/etc/fencegate-secret in the sidecar; fencegate.io/app-health-url: URL (http://, \"\" for\n"  \
+    "none) gives the sidecar FENCEGATE_APP_HEALTH_URL, its locks' health gate.\n"
 
 /* Identity of a file's current contents, to notice a rotated certificate. */
 struct injector_stamp {

@@ -195,8 +195,9 @@ class Injector(FgTestCase):
 
     # ---- pods that get the sidecar -------------------------------------------------------
 
-    def check_injected(self, original, pod, config=None):
-        """Validates a patched pod against the one it came from."""
+    def check_injected(self, original, pod, config=None, app_health=None):
+        """Validates a patched pod against the one it came from. app_health: the sidecar's
+        FENCEGATE_APP_HEALTH_URL expected from fencegate.io/app-health-url (None: not set)."""
         init = pod["spec"]["initContainers"]
         sidecars = [c for c in init if c["name"] == "fencegate"]
         self.assertEqual(len(sidecars), 1, init)
@@ -217,6 +218,10 @@ class Injector(FgTestCase):
                          [(6380, "TCP"), (8380, "TCP")])
         env = {e["name"]: e["value"] for e in s["env"]}
         self.assertEqual(len(env), len(s["env"]), "duplicate variables in %r" % s["env"])
+        if app_health is None:
+            self.assertNotIn("FENCEGATE_APP_HEALTH_URL", env)
+        else:
+            self.assertEqual(env.pop("FENCEGATE_APP_HEALTH_URL"), app_health)
         if config is None:
             self.assertNotIn("args", s)
             self.assertNotIn("volumeMounts", s)
@@ -283,6 +288,79 @@ class Injector(FgTestCase):
                 resp2 = self.review_ok(fg, again)
                 self.assertNotIn("patch", resp2)
                 self.assertNotIn("patchType", resp2)
+
+    def test_app_health_url_annotation(self):
+        """fencegate.io/app-health-url: the sidecar gets FENCEGATE_APP_HEALTH_URL with exactly
+        that value, with or without a ConfigMap (the pod's annotation overrides the file's
+        app_health.url); "" is no health gate; a value the sidecar could not use is answered as
+        a bad fencegate.io/config is: allowed, no sidecar, a warning naming the annotation."""
+        fg = self.start_injector()
+        url = "http://127.0.0.1:8080/healthz/ready"
+        cases = [("annotated.json", None), ("annotated_config.json", "orders-fencegate"),
+                 ("existing_env_init.json", None)]
+        for name, config in cases:
+            for value, want in [(url, url), ("", None)]:
+                with self.subTest(name=name, value=value):
+                    review = json.loads(fixture(name))
+                    review["request"]["object"]["metadata"]["annotations"][
+                        "fencegate.io/app-health-url"] = value
+                    resp = self.review_ok(fg, review)
+                    self.assertEqual(resp["patchType"], "JSONPatch")
+                    self.assertNotIn("warnings", resp)
+                    ops = json.loads(base64.b64decode(resp["patch"], validate=True))
+                    original = review["request"]["object"]
+                    pod = apply_patch(original, ops)
+                    self.check_injected(original, pod, config, app_health=want)
+                    sidecar = pod["spec"]["initContainers"][-1]
+                    if want is not None:
+                        # Last of the sidecar's variables, after the cluster-wide ones.
+                        self.assertEqual(sidecar["env"][-1],
+                                         {"name": "FENCEGATE_APP_HEALTH_URL", "value": want})
+                    # The application's containers do not get it.
+                    for c in pod["spec"]["containers"]:
+                        self.assertNotIn("FENCEGATE_APP_HEALTH_URL",
+                                         [e["name"] for e in c["env"]])
+                    # Called again with the patched pod: nothing more.
+                    again = copy.deepcopy(review)
+                    again["request"]["uid"] = "22222222-2222-4333-8444-555555555555"
+                    again["request"]["object"] = pod
+                    self.assertNotIn("patch", self.review_ok(fg, again))
+
+        longest = "http://app.shop.svc:8080/" + "h" * (1023 - 25)
+        review = json.loads(fixture("annotated.json"))
+        review["request"]["object"]["metadata"]["annotations"][
+            "fencegate.io/app-health-url"] = longest
+        resp = self.review_ok(fg, review)
+        pod = apply_patch(review["request"]["object"],
+                          json.loads(base64.b64decode(resp["patch"], validate=True)))
+        self.check_injected(review["request"]["object"], pod, app_health=longest)
+
+        bad = [
+            ("https://127.0.0.1:8443/healthz",
+             '"https://127.0.0.1:8443/healthz": not an http:// URL'),
+            ("healthz", '"healthz": not an http:// URL'),
+            ("http://app/health check", '"http://app/health check": byte 17 is 0x20'),
+            ("http://app/\nx", '"http://app/\\x0Ax": byte 11 is 0x0A'),
+            ("http://", '"http://": no host'),
+            ("http://app/healthz?full=1",
+             '"http://app/healthz?full=1": query strings and fragments are not supported'),
+            ("http://probe@app/healthz",
+             '"http://probe@app/healthz": user info (USER@) is not supported'),
+            (longest + "h", '"(too long)": longer than 1023 bytes'),
+        ]
+        for value, message in bad:
+            with self.subTest(value=value[:40]):
+                review = json.loads(fixture("annotated.json"))
+                review["request"]["object"]["metadata"]["annotations"][
+                    "fencegate.io/app-health-url"] = value
+                resp = self.review_ok(fg, review)
+                self.assertNotIn("patch", resp)
+                self.assertNotIn("patchType", resp)
+                text = resp["status"]["message"]
+                self.assertIn("annotation fencegate.io/app-health-url is " + message, text)
+                self.assertIn("no sidecar injected", text)
+                self.assertEqual(resp["warnings"], [text])
+        self.assertTrue(fg.alive())
 
     def test_keep_alive_and_many_reviews(self):
         """The API server keeps its connection: 50 reviews on one TLS connection."""

@@ -174,7 +174,7 @@ function main(argv) {
   } catch (e) {
     check(false, `config.yaml parses: ${e.message}`);
   }
-  for (const k of Object.keys(cfg)) check(['listen', 'upstream', 'backend', 'stores', 'protect', 'limits', 'log', 'shutdown_grace_ms'].includes(k), `config key ${k} is one fencegate knows`);
+  for (const k of Object.keys(cfg)) check(['listen', 'upstream', 'backend', 'stores', 'protect', 'limits', 'log', 'shutdown_grace_ms', 'app_health'].includes(k), `config key ${k} is one fencegate knows`);
   eq(cfg.listen, { resp: '127.0.0.1:6380', http: '0.0.0.0:8380' }, 'config listen (RESP on loopback, HTTP on the pod IP for probes)');
   const wantBackend = { url: backend, prefix: v.sidecar.backend.prefix, session_ttl_ms: v.sidecar.sessionTtlMs };
   const tlsv = v.sidecar.backend.tls || {};
@@ -184,6 +184,12 @@ function main(argv) {
   eq(cfg.backend, wantBackend, 'config backend');
   eq(cfg.stores, [{ name: v.sidecar.upstream.storeName, url: v.sidecar.upstream.url }, ...v.sidecar.stores], 'config stores, the upstream first');
   eq(cfg.protect || [], v.sidecar.protect, 'config protect rules');
+  const ah = v.sidecar.appHealth;
+  if (ah.url) {
+    eq(cfg.app_health, { url: ah.url, interval_ms: ah.intervalMs, timeout_ms: ah.timeoutMs, failure_threshold: ah.failureThreshold }, 'config app_health (sidecar.appHealth.url is set)');
+  } else {
+    check(!('app_health' in cfg), `no config app_health while sidecar.appHealth.url is empty (got ${JSON.stringify(cfg.app_health)})`);
+  }
   eq(cfg.log, { level: v.sidecar.logLevel }, 'config log');
   eq(cfg.shutdown_grace_ms, v.sidecar.shutdownGraceMs, 'config shutdown_grace_ms');
   if (configOut && text) fs.writeFileSync(configOut, text);

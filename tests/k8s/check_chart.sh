@@ -153,6 +153,19 @@ if node "$here/assert_chart.js" "$chart" "$here/values/defaults.yaml" "$work/fai
 else
     echo "selftest: assert_chart.js reports a rendering that does not match its values ($(grep -c FAIL "$work/mismatch.out") findings)"
 fi
+# ... and an app_health section where sidecar.appHealth.url is empty, or none where it is set.
+for pair in defaults:app-health app-health:defaults; do
+    vals=${pair%%:*} rendering=${pair##*:}
+    if node "$here/assert_chart.js" "$chart" "$here/values/$vals.yaml" "$work/$rendering.rendered.yaml" \
+        "$release" "$namespace" >"$work/mismatch.out" 2>&1; then
+        fail "assert_chart.js accepted the $rendering rendering as values/$vals.yaml"
+    elif ! grep -q 'FAIL.*app_health' "$work/mismatch.out"; then
+        cat "$work/mismatch.out"
+        fail "assert_chart.js did not report the app_health section of the $rendering rendering against values/$vals.yaml"
+    else
+        echo "selftest: assert_chart.js reports the app_health section of the $rendering rendering against values/$vals.yaml"
+    fi
+done
 
 # ---- 5: values that must be refused ----
 echo "== invalid values"

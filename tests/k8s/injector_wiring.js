@@ -124,7 +124,8 @@ async function main(argv) {
 
     const post = (body) => request({ ...base, method: 'POST', path: mwc.webhooks[0].clientConfig.service.path, headers: { host, 'content-type': 'application/json' } }, body);
     const cm = `${release}-sidecar-config`;
-    for (const [uid, annotations] of [['with-config', { 'fencegate.io/inject': 'true', 'fencegate.io/config': cm }], ['without-config', { 'fencegate.io/inject': 'true' }]]) {
+    const appHealth = 'http://127.0.0.1:8080/healthz';
+    for (const [uid, annotations] of [['with-config', { 'fencegate.io/inject': 'true', 'fencegate.io/config': cm, 'fencegate.io/app-health-url': appHealth }], ['without-config', { 'fencegate.io/inject': 'true' }]]) {
       const res = await post(review(uid, annotations));
       check(res.status === 200, `POST /mutate (${uid}): ${res.status} ${res.body.slice(0, 200)}`);
       const out = JSON.parse(res.body);
@@ -143,7 +144,9 @@ async function main(argv) {
       if (uid === 'with-config') {
         check(JSON.stringify(ops).includes(`"${cm}"`), `the patch mounts ConfigMap ${cm}`);
         check((c.args || []).join(' ').includes('config.yaml'), `the sidecar reads config.yaml (${(c.args || []).join(' ')})`);
+        check(senv.FENCEGATE_APP_HEALTH_URL === appHealth, `fencegate.io/app-health-url gives the sidecar FENCEGATE_APP_HEALTH_URL (${senv.FENCEGATE_APP_HEALTH_URL})`);
       } else {
+        check(!('FENCEGATE_APP_HEALTH_URL' in senv), 'no FENCEGATE_APP_HEALTH_URL without fencegate.io/app-health-url');
         check(senv.FENCEGATE_UPSTREAM === env.FENCEGATE_INJECT_UPSTREAM, `sidecar FENCEGATE_UPSTREAM ${senv.FENCEGATE_UPSTREAM}`);
         check(senv.FENCEGATE_BACKEND === env.FENCEGATE_INJECT_BACKEND, `sidecar FENCEGATE_BACKEND ${senv.FENCEGATE_BACKEND}`);
         check(senv.FENCEGATE_SHUTDOWN_GRACE_MS === env.FENCEGATE_INJECT_GRACE_MS, `sidecar FENCEGATE_SHUTDOWN_GRACE_MS ${senv.FENCEGATE_SHUTDOWN_GRACE_MS}`);

@@ -469,6 +469,182 @@ static void test_annotated_pod_with_config_and_secret(void **state)
     inject_result_free(&res);
 }
 
+/* The value of the sidecar's variable name (at prefix, e.g. "0.value.0"), or NULL when the
+ * sidecar does not have it; fails on a duplicate. The result is overwritten by the next call. */
+static const char *sidecar_env(const char *p, size_t n, const char *prefix, const char *name)
+{
+    static char value[VAL_MAX];
+    char at[160], got[256];
+    size_t count;
+    int found = 0;
+
+    snprintf(at, sizeof(at), "%s.env", prefix);
+    count = array_len(p, n, at);
+    for (size_t i = 0; i < count; i++) {
+        snprintf(at, sizeof(at), "%s.env.%zu.name", prefix, i);
+        assert_int_equal(jget(p, n, at, got, sizeof(got)), JSON_STRING);
+        if (strcmp(got, name) != 0)
+            continue;
+        assert_false(found);
+        found = 1;
+        snprintf(at, sizeof(at), "%s.env.%zu.value", prefix, i);
+        assert_int_equal(jget(p, n, at, value, sizeof(value)), JSON_STRING);
+    }
+    return found ? value : NULL;
+}
+
+/* A review of a pod with ann (the annotations object) and one app container, patched. Returns
+ * the decoded patch; the caller frees it. */
+static char *patched(const char *ann, size_t *n)
+{
+    struct fixture fx = mkdoc(POD_REVIEW("%s", SPEC_ONE), ann);
+    struct inject_result res;
+    char *p;
+
+    review(&fx, &full_opts, FG_OK, &res);
+    if (res.outcome != INJECT_PATCHED)
+        fail_msg("outcome %d, expected a patch; message: %s", (int)res.outcome, res.message);
+    p = answer(&res, "u-1", n);
+    inject_result_free(&res);
+    free(fx.data);
+    return p;
+}
+
+/* fencegate.io/app-health-url becomes the sidecar's FENCEGATE_APP_HEALTH_URL, exactly, after
+ * the other variables; with a ConfigMap too (the pod's annotation overrides the file's
+ * app_health.url). Absent or "": no variable. */
+static void test_app_health_url(void **state)
+{
+    static const char *const ok[] = {"http://[::1]:8080/healthz", "http://app",
+                                     "http://app.shop.svc:8080", "http://app/a@b:c/"};
+    static char longest[INJECT_MAX_APP_URL + 1];
+    static char ann[2 * INJECT_MAX_APP_URL];
+    size_t n;
+    char *p;
+
+    p = patched("{\"fencegate.io/inject\":\"true\","
+                "\"fencegate.io/app-health-url\":\"http://127.0.0.1:8080/healthz\"}",
+                &n);
+    expect_sidecar(p, n, "0.value.0", "fencegate:test");
+    assert_int_equal(array_len(p, n, "0.value.0.env"), 5);
+    expect_str(p, n, "0.value.0.env.4.name", "FENCEGATE_APP_HEALTH_URL");
+    expect_str(p, n, "0.value.0.env.4.value", "http://127.0.0.1:8080/healthz");
+    expect_str(p, n, "0.value.0.env.1.name", "FENCEGATE_BACKEND");
+    /* The app containers get only the two addresses. */
+    expect_raw(p, n, "1.value", "[" ENV_RESP "," ENV_HTTP "]");
+    free(p);
+
+    /* With the pod's own ConfigMap: the probe address and the URL. JSON escapes are decoded
+     * and the value written back escaped. */
+    p = patched(
+        "{\"fencegate.io/app-health-url\":\"http:\\/\\/app:8080\\/ready\\u002dnow\\\"1\\\"\","
+        "\"fencegate.io/inject\":\"true\",\"fencegate.io/config\":\"cfg\"}",
+        &n);
+    assert_int_equal(array_len(p, n, "0.value.0.env"), 2);
+    expect_str(p, n, "0.value.0.env.0.name", "FENCEGATE_LISTEN_HTTP");
+    expect_str(p, n, "0.value.0.env.1.name", "FENCEGATE_APP_HEALTH_URL");
+    expect_str(p, n, "0.value.0.env.1.value", "http://app:8080/ready-now\"1\"");
+    expect_raw(p, n, "0.value.0.args", "[\"--config\",\"/etc/fencegate/config.yaml\"]");
+    free(p);
+
+    /* The longest value accepted. */
+    memcpy(longest, "http://app/", 11);
+    memset(longest + 11, 'x', INJECT_MAX_APP_URL - 11);
+    longest[INJECT_MAX_APP_URL] = '\0';
+    snprintf(ann, sizeof(ann),
+             "{\"fencegate.io/inject\":\"true\",\"fencegate.io/app-health-url\":\"%s\"}", longest);
+    p = patched(ann, &n);
+    assert_string_equal(sidecar_env(p, n, "0.value.0", "FENCEGATE_APP_HEALTH_URL"), longest);
+    free(p);
+
+    /* Other shapes fencegate accepts: IPv6, no path, no port, '@' and ':' in the path. */
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        snprintf(ann, sizeof(ann),
+                 "{\"fencegate.io/inject\":\"true\",\"fencegate.io/app-health-url\":\"%s\"}",
+                 ok[i]);
+        p = patched(ann, &n);
+        assert_string_equal(sidecar_env(p, n, "0.value.0", "FENCEGATE_APP_HEALTH_URL"), ok[i]);
+        free(p);
+    }
+
+    /* Absent, or empty (no health gate): no variable. */
+    p = patched(ANN_ON, &n);
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_APP_HEALTH_URL"));
+    assert_int_equal(array_len(p, n, "0.value.0.env"), 4);
+    free(p);
+    p = patched("{\"fencegate.io/inject\":\"true\",\"fencegate.io/app-health-url\":\"\"}", &n);
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_APP_HEALTH_URL"));
+    assert_int_equal(array_len(p, n, "0.value.0.env"), 4);
+    free(p);
+    p = patched("{\"fencegate.io/inject\":\"true\",\"fencegate.io/config\":\"cfg\","
+                "\"fencegate.io/app-health-url\":\"\"}",
+                &n);
+    assert_int_equal(array_len(p, n, "0.value.0.env"), 1);
+    free(p);
+}
+
+/* A value that cannot be the sidecar's URL: allowed without the sidecar, as a bad
+ * fencegate.io/config is, with a message naming the annotation and showing the value. */
+static void test_app_health_url_invalid(void **state)
+{
+    static const struct {
+        const char *value, *message;
+    } cases[] = {
+        {"https://127.0.0.1:8443/healthz",
+         "\"https://127.0.0.1:8443/healthz\": not an http:// URL"},
+        {"HTTP://app/healthz", "\"HTTP://app/healthz\": not an http:// URL"},
+        {"healthz", "\"healthz\": not an http:// URL"},
+        {"/healthz", "\"/healthz\": not an http:// URL"},
+        {"127.0.0.1:8080", "\"127.0.0.1:8080\": not an http:// URL"},
+        {"http:/app/healthz", "\"http:/app/healthz\": not an http:// URL"},
+        {"http://app/health check", "\"http://app/health check\": byte 17 is 0x20"},
+        {" http://app/healthz", "\" http://app/healthz\": not an http:// URL"},
+        {"http://app/healthz ", "\"http://app/healthz \": byte 18 is 0x20"},
+        {"http://app/\\t", "\"http://app/\\x09\": byte 11 is 0x09"},
+        {"http://app/\\u007f", "\"http://app/\\x7F\": byte 11 is 0x7F"},
+        {"http://app/\\u00e9", "\"http://app/\\xC3\\xA9\": byte 11 is 0xC3"},
+        {"http://", "\"http://\": no host"},
+        {"http:///healthz", "\"http:///healthz\": no host"},
+        {"http://:8080/healthz", "\"http://:8080/healthz\": no host"},
+        {"http://?x", "\"http://?x\": no host"},
+        {"http://user@app/healthz", "\"http://user@app/healthz\": user info (USER@) is not"},
+        {"http://app/healthz?full=1", "\"http://app/healthz?full=1\": query strings and"},
+        {"http://app/healthz#x", "\"http://app/healthz#x\": query strings and fragments"},
+        {"http://app?x", "\"http://app?x\": query strings and fragments are not supported"},
+    };
+    static char longer[INJECT_MAX_APP_URL + 2];
+    char ann[4096], doc[8192];
+
+    memcpy(longer, "http://app/", 11);
+    memset(longer + 11, 'x', INJECT_MAX_APP_URL + 1 - 11);
+    longer[INJECT_MAX_APP_URL + 1] = '\0';
+    for (size_t i = 0; i <= sizeof(cases) / sizeof(cases[0]); i++) {
+        int last = i == sizeof(cases) / sizeof(cases[0]);
+        const char *value = last ? longer : cases[i].value;
+        const char *want = last ? "\"(too long)\": longer than 1023 bytes" : cases[i].message;
+        struct inject_result res;
+        struct fixture fx;
+        size_t n;
+        int len = snprintf(ann, sizeof(ann),
+                           "{\"fencegate.io/inject\":\"true\",\"fencegate.io/app-health-url\":"
+                           "\"%s\"}",
+                           value);
+        assert_true(len > 0 && (size_t)len < sizeof(ann));
+        len = snprintf(doc, sizeof(doc), POD_REVIEW("%s", SPEC_ONE), ann);
+        assert_true(len > 0 && (size_t)len < sizeof(doc));
+        fx.data = doc;
+        fx.len = (size_t)len;
+        review(&fx, &full_opts, FG_OK, &res);
+        if (res.outcome != INJECT_UNUSABLE ||
+            strstr(res.message, "annotation fencegate.io/app-health-url is ") == NULL ||
+            strstr(res.message, want) == NULL || strstr(res.message, "no sidecar injected") == NULL)
+            fail_msg("case %zu: outcome %d, message \"%s\" (expected \"%s\")", i, (int)res.outcome,
+                     res.message, want);
+        assert_null(answer(&res, "u-1", &n));
+        inject_result_free(&res);
+    }
+}
+
 static void test_existing_env_and_init_containers(void **state)
 {
     struct fixture fx = load_fixture("existing_env_init.json");
@@ -641,11 +817,14 @@ static void test_huge_input(void **state)
 
 /* ---- Built reviews ------------------------------------------------------------------------- */
 
-/* The largest patch: every container, every option at its longest. It must fit the declared
- * response limit, which is why inject_review() never answers FG_ERR_LIMIT for a valid pod. */
+/* The largest patch: every container, every option and the health check URL at their longest.
+ * It must fit the declared response limit, which is why inject_review() never answers
+ * FG_ERR_LIMIT for a valid pod. */
 static void test_many_containers(void **state)
 {
     static char longval[INJECT_MAX_OPTION + 1];
+    static char longurl[INJECT_MAX_APP_URL + 1];
+    static char ann[3 * INJECT_MAX_APP_URL];
     struct inject_options opt;
     struct inject_result res;
     char *doc = malloc(DOC_MAX);
@@ -660,14 +839,27 @@ static void test_many_containers(void **state)
                                   longval, longval, longval, 600000};
     char err[200];
     assert_int_equal(inject_options_check(&opt, err, sizeof(err)), FG_OK);
+    /* The URL too: '"' is printable ASCII, escaped both in the review and in the patch. */
+    used = (size_t)snprintf(ann, sizeof(ann),
+                            "{\"fencegate.io/inject\":\"true\",\"fencegate.io/app-health-url\":"
+                            "\"http://a/");
+    memcpy(longurl, "http://a/", 9);
+    for (size_t i = 9; i < INJECT_MAX_APP_URL; i++) {
+        longurl[i] = '"';
+        memcpy(ann + used, "\\\"", 2);
+        used += 2;
+    }
+    longurl[INJECT_MAX_APP_URL] = '\0';
+    memcpy(ann + used, "\"}", 3);
     for (int count = INJECT_MAX_CONTAINERS; count <= INJECT_MAX_CONTAINERS + 1; count++) {
         assert_non_null(doc);
         used = (size_t)snprintf(
             doc, DOC_MAX,
             "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{"
             "\"uid\":\"many\",\"kind\":{\"group\":\"\",\"kind\":\"Pod\"},\"operation\":"
-            "\"CREATE\",\"object\":{\"metadata\":{\"annotations\":" ANN_ON "},\"spec\":{"
-            "\"containers\":[");
+            "\"CREATE\",\"object\":{\"metadata\":{\"annotations\":%s},\"spec\":{"
+            "\"containers\":[",
+            ann);
         for (int i = 0; i < count; i++)
             used += (size_t)snprintf(doc + used, DOC_MAX - used, "%s{\"name\":\"c%d\"}",
                                      i ? "," : "", i);
@@ -682,6 +874,8 @@ static void test_many_containers(void **state)
             assert_int_equal(array_len(p, n, ""), INJECT_MAX_CONTAINERS + 2);
             expect_op(p, n, INJECT_MAX_CONTAINERS, "/spec/containers/255/env");
             expect_str(p, n, "0.value.0.image", longval);
+            assert_string_equal(sidecar_env(p, n, "0.value.0", "FENCEGATE_APP_HEALTH_URL"),
+                                longurl);
             free(p);
         } else {
             assert_int_equal(res.outcome, INJECT_UNUSABLE);
@@ -811,6 +1005,11 @@ static void test_unusable_pods(void **state)
          "{\"volumes\":[{\"name\":\"fencegate-secret\",\"emptyDir\":{}}],"
          "\"containers\":[{\"name\":\"a\"}]}",
          "already has a volume named fencegate-secret"},
+        {"{\"fencegate.io/inject\":\"true\",\"fencegate.io/app-health-url\":\"http://a/\","
+         "\"fencegate.io/app-health-url\":\"http://b/\"}",
+         SPEC_ONE, "has \"fencegate.io/app-health-url\" twice"},
+        {"{\"fencegate.io/inject\":\"true\",\"fencegate.io/app-health-url\":8080}", SPEC_ONE,
+         "annotation fencegate.io/app-health-url: expected a string"},
     };
     char doc[4096];
 
@@ -962,6 +1161,8 @@ int main(void)
         cmocka_unit_test(test_annotated_pod),
         cmocka_unit_test(test_annotated_pod_with_config),
         cmocka_unit_test(test_annotated_pod_with_config_and_secret),
+        cmocka_unit_test(test_app_health_url),
+        cmocka_unit_test(test_app_health_url_invalid),
         cmocka_unit_test(test_existing_env_and_init_containers),
         cmocka_unit_test(test_already_injected),
         cmocka_unit_test(test_not_requested),
