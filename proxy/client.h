@@ -54,11 +54,12 @@ enum op_flag {
     OPF_FENCED = 1 << 5,        /* a fenced write (EVALSHA); `reply` keeps its bytes for NOSCRIPT */
     OPF_PRELUDE = 1 << 6,       /* OP_HIDDEN AUTH/SELECT: an error means the upstream is unusable */
     OPF_TXN_CHECK = 1 << 7,     /* the fence check before a transaction: it decides the commit */
+    OPF_ENTER_REPLICA = 1 << 8, /* SYNC / PSYNC: its reply starts a replication stream */
 };
 
 struct op {
+    uint16_t flags;
     uint8_t kind;
-    uint8_t flags;
     uint8_t txn_exec;  /* EXEC of a fenced transaction: a null reply means a mark moved */
     uint32_t nreplies; /* replies still expected (UNSUBSCRIBE a b c expects three) */
     uint64_t t0_us;    /* when it was forwarded, for the latency histogram */
@@ -73,6 +74,9 @@ enum conn_mode {
     MODE_NORMAL = 0, /* one op per request */
     MODE_PUBSUB,  /* RESP2 subscribed: replies flow unpaired until a barrier PING says otherwise */
     MODE_MONITOR, /* MONITOR: everything flows unpaired until the connection ends */
+    /* SYNC / PSYNC answered: the upstream's bytes flow as they are (an RDB payload is not RESP)
+     * until the connection ends; the client, a replica, may send only REPLCONF. */
+    MODE_REPLICA,
 };
 
 struct span {
@@ -124,6 +128,7 @@ struct client {
     unsigned pinned : 1;        /* has (or is about to get) an upstream connection of its own */
     unsigned pin_pending : 1;   /* pins at its next request, once no reply is due to it */
     unsigned slow_reader : 1;   /* left max_pending_bytes of replies unread: pins next time */
+    unsigned wait_idle : 1;     /* parsing waits until no reply is due (REQ_IDLE) */
     uint32_t shared_pending;    /* replies still due to it on the shared upstream connection */
     char marker[48];
     size_t marker_len;
@@ -165,6 +170,7 @@ enum req_action {
     REQ_FORWARD, /* send its bytes upstream unchanged */
     REQ_SKIP,    /* handled (answered, or sent in another form) */
     REQ_HOLD,    /* not now: parsing stops before it */
+    REQ_IDLE,    /* not before every reply due on the upstream connection is in */
 };
 
 /* ---- shared by server.c and fencing.c ---------------------------------------------------- */

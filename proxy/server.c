@@ -244,6 +244,10 @@ static void op_pop(struct client *c)
     free(o->reply);
     c->ops_head = (c->ops_head + 1) % c->ops_cap;
     c->ops_count--;
+    if (c->wait_idle && c->ops_count == 0) { /* a SYNC waited for this (REQ_IDLE) */
+        c->wait_idle = 0;
+        cl_unblock(c);
+    }
     if (c->ops_count == 0 && c->ops_cap > 64) {
         free(c->ops); /* give back what a long pipeline grew */
         c->ops = NULL;
@@ -452,7 +456,7 @@ static void ops_fail_upstream(struct client *c)
     }
     /* A barrier on a failed command is gone; one on an unanswered reply of our own (FENCE.ACQUIRE
      * waiting for its lock) still holds: what follows it must not run before the lock is held. */
-    c->blocked = 0;
+    c->blocked = c->wait_idle = 0;
     for (size_t i = 0; i < c->ops_count; i++)
         if (op_at(c, i)->kind == OP_LOCAL && !op_at(c, i)->reply)
             c->blocked = 1;
@@ -1255,6 +1259,19 @@ static long rep_process(struct client *c, const char *src, size_t len)
 
     batch_start();
     while (scan < len && !c->dead && c->ufd >= 0) {
+        if (c->mode == MODE_REPLICA) { /* verbatim from here on */
+            span_add(c, &sp, src + pos, len - pos, 0);
+            pos = scan = len;
+            break;
+        }
+        if (scan == pos && c->ops_count && (op_at(c, 0)->flags & OPF_ENTER_REPLICA)) {
+            /* The replies before SYNC/PSYNC are all in: what follows is its stream, which
+             * starts with newlines, a +FULLRESYNC line or an RDB payload, not one reply. */
+            c->mode = MODE_REPLICA;
+            cl_unblock(c);
+            op_pop(c);
+            continue;
+        }
         rc = resp_scan_reply(&c->scan, src + scan, len - scan, &used);
         scan += used;
         if (rc == RESP_SCAN_INVALID) {
@@ -1441,13 +1458,24 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
     const char *name = m + r->argv[0].off;
     size_t nlen = r->argv[0].len;
     struct op *o;
-    uint8_t flags = 0;
+    uint16_t flags = 0;
     uint32_t nreplies = 1;
 
     if (c->mode == MODE_MONITOR) {
         if (name_is(name, nlen, "quit"))
             c->quit_sent = 1;
         return REQ_FORWARD;
+    }
+    if (c->mode == MODE_REPLICA) {
+        if (name_is(name, nlen, "replconf"))
+            return REQ_FORWARD; /* REPLCONF ACK: the replica's offset; Redis does not answer */
+        /* Redis runs what a replica link sends without answering it: a write here would skip
+         * fencing, and no error can be fitted into the stream. */
+        log_warn("client %" PRIu64 " %s: sent %.*s on a replication stream, where only REPLCONF "
+                 "may follow SYNC/PSYNC; closing",
+                 c->id, c->peer, (int)(nlen > 64 ? 64 : nlen), name);
+        c->dead = 1;
+        return REQ_SKIP;
     }
     if (c->mode == MODE_PUBSUB) {
         if (c->pass_once) {
@@ -1499,6 +1527,10 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         nreplies = r->argc > 1 ? (uint32_t)(r->argc - 1) : 1;
     } else if (name_is(name, nlen, "monitor")) {
         flags = OPF_BARRIER | OPF_ENTER_MONITOR;
+    } else if (name_is(name, nlen, "sync") || name_is(name, nlen, "psync")) {
+        if (c->ops_count > 0)
+            return REQ_IDLE; /* Redis refuses them on a connection with replies pending */
+        flags = OPF_BARRIER | OPF_ENTER_REPLICA;
     } else if (name_is(name, nlen, "quit")) {
         if (!c->pinned) { /* nothing upstream to end: answer as Redis does, after the rest */
             cl_reply_local(c, "+OK\r\n", 5);
@@ -1635,6 +1667,11 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             }
         }
         act = req_classify(c, src + pos, &r, &sp);
+        if (act == REQ_IDLE) {
+            span_flush(c, &sp, 1);
+            c->wait_idle = c->blocked = c->stalled = 1;
+            break;
+        }
         if (act == REQ_HOLD) {
             span_flush(c, &sp, 1);
             cl_send_marker(c);

@@ -323,6 +323,76 @@ class ProxySemantics(FgTestCase):
             self.fail("MONITOR did not show the SET; saw %r" % seen)
         self.assertIsInstance(seen[-1], Status)
 
+    # -- replication --------------------------------------------------------------------------
+
+    def read_sync_payload(self, c):
+        """Reads SYNC's answer up to the end of its RDB payload: keepalive newlines, "$N\\r\\n" and
+        N bytes (no CRLF after them: not a RESP reply). Returns the payload."""
+        while True:
+            first = c.read_exact(1)
+            if first != b"\n":
+                break
+        line = first
+        while not line.endswith(b"\r\n"):
+            line += c.read_exact(1)
+        self.assertTrue(line.startswith(b"$"), line)
+        return c.read_exact(int(line[1:-2]))
+
+    def test_sync_streams_the_rdb_and_then_the_commands(self):
+        self.direct.set("before:sync", "1")
+        c = self.raw(timeout=20)
+        # Pipelined: Redis itself would refuse this SYNC ("pending output"); fencegate sends it
+        # once PONG is in, as it must after the AUTH/SELECT it sends on a new connection.
+        c.send(encode("PING") + encode("SYNC"))
+        self.assertEqual(c.read_reply(), "PONG")
+        rdb = self.read_sync_payload(c)
+        self.assertTrue(rdb.startswith(b"REDIS"), rdb[:16])
+        self.assertIn(b"before:sync", rdb)
+        self.assertTrue(self.r.set("after:sync", "2"))
+        want = encode("SET", "after:sync", "2")
+        got = b""
+        deadline = time.monotonic() + 5
+        while want not in got and time.monotonic() < deadline:
+            got += c.read_available(wait=0.2)
+        self.assertIn(want, got, "the write is propagated on the stream, byte for byte")
+        # The replica's acknowledgements go up; anything else would run unanswered, unfenced.
+        c.send(encode("REPLCONF", "ACK", "0"))
+        c.send(encode("SET", "from:replica", "x"))
+        c.read_until_close(timeout=5)
+        self.assertIsNone(self.direct.get("from:replica"))
+        self.assertTrue(self.r.ping())
+
+    def test_sync_waits_for_fencegates_own_auth(self):
+        # On a password-protected upstream, a new connection starts with fencegate's AUTH; SYNC
+        # sent in the same write would find its reply pending and be refused.
+        secured = self.start_redis()
+        d = secured.client()
+        self.addCleanup(d.close)
+        d.config_set("requirepass", "s3cret")
+        fg = self.start_fencegate("redis://:s3cret@127.0.0.1:%d" % secured.port)
+        c = harness.RawConn(fg.resp_port, timeout=20)
+        self.addCleanup(c.close)
+        c.send(encode("SYNC"))
+        self.assertTrue(self.read_sync_payload(c).startswith(b"REDIS"))
+
+    def test_a_redis_replica_replicates_through_fencegate(self):
+        self.direct.config_set("repl-diskless-sync-delay", "0")
+        self.direct.set("k:before", "v0")
+        replica = self.start_redis()
+        rc = replica.client()
+        self.addCleanup(rc.close)
+        rc.replicaof("127.0.0.1", self.fg.resp_port)  # PSYNC through fencegate
+        harness.wait_until(lambda: rc.info("replication")["master_link_status"] == "up", 15,
+                           what="the replica in sync")
+        self.assertEqual(rc.get("k:before"), b"v0")
+        self.r.set("k:after", "v1")
+        harness.wait_until(lambda: rc.get("k:after") == b"v1", 5, what="the write replicated")
+        # Its REPLCONF ACKs reach the master through fencegate: the offset it reports moves.
+        off = self.direct.info("replication")["master_repl_offset"]
+        harness.wait_until(
+            lambda: self.direct.info("replication").get("slave0", {}).get("offset", -1) >= off,
+            5, what="the replica's ACK of offset %d" % off)
+
     def test_quit_replies_ok_then_closes(self):
         c = self.raw()
         c.send(encode("QUIT") + encode("PING"))
