@@ -121,6 +121,8 @@ static void appcheck_on_fin(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (a->state != AC_ANSWERED)
+        return;
     if (a->status >= 200 && a->status <= 399) {
         appcheck_end(a, NULL);
         return;
@@ -203,7 +205,8 @@ static void appcheck_start(struct appcheck *a)
     evhttp_add_header(h, "Connection", "close");
     a->state = AC_PROBING;
     if (evhttp_make_request(a->conn, req, EVHTTP_REQ_GET, u->path[0] ? u->path : "/") != 0) {
-        appcheck_end(a, "cannot send the request"); /* req was freed by evhttp */
+        if (a->state == AC_PROBING) /* else its callback already ran, and fin ends it */
+            appcheck_end(a, "cannot send the request"); /* req was freed by evhttp */
         return;
     }
     appcheck_arm(a, a->cfg->app_health_timeout_ms);
