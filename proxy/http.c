@@ -15,6 +15,7 @@
 
 #include "appcheck.h"
 #include "config.h"
+#include "httpevents.h"
 #include "httpwatch.h"
 #include "json.h"
 #include "lock.h"
@@ -65,8 +66,9 @@ struct http_api {
     struct lock_session *sess; /* the sidecar's own session: every HTTP-held lock */
     struct http_grant *grants;
     struct http_acquire *pending;
-    struct appcheck *app; /* the application's health check; NULL when none is configured */
-    int stopping;         /* SIGTERM: no new acquisitions */
+    struct appcheck *app;       /* the application's health check; NULL when none is configured */
+    struct http_events *events; /* GET /v1/events streams */
+    int stopping;               /* SIGTERM: no new acquisitions */
     struct {
         int kind; /* enum cfg_url_kind */
         char verb[16];
@@ -212,6 +214,28 @@ static void http_error(struct evhttp_request *req, int status, const char *reaso
     http_json(req, status, reason, body);
 }
 
+/* Tells the event streams about a lock of the sidecar's session: {"name","token"[,"ttl_ms"]
+ * [,"reason"]} (ttl_ms when > 0, reason when not NULL). */
+static void http_event_lock(struct http_api *h, const char *type, const char *name, size_t len,
+                            uint64_t token, long long ttl_ms, const char *reason)
+{
+    char nm[LOCK_MAX_NAME + 1], esc[LOCK_MAX_NAME * 6 + 8], why[1100] = "", data[4600];
+    char ttl[40] = "";
+
+    snprintf(nm, sizeof(nm), "%.*s", (int)len, name);
+    http_json_escape(esc, sizeof(esc), nm);
+    if (ttl_ms > 0)
+        snprintf(ttl, sizeof(ttl), ",\"ttl_ms\":%lld", ttl_ms);
+    if (reason) {
+        char r[1024];
+        http_json_escape(r, sizeof(r), reason);
+        snprintf(why, sizeof(why), ",\"reason\":\"%s\"", r);
+    }
+    snprintf(data, sizeof(data), "{\"name\":\"%s\",\"token\":%" PRIu64 "%s%s}", esc, token, ttl,
+             why);
+    http_events_emit(h->events, type, name, len, data);
+}
+
 static struct http_grant **http_grant_find(struct http_api *h, const char *name, size_t len)
 {
     struct http_grant **p;
@@ -240,6 +264,7 @@ static void http_on_lost(void *arg, const char *name, uint64_t token, const char
     metrics_inc(&fg_metrics, M_LOCKS_LOST, 1);
     http_grant_end(h, name, strlen(name));
     log_warn("http lock %s (token %" PRIu64 ") lost: %s", name, token, why);
+    http_event_lock(h, "lost", name, strlen(name), token, 0, why);
 }
 
 static void http_acquire_free(struct http_acquire *a)
@@ -318,6 +343,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
         snprintf(body, sizeof(body), "{\"name\":\"%s\",\"token\":%" PRIu64 ",\"ttl_ms\":%lld}", esc,
                  token, ttl);
         http_json(a->req, 200, "OK", body);
+        http_event_lock(h, "acquired", a->name, a->len, token, ttl, NULL);
     } else if (a->req) {
         snprintf(text, sizeof(text), "lock %s: %s", a->name, msg ? msg : "not acquired");
         if (status == LOCK_BUSY) {
@@ -444,6 +470,7 @@ static void http_on_deleted(void *arg, int status, const char *msg)
                  esc, a->token);
         http_json(a->req, 200, "OK", body);
     }
+    http_event_lock(a->h, "released", a->name, a->len, a->token, 0, NULL);
     http_acquire_free(a);
 }
 
@@ -559,6 +586,10 @@ static void http_locks(struct http_api *h, struct evhttp_request *req, const cha
 
 void http_release_all(struct http_api *h)
 {
+    if (!h->stopping)
+        http_events_end(
+            h->events, "shutdown",
+            "{\"reason\":\"the sidecar is shutting down; its HTTP locks are released\"}");
     h->stopping = 1;
     while (h->grants) {
         metrics_inc(&fg_metrics, M_LOCKS_RELEASED, 1);
@@ -692,10 +723,19 @@ static void http_dispatch(struct evhttp_request *req, void *arg)
         http_stores(h, req, path);
         return;
     }
+    if (!strcmp(path, "/v1/events")) {
+        if (m != EVHTTP_REQ_GET)
+            http_error(req, 405, "Method Not Allowed", "method_not_allowed", "use GET /v1/events");
+        else if (h->stopping)
+            http_error(req, 503, "Service Unavailable", "unavailable", "shutting down");
+        else
+            http_events_serve(h->events, req);
+        return;
+    }
     if (strcmp(path, "/healthz") && strcmp(path, "/readyz") && strcmp(path, "/metrics")) {
         http_json(req, 404, "Not Found",
                   "{\"error\":\"not_found\",\"message\":\"no such endpoint; see /v1/locks, "
-                  "/healthz, /readyz, /metrics\"}");
+                  "/v1/events, /healthz, /readyz, /metrics\"}");
         return;
     }
     if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
@@ -717,8 +757,16 @@ static void http_on_app_health(void *arg, int healthy, const char *why)
 {
     struct http_api *h = arg;
 
-    if (!healthy)
-        lock_session_lose_all(h->sess, why);
+    char esc[1500], data[1600];
+
+    if (healthy) {
+        http_events_emit(h->events, "app_healthy", NULL, 0, "{}");
+        return;
+    }
+    http_json_escape(esc, sizeof(esc), why);
+    snprintf(data, sizeof(data), "{\"reason\":\"%s\"}", esc);
+    http_events_emit(h->events, "app_unhealthy", NULL, 0, data);
+    lock_session_lose_all(h->sess, why);
 }
 
 struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
@@ -752,6 +800,11 @@ struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct
     evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h->http, http_dispatch, h);
+    if (!(h->events = http_events_new(base))) {
+        snprintf(err, errlen, "out of memory");
+        http_free(h);
+        return NULL;
+    }
     fg_metrics.gauge[G_APP_HEALTHY] = 1;
     h->app = appcheck_new(base, cfg, http_on_app_health, h, err, errlen);
     if (!h->app && err[0]) {
@@ -773,6 +826,7 @@ void http_free(struct http_api *h)
         http_acquire_free(a);
     }
     appcheck_free(h->app);
+    http_events_free(h->events);
     if (h->http)
         evhttp_free(h->http);
     free(h);

@@ -1,0 +1,279 @@
+/* httpevents.c — Server-Sent Events for the HTTP lock API. Each stream is a chunked 200 reply
+ * that never ends by itself; every event is one chunk:
+ *     id: <n>\nevent: <type>\ndata: <json>\n\n
+ * Event ids count up from 1 for the life of the process. Past events are not kept: a client that
+ * reconnects asks GET /v1/locks for the state and then follows the stream. */
+#include "httpevents.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <sys/socket.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "httpwatch.h"
+#include "lock.h"
+
+struct hev_stream {
+    struct hev_stream *prev, *next;
+    struct http_events *ev;
+    struct evhttp_request *req;
+    struct httpwatch watch; /* of the client going away */
+    size_t lock_len;        /* 0: every lock */
+    char lock[LOCK_MAX_NAME + 1];
+};
+
+struct http_events {
+    struct hev_stream *streams;
+    int nstreams;
+    uint64_t next_id;
+    struct event *keepalive;
+};
+
+/* Takes s off the list and frees it; its request is already answered or gone. */
+static void hev_forget(struct hev_stream *s)
+{
+    struct http_events *ev = s->ev;
+
+    httpwatch_stop(&s->watch);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        ev->streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    ev->nstreams--;
+    free(s);
+}
+
+/* The client closed the stream (the request is no longer ours). */
+static void hev_on_gone(void *arg)
+{
+    struct hev_stream *s = arg;
+
+    s->req = NULL;
+    hev_forget(s);
+}
+
+/* Ends a stream cleanly: the last chunk, then libevent closes or keeps the connection. */
+static void hev_end(struct hev_stream *s)
+{
+    struct evhttp_request *req = s->req;
+
+    hev_forget(s); /* the watch stops before evhttp_send_reply_end(), which may free req */
+    evhttp_send_reply_end(req);
+}
+
+/* A client that does not read: its connection is closed, and the request with it. */
+static void hev_cut(struct hev_stream *s)
+{
+    struct evhttp_connection *conn = s->watch.conn;
+
+    hev_forget(s);
+    evhttp_connection_free(conn);
+}
+
+static size_t hev_unread(const struct hev_stream *s)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(s->watch.conn);
+
+    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+/* Sends text (n bytes) to s as one chunk. Returns 0, or -1 when s was cut (and freed). */
+static int hev_send(struct hev_stream *s, const char *text, size_t n)
+{
+    struct evbuffer *b;
+
+    if (hev_unread(s) + n > HTTPEVENTS_MAX_PENDING) {
+        hev_cut(s);
+        return -1;
+    }
+    b = evbuffer_new();
+    if (!b || evbuffer_add(b, text, n) != 0) {
+        evbuffer_free(b);
+        hev_cut(s);
+        return -1;
+    }
+    evhttp_send_reply_chunk(s->req, b);
+    evbuffer_free(b);
+    return 0;
+}
+
+/* The socket of s, or -1. */
+static evutil_socket_t hev_fd(const struct hev_stream *s)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(s->watch.conn);
+
+    return bev ? bufferevent_getfd(bev) : -1;
+}
+
+/* Closes the streams whose clients have hung up. libevent does not read a connection while it
+ * sends a reply, so it learns of a close only when a write fails; a peek tells at once. */
+static void hev_sweep(struct http_events *ev)
+{
+    struct hev_stream *s, *next;
+
+    for (s = ev->streams; s; s = next) {
+        evutil_socket_t fd = hev_fd(s);
+        char c;
+        ssize_t n = fd >= 0 ? recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) : 0;
+
+        next = s->next;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            hev_cut(s);
+    }
+}
+
+static void hev_on_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+    static const char ping[] = ": keepalive\n\n";
+    struct http_events *ev = arg;
+    struct hev_stream *s, *next;
+
+    (void)fd;
+    (void)what;
+    hev_sweep(ev);
+    for (s = ev->streams; s; s = next) {
+        next = s->next;
+        (void)hev_send(s, ping, sizeof(ping) - 1);
+    }
+}
+
+struct http_events *http_events_new(struct event_base *base)
+{
+    struct http_events *ev = calloc(1, sizeof(*ev));
+    struct timeval tv = {HTTPEVENTS_KEEPALIVE_MS / 1000, (HTTPEVENTS_KEEPALIVE_MS % 1000) * 1000};
+
+    if (!ev)
+        return NULL;
+    ev->keepalive = event_new(base, -1, EV_PERSIST, hev_on_keepalive, ev);
+    if (!ev->keepalive) {
+        free(ev);
+        return NULL;
+    }
+    event_add(ev->keepalive, &tv);
+    return ev;
+}
+
+/* Reads ?lock=NAME into s. Returns NULL, or why the query is refused. */
+static const char *hev_query(struct evhttp_request *req, struct hev_stream *s)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq kv = {NULL, &kv.tqh_first}; /* an empty list (TAILQ_INIT) */
+    const char *why = NULL;
+
+    if (!q || !*q)
+        return NULL;
+    if (evhttp_parse_query_str(q, &kv) != 0)
+        return "the query string is malformed; expected ?lock=NAME";
+    for (struct evkeyval *p = kv.tqh_first; p && !why; p = p->next.tqe_next) {
+        size_t n = strlen(p->value);
+        if (strcmp(p->key, "lock") != 0)
+            why = "unknown query parameter; the only one is lock=NAME";
+        else if (s->lock_len)
+            why = "lock= is given twice; one stream follows one lock, or every lock without it";
+        else if (n == 0 || n > LOCK_MAX_NAME)
+            why = "lock=NAME: the name must be 1..512 bytes";
+        else
+            memcpy(s->lock, p->value, (s->lock_len = n) + 1);
+    }
+    evhttp_clear_headers(&kv);
+    return why;
+}
+
+void http_events_serve(struct http_events *ev, struct evhttp_request *req)
+{
+    static const char hello[] = "retry: 1000\n: fencegate lock events\n\n";
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    struct hev_stream *s;
+    const char *why;
+    evutil_socket_t fd;
+    int sndbuf = HTTPEVENTS_SNDBUF;
+
+    if (ev->nstreams >= HTTPEVENTS_MAX_STREAMS)
+        hev_sweep(ev);
+    if (ev->nstreams >= HTTPEVENTS_MAX_STREAMS) {
+        http_reply_error(req, 503, "unavailable",
+                         "too many event streams are open (64); close one first");
+        return;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        http_reply_error(req, 503, "unavailable", "out of memory");
+        return;
+    }
+    if ((why = hev_query(req, s)) != NULL) {
+        free(s);
+        http_reply_error(req, 400, "bad_request", why);
+        return;
+    }
+    s->ev = ev;
+    s->req = req;
+    s->next = ev->streams;
+    if (ev->streams)
+        ev->streams->prev = s;
+    ev->streams = s;
+    ev->nstreams++;
+    evhttp_add_header(h, "Content-Type", "text/event-stream");
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    evhttp_send_reply_start(req, 200, "OK");
+    httpwatch_start(&s->watch, req, hev_on_gone, s);
+    if ((fd = hev_fd(s)) >= 0) /* the kernel's share of a stalled stream stays small too */
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    (void)hev_send(s, hello, sizeof(hello) - 1);
+}
+
+void http_events_emit(struct http_events *ev, const char *type, const char *lock, size_t len,
+                      const char *data)
+{
+    struct hev_stream *s, *next;
+    char *text = NULL;
+    int n = 0;
+
+    if (!ev || !ev->streams)
+        return;
+    for (s = ev->streams; s; s = next) {
+        next = s->next;
+        if (lock && s->lock_len && (s->lock_len != len || memcmp(s->lock, lock, len) != 0))
+            continue;
+        if (!text) {
+            n = snprintf(NULL, 0, "id: %" PRIu64 "\nevent: %s\ndata: %s\n\n", ev->next_id + 1, type,
+                         data);
+            text = n > 0 ? malloc((size_t)n + 1) : NULL;
+            if (!text)
+                return;
+            snprintf(text, (size_t)n + 1, "id: %" PRIu64 "\nevent: %s\ndata: %s\n\n", ++ev->next_id,
+                     type, data);
+        }
+        (void)hev_send(s, text, (size_t)n);
+    }
+    free(text);
+}
+
+void http_events_end(struct http_events *ev, const char *type, const char *data)
+{
+    if (!ev)
+        return;
+    http_events_emit(ev, type, NULL, 0, data);
+    while (ev->streams)
+        hev_end(ev->streams);
+}
+
+void http_events_free(struct http_events *ev)
+{
+    if (!ev)
+        return;
+    while (ev->streams)
+        hev_cut(ev->streams);
+    event_free(ev->keepalive);
+    free(ev);
+}
