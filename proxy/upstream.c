@@ -51,6 +51,8 @@ struct upstream {
     int want_commands; /* this round asked for COMMAND */
     int oom_possible;  /* INFO memory: a maxmemory limit may refuse writes (or it is unknown) */
     int backoff_ms;
+    int busy;           /* the last PING was answered -BUSY, -LOADING or -MASTERDOWN */
+    int commands_again; /* COMMAND was answered so too: ask again next round */
 };
 
 static void up_schedule(struct upstream *u, int ms);
@@ -174,6 +176,19 @@ static int up_oom_possible(const char *r, size_t len)
     return !(pn > 8 && memcmp(policy, "allkeys-", 8) == 0);
 }
 
+/* Whether an error answer to PING means a Redis that works but is busy for a while: a script or
+ * function past its time limit (-BUSY), a dataset being loaded (-LOADING), a replica whose master
+ * is down and that serves no stale data (-MASTERDOWN). */
+static int up_transient(const char *r, size_t len)
+{
+    static const char *const codes[] = {"-BUSY ", "-LOADING ", "-MASTERDOWN "};
+
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (len > strlen(codes[i]) && memcmp(r, codes[i], strlen(codes[i])) == 0)
+            return 1;
+    return 0;
+}
+
 /* Handles one complete reply of the current round. Returns 0, or -1 after up_fail(). */
 static int up_on_reply(struct upstream *u, const char *r, size_t len)
 {
@@ -191,6 +206,17 @@ static int up_on_reply(struct upstream *u, const char *r, size_t len)
         return 0;
     }
     if (idx == u->prelude_replies) { /* PING */
+        if (up_transient(r, len)) {
+            /* Reachable, and busy for a while (a long script, loading its data, a replica
+             * whose master is down): clients get Redis' own answer, as they would directly. */
+            if (!u->busy)
+                log_info("upstream %s answered PING with %.*s; still forwarding commands, which "
+                         "Redis answers the same way until it is done",
+                         u->name, (int)(len > 200 ? 200 : len - 2), r);
+            u->busy = 1;
+            return 0;
+        }
+        u->busy = 0;
         if (r[0] != '+') {
             snprintf(why, sizeof(why), "PING answered %.*s", (int)(len > 200 ? 200 : len - 2), r);
             up_fail(u, why);
@@ -204,7 +230,11 @@ static int up_on_reply(struct upstream *u, const char *r, size_t len)
     }
     if (u->want_commands) { /* COMMAND */
         int err = 0;
-        struct cmd_table *t = cmd_table_parse(r, len, &err);
+        struct cmd_table *t;
+
+        if ((u->commands_again = up_transient(r, len)) != 0)
+            return 0;
+        t = cmd_table_parse(r, len, &err);
         if (!t) {
             log_warn("upstream %s: cannot read its COMMAND reply (%s); writes cannot be "
                      "classified until it can",
@@ -293,7 +323,8 @@ static int up_send_round(struct upstream *u, int fresh)
     size_t len = 0;
     ssize_t n;
 
-    u->want_commands = fresh; /* the server may have been upgraded while we were away */
+    /* After a reconnect the server may have been upgraded; a busy one may not have answered. */
+    u->want_commands = fresh || u->commands_again;
     u->reply_index = fresh ? 0 : u->prelude_replies;
     if (fresh && u->prelude_len) {
         memcpy(req, u->prelude, u->prelude_len);

@@ -80,6 +80,30 @@ class UpstreamLost(FgTestCase):
         self.fg = self.start_fencegate(self.redis)
         self.where = "127.0.0.1:%d" % self.redis.port
 
+    def test_a_busy_redis_answers_for_itself(self):
+        """A script past busy-reply-threshold makes Redis answer -BUSY to nearly everything, the
+        probe's PING included. Redis is reachable and will be back: clients get its own -BUSY,
+        not -UNAVAILABLE, and are served the moment the script is killed (no probe backoff)."""
+        redis_srv = self.start_redis()
+        fg = self.start_fencegate(redis_srv)
+        direct = redis_srv.client()
+        self.addCleanup(direct.close)
+        direct.config_set("busy-reply-threshold", "100")
+        c = self.raw(fg.resp_port)
+        self.assertEqual(c.call("SET", "k", "v"), "OK")
+        looping = self.raw(redis_srv.port, timeout=30)
+        looping.send(encode("EVAL", "while true do end", "0"))
+        time.sleep(1.5)  # the probe PINGs every second
+        got = c.call("GET", "k")
+        self.assertIsInstance(got, Err)
+        self.assertTrue(got.startswith("BUSY"), got)
+        self.assertEqual(fg.http("/readyz")[0], 200)
+        killer = self.raw(redis_srv.port)
+        self.assertEqual(killer.call("SCRIPT", "KILL"), "OK")
+        self.assertIsInstance(looping.read_reply(), Err)
+        self.assertEqual(c.call("GET", "k"), b"v")
+        self.assertEqual(self.raw(fg.resp_port).call("GET", "k"), b"v")
+
     def test_redis_killed_mid_session(self):
         fg = self.fg
         blocked = self.raw(fg.resp_port)
