@@ -55,6 +55,7 @@ enum op_flag {
     OPF_PRELUDE = 1 << 6,       /* OP_HIDDEN AUTH/SELECT: an error means the upstream is unusable */
     OPF_TXN_CHECK = 1 << 7,     /* the fence check before a transaction: it decides the commit */
     OPF_ENTER_REPLICA = 1 << 8, /* SYNC / PSYNC: its reply starts a replication stream */
+    OPF_SILENT = 1 << 9,        /* CLIENT REPLY OFF / SKIP: its reply is read and dropped */
 };
 
 struct op {
@@ -116,8 +117,9 @@ struct client {
     unsigned stalled : 1;     /* parsing stopped with whole requests left in `in` */
     unsigned closing : 1;     /* close once `out` is written; read nothing more */
     unsigned quit_sent : 1;   /* QUIT forwarded: the upstream will close */
-    unsigned reply_off : 1;   /* CLIENT REPLY OFF */
+    unsigned reply_off : 1;   /* CLIENT REPLY OFF (fencegate's own: Redis always replies) */
     unsigned skip_next : 1;   /* CLIENT REPLY SKIP */
+    unsigned silent_cmd : 1;  /* the request being classified gets OPF_SILENT ops */
     unsigned in_multi : 1;    /* between MULTI and EXEC/DISCARD */
     unsigned resp3 : 1;       /* HELLO 3 succeeded */
     unsigned marker_wait : 1; /* pub/sub barrier PING in flight */

@@ -565,7 +565,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         c->dead = 1;
         return;
     }
-    o->flags = OPF_FENCED;
+    o->flags |= OPF_FENCED;
     o->t0_us = batch_now();
     o->reply = out; /* kept to send again after a NOSCRIPT */
     o->reply_len = need;
@@ -980,7 +980,7 @@ void fencing_txn_exec(struct client *c, struct span *sp)
     o = op_push(c, OP_FORWARD);
     if (!o)
         goto out;
-    o->flags = OPF_TXN_CHECK | OPF_BARRIER;
+    o->flags |= OPF_TXN_CHECK | OPF_BARRIER;
     o->t0_us = batch_now();
     c->blocked = 1;
     c->txn_checking = t;

@@ -234,6 +234,8 @@ struct op *op_push(struct client *c, enum op_kind kind)
     memset(o, 0, sizeof(*o));
     o->kind = (uint8_t)kind;
     o->nreplies = 1;
+    if (c->silent_cmd && kind != OP_HIDDEN)
+        o->flags = OPF_SILENT;
     return o;
 }
 
@@ -351,7 +353,8 @@ void ops_emit_ready(struct client *c)
         struct op *o = op_at(c, 0);
         if (o->kind != OP_LOCAL || !o->reply)
             break;
-        cl_send(c, o->reply, o->reply_len);
+        if (!(o->flags & OPF_SILENT))
+            cl_send(c, o->reply, o->reply_len);
         op_pop(c);
     }
 }
@@ -363,7 +366,8 @@ void cl_reply_local(struct client *c, const char *p, size_t n)
 
     metrics_inc(&fg_metrics, M_COMMANDS_LOCAL, 1);
     if (c->ops_count == 0) {
-        cl_send(c, p, n);
+        if (!c->silent_cmd)
+            cl_send(c, p, n);
         return;
     }
     o = op_push(c, OP_LOCAL);
@@ -449,9 +453,12 @@ static void ops_fail_upstream(struct client *c)
             }
             *k = o;
         } else {
+            unsigned silent = c->silent_cmd;
             free(o.reply); /* a fenced write's request, kept for a NOSCRIPT */
+            c->silent_cmd = (o.flags & OPF_SILENT) != 0;
             for (uint32_t r = 0; o.kind == OP_FORWARD && r < o.nreplies; r++)
                 cl_reply_unavailable(c);
+            c->silent_cmd = silent;
         }
     }
     /* A barrier on a failed command is gone; one on an unanswered reply of our own (FENCE.ACQUIRE
@@ -542,7 +549,7 @@ static int up_connect(struct client *c)
                 c->dead = 1;
                 return -1;
             }
-            o->flags = OPF_PRELUDE;
+            o->flags |= OPF_PRELUDE;
         }
     }
     return 0;
@@ -1122,9 +1129,9 @@ static int rep_may_stream(const struct client *c, char top_type)
     if (c->ops_count == 0)
         return 0;
     o = &c->ops[c->ops_head];
-    if (o->kind == OP_FORWARD && o->flags == OPF_FENCED)
+    if (o->kind == OP_FORWARD && (o->flags & ~OPF_SILENT) == OPF_FENCED)
         return top_type != '-'; /* an error may be a NOSCRIPT to act on */
-    return o->kind == OP_FORWARD && (o->flags & ~OPF_BARRIER) == 0;
+    return o->kind == OP_FORWARD && (o->flags & ~(OPF_BARRIER | OPF_SILENT)) == 0;
 }
 
 void cl_unblock(struct client *c)
@@ -1209,7 +1216,8 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             "(re-acquire)\r\n";
         metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
         span_flush(c, sp, 0);
-        cl_send(c, moved, sizeof(moved) - 1);
+        if (!(o->flags & OPF_SILENT))
+            cl_send(c, moved, sizeof(moved) - 1);
         r = NULL;
     }
     if (r && (o->flags & OPF_FENCED) && !c->reply_partial) {
@@ -1220,13 +1228,14 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
                 "-UNAVAILABLE the fence script vanished from the upstream (SCRIPT FLUSH?) while "
                 "this write was pipelined; it was not applied, retry it\r\n";
             span_flush(c, sp, 0);
-            cl_send(c, gone, sizeof(gone) - 1);
+            if (!(o->flags & OPF_SILENT))
+                cl_send(c, gone, sizeof(gone) - 1);
             r = NULL;
         } else {
             fencing_on_reply(c, r, n);
         }
     }
-    if (r)
+    if (r && !(o->flags & OPF_SILENT))
         span_add(c, sp, r, n, 0);
     if (r && !c->reply_partial) {
         if ((o->flags & OPF_HELLO) && (type == '%' || type == '*'))
@@ -1281,7 +1290,9 @@ static long rep_process(struct client *c, const char *src, size_t len)
         }
         if (rc == RESP_SCAN_MORE) {
             if (scan > pos && rep_may_stream(c, c->scan.top_type)) {
-                span_add(c, &sp, src + pos, scan - pos, 0);
+                if (c->mode != MODE_NORMAL || c->scan.top_type == '>' ||
+                    !(op_at(c, 0)->flags & OPF_SILENT))
+                    span_add(c, &sp, src + pos, scan - pos, 0);
                 c->reply_partial = 1;
                 pos = scan;
             }
@@ -1492,6 +1503,33 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         return REQ_HOLD; /* the caller sends the barrier PING after what came before */
     }
 
+    if (r->argc == 3 && name_is(name, nlen, "client") &&
+        name_is(m + r->argv[1].off, r->argv[1].len, "reply")) {
+        /* fencegate keeps the reply mode itself: Redis always answers, so fencing still sees
+         * what happened to every write (with Redis silent, a fenced write's refusal or a
+         * NOSCRIPT would go unseen). Anything but ON, OFF or SKIP earns Redis's own error. */
+        const char *a = m + r->argv[2].off;
+        size_t al = r->argv[2].len;
+        if (name_is(a, al, "off")) {
+            c->reply_off = 1;
+            c->skip_next = 0;
+            return REQ_SKIP;
+        }
+        if (name_is(a, al, "skip")) {
+            c->skip_next = !c->reply_off;
+            return REQ_SKIP;
+        }
+        if (name_is(a, al, "on")) {
+            c->reply_off = c->skip_next = 0;
+            cl_reply_local(c, "+OK\r\n", 5);
+            return REQ_SKIP;
+        }
+    }
+    /* A request under CLIENT REPLY OFF, or the one after SKIP, gets silent ops; subscription
+     * confirmations are pushed by Redis whatever the mode, and are not silenced. */
+    c->silent_cmd = (c->reply_off || c->skip_next) &&
+                    !((is_subscribe(name, nlen) && r->argc >= 2) || is_unsubscribe(name, nlen));
+    c->skip_next = 0;
     if (nlen > 6 && name_is(name, 6, "fence.") && fencing_command(c, m, r) == REQ_SKIP)
         return REQ_SKIP;
     if (c->txn)
@@ -1538,37 +1576,15 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
             return REQ_SKIP;
         }
         c->quit_sent = 1;
-    } else if (r->argc == 3 && name_is(name, nlen, "client") &&
-               name_is(m + r->argv[1].off, r->argv[1].len, "reply")) {
-        const char *a = m + r->argv[2].off;
-        size_t al = r->argv[2].len;
-        if (name_is(a, al, "off")) {
-            c->reply_off = 1;
-            return REQ_FORWARD;
-        }
-        if (name_is(a, al, "skip")) {
-            if (!c->reply_off)
-                c->skip_next = 1;
-            return REQ_FORWARD;
-        }
-        if (name_is(a, al, "on"))
-            c->reply_off = c->skip_next = 0;
     }
-    if (!flags && nreplies == 1 && !c->reply_off && !c->skip_next &&
-        fencing_write(c, m, r, sp) == REQ_SKIP)
+    if (!flags && nreplies == 1 && fencing_write(c, m, r, sp) == REQ_SKIP)
         return REQ_SKIP;
-    if (c->reply_off)
-        return REQ_FORWARD;
-    if (c->skip_next) {
-        c->skip_next = 0;
-        return REQ_FORWARD;
-    }
     o = op_push(c, OP_FORWARD);
     if (!o) {
         c->dead = 1;
         return REQ_SKIP;
     }
-    o->flags = flags;
+    o->flags |= flags;
     o->nreplies = nreplies;
     o->t0_us = batch_now();
     if (flags & OPF_BARRIER)
@@ -1667,6 +1683,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             }
         }
         act = req_classify(c, src + pos, &r, &sp);
+        c->silent_cmd = 0;
         if (act == REQ_IDLE) {
             span_flush(c, &sp, 1);
             c->wait_idle = c->blocked = c->stalled = 1;

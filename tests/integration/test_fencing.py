@@ -196,6 +196,37 @@ class WhichWrites(FencingCase):
         other = self.raw(self.fg.resp_port)
         self.assertEqual(other.call("SET", "{job}y", "free"), "OK")
 
+    def test_client_reply_off_and_skip_do_not_bypass_fencing(self):
+        # A client that silences its replies still gets its writes fenced: fencegate keeps the
+        # reply mode itself, so Redis always answers and fencing sees every outcome.
+        c = self.c
+        self.direct.set("wallet:1", "orig")
+        c.send(encode("CLIENT", "REPLY", "OFF") + encode("SET", "wallet:1", "stolen")
+               + encode("CLIENT", "REPLY", "ON") + encode("GET", "wallet:1"))
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), b"orig", "NOLOCK under REPLY OFF, not sent")
+        c.send(encode("CLIENT", "REPLY", "SKIP") + encode("SET", "wallet:1", "stolen")
+               + encode("GET", "wallet:1"))
+        self.assertEqual(c.read_reply(), b"orig", "NOLOCK under REPLY SKIP, not sent")
+        # Under the lock: applied, also right after a SCRIPT FLUSH (NOSCRIPT handled unseen)...
+        t = self.acquire(c, "wallet:1")
+        self.direct.script_flush()
+        c.send(encode("CLIENT", "REPLY", "OFF") + encode("SET", "wallet:1", "mine")
+               + encode("CLIENT", "REPLY", "ON") + encode("GET", "wallet:1"))
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), b"mine")
+        self.assertEqual(self.hwm("wallet:1"), t)
+        # ... and refused at the store once a newer token's mark is there.
+        self.direct.set(hwm_key("wallet:1"), t + 5)
+        c.send(encode("CLIENT", "REPLY", "OFF") + encode("SET", "wallet:1", "late")
+               + encode("CLIENT", "REPLY", "ON") + encode("GET", "wallet:1"))
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), b"mine", "STALE under REPLY OFF, not applied")
+        # Replies of silenced commands never reach the client; later ones come in order.
+        c.send(encode("CLIENT", "REPLY", "SKIP") + encode("ECHO", "a") + encode("ECHO", "b"))
+        self.assertEqual(c.read_reply(), b"b")
+        self.assertEqual(c.read_available(wait=0.2), b"")
+
     def test_one_lock_rule_fences_unprotected_keys_only_with_exactly_one_lock(self):
         c = self.c
         t = self.acquire(c, "solo")

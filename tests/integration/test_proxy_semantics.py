@@ -323,6 +323,35 @@ class ProxySemantics(FgTestCase):
             self.fail("MONITOR did not show the SET; saw %r" % seen)
         self.assertIsInstance(seen[-1], Status)
 
+    # -- CLIENT REPLY ---------------------------------------------------------------------------
+
+    def test_client_reply_modes_answer_as_redis_does(self):
+        seq = (encode("CLIENT", "REPLY", "OFF") + encode("SET", "cr", "1") + encode("PING")
+               + encode("CLIENT", "REPLY", "SKIP") + encode("INCR", "cr")
+               + encode("CLIENT", "REPLY", "ON") + encode("GET", "cr")
+               + encode("CLIENT", "REPLY", "SKIP") + encode("ECHO", "a") + encode("ECHO", "b")
+               + encode("CLIENT", "REPLY", "MAYBE") + encode("PING"))
+        got = {}
+        for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
+            self.direct.delete("cr")
+            c = harness.RawConn(port, timeout=5)
+            self.addCleanup(c.close)
+            c.send(seq)
+            got[name] = [c.read_reply() for _ in range(5)]
+            self.assertEqual(c.read_available(wait=0.2), b"", name)
+        self.assertEqual(got["fencegate"], got["direct"])
+        self.assertEqual(got["direct"][:3], ["OK", b"2", b"b"])
+
+    def test_subscriptions_and_their_messages_pass_client_reply_off(self):
+        # Redis pushes pub/sub confirmations and messages whatever the reply mode (its own
+        # suite checks keyspace notifications this way).
+        self.direct.config_set("notify-keyspace-events", "KA")
+        c = self.raw()
+        c.send(encode("CLIENT", "REPLY", "OFF") + encode("PSUBSCRIBE", "*"))
+        self.assertEqual(c.read_reply(), [b"psubscribe", b"*", 1])
+        self.r.set("ks", "v")
+        self.assertEqual(c.read_reply(), [b"pmessage", b"*", b"__keyspace@0__:ks", b"set"])
+
     # -- replication --------------------------------------------------------------------------
 
     def read_sync_payload(self, c):
