@@ -632,6 +632,13 @@ int resp_scan_reply(struct resp_scanner *s, const char *buf, size_t len, size_t 
             continue;
         }
         if (resp_is_aggr_type(h.type) && h.n > 0) {
+            /* An aggregate that is the last element of its parent ends exactly when its parent
+             * does: it takes the parent's place (a tail call), so nesting through last elements
+             * (a Lua table that contains itself, returned by a script) costs no depth. */
+            if (s->depth > 0 && s->remaining[s->depth - 1] == 1) {
+                s->remaining[s->depth - 1] = h.n;
+                continue;
+            }
             if (s->depth >= RESP_MAX_DEPTH) {
                 *used = pos - h.next;
                 return RESP_SCAN_INVALID;
@@ -692,7 +699,7 @@ int resp_read_elem(const char *buf, size_t len, struct resp_elem *e, size_t *use
 
 /* Skips one whole element, children included, with the streaming scanner, so nesting costs no
  * stack. Returns RESP_DONE with *used, RESP_PARTIAL (*used 0) when the element is cut short, or
- * RESP_INVALID (*used 0), which includes nesting deeper than RESP_MAX_DEPTH. */
+ * RESP_INVALID (*used 0), which includes nesting deeper than RESP_MAX_DEPTH (see resp.h). */
 int resp_skip_elem(const char *buf, size_t len, size_t *used)
 {
     struct resp_scanner s;

@@ -11,8 +11,10 @@
 #define RESP_DEFAULT_MAX_BULK   (512LL * 1024 * 1024)
 #define RESP_DEFAULT_MAX_ARGS   (1024 * 1024 * 8)
 #define RESP_DEFAULT_MAX_INLINE (64 * 1024)
-#define RESP_MAX_DEPTH          32          /* nesting depth the reply scanner follows */
-#define RESP_MAX_LINE           (64 * 1024) /* a header line ("*123\r\n") longer than this is an error */
+/* Aggregates the reply scanner keeps open at once. Nesting through last elements costs nothing
+ * (see resp_scan_reply), so this bounds only aggregates nested before their parents' ends. */
+#define RESP_MAX_DEPTH 32
+#define RESP_MAX_LINE  (64 * 1024) /* a header line ("*123\r\n") longer than this is an error */
 
 struct resp_limits {
     long long max_bulk; /* largest bulk string in a request */
@@ -74,7 +76,7 @@ void resp_parser_reset(struct resp_parser *p);
  * presented again. The struct is public so callers can embed it; initialise with
  * resp_scanner_init(). */
 struct resp_scanner {
-    int depth;                           /* open aggregates */
+    int depth;                           /* open aggregates (last-element chains count once) */
     long long remaining[RESP_MAX_DEPTH]; /* elements still expected per open aggregate */
     long long bulk_left;                 /* payload bytes (+CRLF) still expected of a bulk */
     char top_type;                       /* first byte of the current top-level reply, 0 if none */

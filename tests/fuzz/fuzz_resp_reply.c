@@ -70,29 +70,47 @@ static void fuzz_scan_run(const char *in, size_t n, uint64_t seed, struct fuzz_s
  * when the reader disagrees with itself. */
 static size_t fuzz_walk(const char *buf, size_t len)
 {
-    long long stack[RESP_MAX_DEPTH];
-    int depth = 0;
-    size_t pos = 0;
+    /* A plain counter per open aggregate (no tail-call merging, unlike the scanner): every
+     * level takes at least 4 bytes, so len / 4 + 1 entries are enough. */
+    long long *stack = malloc((len / 4 + 1) * sizeof(*stack));
+    size_t depth = 0, pos = 0, deepest_open = 0;
+
+    if (!stack)
+        abort();
 
     for (;;) {
         struct resp_elem e;
-        size_t used = 0;
-        if (resp_read_elem(buf + pos, len - pos, &e, &used) != RESP_DONE)
+        size_t used = 0, open = 0;
+        if (resp_read_elem(buf + pos, len - pos, &e, &used) != RESP_DONE) {
+            free(stack);
             return 0;
+        }
         if (used == 0 || used > len - pos)
             abort();
         pos += used;
         if ((e.type == '*' || e.type == '~' || e.type == '>' || e.type == '%' || e.type == '|') &&
             e.count > 0) {
-            if (depth >= RESP_MAX_DEPTH)
-                abort(); /* the scanner accepted this reply, so it cannot nest deeper */
+            if (depth > len / 4)
+                abort();
             stack[depth++] = e.count;
+            /* What the scanner keeps: this level, and each ancestor with more than the current
+             * child to go (one in its last child is merged into it). */
+            open = 1;
+            for (size_t i = 0; i + 1 < depth; i++)
+                open += stack[i] > 1;
+            if (open > deepest_open)
+                deepest_open = open;
+            /* the scanner accepted this reply, so it never kept more than it follows */
+            if (deepest_open > RESP_MAX_DEPTH)
+                abort();
             continue;
         }
         while (depth > 0 && --stack[depth - 1] == 0)
             depth--;
-        if (depth == 0)
+        if (depth == 0) {
+            free(stack);
             return pos;
+        }
     }
 }
 

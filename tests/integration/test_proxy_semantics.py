@@ -323,6 +323,24 @@ class ProxySemantics(FgTestCase):
             self.fail("MONITOR did not show the SET; saw %r" % seen)
         self.assertIsInstance(seen[-1], Status)
 
+    def test_a_script_returning_a_table_that_contains_itself(self):
+        # Redis answers with arrays nested as deep as Lua's stack goes (thousands of levels,
+        # each the last element of its parent), then an error inside: relayed byte for byte.
+        script = "local a = {}; local b = {a}; a[1] = b; return a"
+        got = {}
+        for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
+            c = harness.RawConn(port, timeout=10)
+            self.addCleanup(c.close)
+            c.send(encode("EVAL", script, "0") + encode("PING"))
+            data = b""
+            deadline = time.monotonic() + 10
+            while not data.endswith(b"+PONG\r\n") and time.monotonic() < deadline:
+                data += c.read_available(wait=0.2)
+            got[name] = data
+        self.assertGreater(got["direct"].count(b"*1\r\n"), 100)
+        self.assertIn(b"-ERR reached lua stack limit", got["direct"])
+        self.assertEqual(got["fencegate"], got["direct"])
+
     # -- CLIENT REPLY ---------------------------------------------------------------------------
 
     def test_client_reply_modes_answer_as_redis_does(self):

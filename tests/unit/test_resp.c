@@ -820,6 +820,21 @@ static char *nested(size_t depth, size_t *len)
     return b;
 }
 
+/* depth two-element arrays, each with the next one first and ":2" last, around ":1": every level
+ * stays open while its first element is scanned. */
+static char *nested_first(size_t depth, size_t *len)
+{
+    char *b = malloc(depth * 8 + 5);
+    assert_non_null(b);
+    for (size_t i = 0; i < depth; i++)
+        memcpy(b + i * 4, "*2\r\n", 4);
+    memcpy(b + depth * 4, ":1\r\n", 4);
+    for (size_t i = 0; i < depth; i++)
+        memcpy(b + depth * 4 + 4 + i * 4, ":2\r\n", 4);
+    *len = depth * 8 + 4;
+    return b;
+}
+
 static void test_reply_depth_limit(void **state)
 {
     size_t len, used;
@@ -827,30 +842,39 @@ static void test_reply_depth_limit(void **state)
     struct resp_scanner s;
 
     (void)state;
-    b = nested(RESP_MAX_DEPTH, &len);
+    /* Nesting through last elements is followed at any depth (Redis returns such replies for a
+     * script whose table contains itself, down to Lua's stack limit), split or whole. */
+    b = nested(200000, &len);
     resp_scanner_init(&s);
     assert_int_equal(resp_scan_reply(&s, b, len, &used), RESP_SCAN_DONE);
     assert_int_equal(used, len);
     assert_int_equal(resp_skip_elem(b, len, &used), RESP_DONE);
     assert_int_equal(used, len);
+    resp_scanner_init(&s);
+    assert_int_equal(resp_scan_reply(&s, b, len / 2, &used), RESP_SCAN_MORE);
+    assert_int_equal(resp_scan_reply(&s, b + used, len - used, &used), RESP_SCAN_DONE);
+    free(b);
+    b = nested(RESP_MAX_DEPTH, &len);
+    memcpy(b + len - 4, "*0\r\n", 4); /* an empty aggregate at the bottom opens nothing */
+    assert_int_equal(resp_skip_elem(b, len, &used), RESP_DONE);
+    assert_int_equal(used, len);
     free(b);
 
-    b = nested(RESP_MAX_DEPTH + 1, &len);
+    /* Aggregates open before their parents' ends: RESP_MAX_DEPTH of them, not one more. */
+    b = nested_first(RESP_MAX_DEPTH, &len);
+    resp_scanner_init(&s);
+    assert_int_equal(resp_scan_reply(&s, b, len, &used), RESP_SCAN_DONE);
+    assert_int_equal(used, len);
+    assert_int_equal(resp_skip_elem(b, len, &used), RESP_DONE);
+    free(b);
+    b = nested_first(RESP_MAX_DEPTH + 1, &len);
     resp_scanner_init(&s);
     assert_int_equal(resp_scan_reply(&s, b, len, &used), RESP_SCAN_INVALID);
     assert_int_equal(resp_skip_elem(b, len, &used), RESP_INVALID);
     free(b);
-
     /* far deeper input costs no stack: rejected, not crashed */
-    b = nested(200000, &len);
+    b = nested_first(200000, &len);
     assert_int_equal(resp_skip_elem(b, len, &used), RESP_INVALID);
-    free(b);
-
-    /* empty aggregates at the deepest level open nothing and are fine */
-    b = nested(RESP_MAX_DEPTH, &len);
-    memcpy(b + len - 4, "*0\r\n", 4);
-    assert_int_equal(resp_skip_elem(b, len, &used), RESP_DONE);
-    assert_int_equal(used, len);
     free(b);
 }
 
