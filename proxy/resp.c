@@ -427,19 +427,6 @@ static int resp_is_aggr_type(char t)
     return t == '*' || t == '~' || t == '>' || t == '%' || t == '|';
 }
 
-/* Checks a RESP3 big number: an optional '-' and at least one digit. */
-static int resp_valid_bignum(const char *s, size_t n)
-{
-    size_t i = (n > 0 && s[0] == '-') ? 1 : 0;
-    if (i == n)
-        return 0;
-    for (; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-    }
-    return 1;
-}
-
 /* The common header, decoded in one pass: '$', '*' or ':' with a canonical non-negative number of
  * at most 18 digits (so no overflow) and its CRLF, all in buf. Returns 1 with *h filled, or 0
  * for anything else (a sign, a leading zero, a short or unusual line), which the general path
@@ -505,9 +492,8 @@ static int resp_reply_header(const char *buf, size_t len, size_t *seen, struct r
     case '+':
     case '-':
     case ',':
+    case '(': /* Redis passes a script's big_number through as it is ("123  123") */
         return 1;
-    case '(':
-        return resp_valid_bignum(txt, h->text_len) ? 1 : -1;
     case '_':
         return h->text_len == 0 ? 1 : -1;
     case '#':

@@ -341,6 +341,31 @@ class ProxySemantics(FgTestCase):
         self.assertIn(b"-ERR reached lua stack limit", got["direct"])
         self.assertEqual(got["fencegate"], got["direct"])
 
+    def test_resp3_types_from_scripts_are_relayed_as_is(self):
+        # A script can return every RESP3 type, including what Redis never produces itself (a
+        # big number with spaces in it): relayed byte for byte as Redis sends it.
+        scripts = ["return {double=3.5}", "return {big_number='123\\r\\n123'}",
+                   "return {big_number='-99999999999999999999999'}",
+                   "return {map={a=1, b={set={x=true}}}}", "return {set={y=true}}",
+                   "redis.setresp(3); return true", "redis.setresp(3); return false",
+                   "return {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{1}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}",
+                   "return redis.call('hgetall', 'nothing')"]
+        seq = encode("HELLO", "3") + b"".join(encode("EVAL", x, "0") for x in scripts)
+        seq += encode("PING")
+        got = {}
+        for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
+            c = harness.RawConn(port, timeout=10)
+            self.addCleanup(c.close)
+            c.send(seq)
+            data = b""
+            deadline = time.monotonic() + 10
+            while not data.endswith(b"+PONG\r\n") and time.monotonic() < deadline:
+                data += c.read_available(wait=0.2)
+            got[name] = data[data.index(b"$4\r\nmode\r\n"):]  # past HELLO's connection id
+        self.assertIn(b"(123  123\r\n", got["direct"])
+        self.assertIn(b",3.5\r\n", got["direct"])
+        self.assertEqual(got["fencegate"], got["direct"])
+
     # -- CLIENT REPLY ---------------------------------------------------------------------------
 
     def test_client_reply_modes_answer_as_redis_does(self):
