@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -51,8 +52,9 @@ struct upstream {
     int want_commands; /* this round asked for COMMAND */
     int oom_possible;  /* INFO memory: a maxmemory limit may refuse writes (or it is unknown) */
     int backoff_ms;
-    int busy;           /* the last PING was answered -BUSY, -LOADING or -MASTERDOWN */
-    int commands_again; /* COMMAND was answered so too: ask again next round */
+    int busy;                 /* the last PING was answered -BUSY, -LOADING or -MASTERDOWN */
+    int commands_again;       /* COMMAND was answered so too: ask again next round */
+    long long quick_retry_ms; /* when the probe last reconnected at once (up_quick_retry) */
 };
 
 static void up_schedule(struct upstream *u, int ms);
@@ -250,6 +252,26 @@ static int up_on_reply(struct upstream *u, const char *r, size_t len)
 
 static void up_on_timer(evutil_socket_t fd, short what, void *arg);
 
+/* The probe connection of an upstream that was up was closed (CLIENT KILL, a Redis timeout, a
+ * proxy in between): connect again at once, still up, and call it down only if that fails.
+ * Clients are not told of a blip Redis itself would not show them. At most once a second, so a
+ * server that keeps closing falls back to the backoff. Returns 1 when a reconnect is scheduled. */
+static int up_quick_retry(struct upstream *u)
+{
+    struct timespec ts;
+    long long now;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (u->quick_retry_ms && now - u->quick_retry_ms < 1000)
+        return 0;
+    u->quick_retry_ms = now;
+    up_close_probe(u);
+    evtimer_del(u->timer);
+    up_schedule(u, 0);
+    return 1;
+}
+
 static void up_on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct upstream *u = arg;
@@ -282,6 +304,8 @@ static void up_on_io(evutil_socket_t fd, short what, void *arg)
         n = read(u->fd, u->in.data + u->in.end, u->in.cap - u->in.end);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
             snprintf(why, sizeof(why), "%s", n == 0 ? "connection closed" : strerror(errno));
+            if (u->up && up_quick_retry(u))
+                return;
             up_fail(u, why);
             return;
         }

@@ -104,6 +104,24 @@ class UpstreamLost(FgTestCase):
         self.assertEqual(c.call("GET", "k"), b"v")
         self.assertEqual(self.raw(fg.resp_port).call("GET", "k"), b"v")
 
+    def test_client_kill_of_every_connection_is_not_an_outage(self):
+        """CLIENT KILL SKIPME YES (Redis's suite does it) closes fencegate's own connections
+        too: the probe's, the shared one. Redis is up, so a client that comes right after is
+        served, as it would be by Redis itself."""
+        redis_srv = self.start_redis()
+        fg = self.start_fencegate(redis_srv)
+        for rep in range(3):
+            killer = self.raw(fg.resp_port)
+            self.assertEqual(killer.call("SELECT", "0"), "OK")  # its own upstream connection
+            self.assertGreaterEqual(killer.call("CLIENT", "KILL", "SKIPME", "yes"), 1)
+            for i in range(5):
+                c = self.raw(fg.resp_port)
+                self.assertEqual(c.call("SELECT", "1"), "OK", "round %d, client %d" % (rep, i))
+                self.assertEqual(c.call("PING"), "PONG")
+                self.assertEqual(self.raw(fg.resp_port).call("SET", "k", i), "OK")
+            time.sleep(1.1)  # a second closing within a second goes the slow way, by design
+        self.assertEqual(fg.http("/readyz")[0], 200)
+
     def test_redis_killed_mid_session(self):
         fg = self.fg
         blocked = self.raw(fg.resp_port)
