@@ -122,6 +122,7 @@ struct client {
     unsigned silent_cmd : 1;  /* the request being classified gets OPF_SILENT ops */
     unsigned in_multi : 1;    /* between MULTI and EXEC/DISCARD */
     unsigned resp3 : 1;       /* HELLO 3 succeeded */
+    unsigned sub_resp3 : 1;   /* subscribed in RESP3 (maybe still): HELLO 2 enters pub/sub */
     unsigned marker_wait : 1; /* pub/sub barrier PING in flight */
     unsigned pass_once : 1;   /* forward the held request as is (still subscribed) */
     unsigned dead : 1;

@@ -1188,8 +1188,15 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         return 0;
     }
     if (c->ops_count == 0 || op_at(c, 0)->kind == OP_LOCAL) {
-        log_error("client %" PRIu64 " %s: upstream sent a reply nobody asked for; closing", c->id,
-                  c->peer);
+        char shown[80];
+        size_t k = 0;
+        for (size_t i = 0; i < n && k + 4 < sizeof(shown); i++) /* its start, printable */
+            k += (size_t)snprintf(shown + k, sizeof(shown) - k,
+                                  (r[i] >= 0x20 && r[i] < 0x7f) ? "%c" : "\\x%02x",
+                                  (unsigned char)r[i]);
+        log_error("client %" PRIu64 " %s: upstream sent a reply nobody asked for (%s%s, RESP%d); "
+                  "closing",
+                  c->id, c->peer, shown, n > 16 ? "..." : "", c->resp3 ? 3 : 2);
         return -1;
     }
     o = op_at(c, 0);
@@ -1238,10 +1245,18 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
     if (r && !(o->flags & OPF_SILENT))
         span_add(c, sp, r, n, 0);
     if (r && !c->reply_partial) {
-        if ((o->flags & OPF_HELLO) && (type == '%' || type == '*'))
+        if ((o->flags & OPF_HELLO) && (type == '%' || type == '*')) {
             c->resp3 = type == '%';
+            /* Back to RESP2 with subscriptions made in RESP3: their messages now come as
+             * replies. Pub/sub mode pairs nothing, and its marker PING tells whether any
+             * subscription is left. */
+            if (!c->resp3 && c->sub_resp3) {
+                c->mode = MODE_PUBSUB;
+                c->sub_resp3 = 0;
+            }
+        }
         if ((o->flags & OPF_RESET) && type == '+') {
-            c->resp3 = 0;
+            c->resp3 = c->sub_resp3 = 0;
             c->mode = MODE_NORMAL;
         }
         if ((o->flags & OPF_ENTER_PUBSUB) && type == '*')
@@ -1555,8 +1570,10 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         flags = OPF_BARRIER | OPF_RESET;
         c->reply_off = c->skip_next = c->in_multi = c->client_watched = 0;
     } else if (is_subscribe(name, nlen)) {
-        if (c->resp3 && r->argc >= 2)
+        if (c->resp3 && r->argc >= 2) {
+            c->sub_resp3 = 1;
             return REQ_FORWARD; /* confirmations arrive as pushes */
+        }
         if (!c->resp3)
             flags = OPF_BARRIER | OPF_ENTER_PUBSUB;
     } else if (is_unsubscribe(name, nlen)) {

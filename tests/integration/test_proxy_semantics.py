@@ -366,6 +366,26 @@ class ProxySemantics(FgTestCase):
         self.assertIn(b",3.5\r\n", got["direct"])
         self.assertEqual(got["fencegate"], got["direct"])
 
+    def test_subscribed_in_resp3_then_back_to_resp2(self):
+        # Redis's tracking suite redirects invalidations to a client that subscribed in RESP3
+        # and then said HELLO 2: its messages then come as RESP2 replies, unpaired.
+        c = self.raw()
+        self.assertEqual(c.call("HELLO", "3")[b"proto"], 3)
+        c.send(encode("SUBSCRIBE", "news"))
+        self.assertEqual(c.read_reply(), Push([b"subscribe", b"news", 1]))
+        c.send(encode("HELLO", "2"))
+        hello = c.read_reply()
+        self.assertEqual(hello[hello.index(b"proto") + 1], 2)
+        self.assertEqual(self.r.publish("news", "one"), 1)
+        self.assertEqual(c.read_reply(), [b"message", b"news", b"one"])
+        # Still subscribed: a PING is answered the pub/sub way, and the stream goes on.
+        self.assertEqual(c.call("PING"), [b"pong", b""])
+        self.assertEqual(self.r.publish("news", "two"), 1)
+        self.assertEqual(c.read_reply(), [b"message", b"news", b"two"])
+        c.send(encode("UNSUBSCRIBE"))
+        self.assertEqual(c.read_reply(), [b"unsubscribe", b"news", 0])
+        self.assertEqual(c.call("SET", "after", "1"), "OK")
+
     # -- CLIENT REPLY ---------------------------------------------------------------------------
 
     def test_client_reply_modes_answer_as_redis_does(self):
