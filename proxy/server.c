@@ -1541,9 +1541,11 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         }
     }
     /* A request under CLIENT REPLY OFF, or the one after SKIP, gets silent ops; subscription
-     * confirmations are pushed by Redis whatever the mode, and are not silenced. */
+     * confirmations are pushed by Redis whatever the mode, and RESET turns replies on before it
+     * answers, so neither is silenced. */
     c->silent_cmd = (c->reply_off || c->skip_next) &&
-                    !((is_subscribe(name, nlen) && r->argc >= 2) || is_unsubscribe(name, nlen));
+                    !((is_subscribe(name, nlen) && r->argc >= 2) || is_unsubscribe(name, nlen) ||
+                      name_is(name, nlen, "reset"));
     c->skip_next = 0;
     if (nlen > 6 && name_is(name, 6, "fence.") && fencing_command(c, m, r) == REQ_SKIP)
         return REQ_SKIP;
