@@ -3,7 +3,6 @@
  * timeout_ms. The body is read and dropped. */
 #include "appcheck.h"
 
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -11,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
@@ -31,23 +30,14 @@ struct appcheck {
     struct event *fin;              /* ends a check from the loop, outside libevent's callbacks */
     enum appcheck_state state;
     long long started_ms;
-    int status; /* the answer's HTTP status; 0 none */
-    int err;    /* enum evhttp_request_error + 1; 0 none */
-    int saved_errno;
+    int status;    /* the answer's HTTP status; 0 none */
+    int err;       /* enum evhttp_request_error + 1; 0 none */
     int connected; /* the check's connection was up at some point */
     int failures;  /* failed checks in a row */
     int healthy;
     char host[300]; /* Host header */
     char why[1400];
 };
-
-static long long appcheck_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void appcheck_arm(struct appcheck *a, long long ms)
 {
@@ -98,7 +88,7 @@ static void appcheck_start(struct appcheck *a);
 /* Ends the running check with its outcome and schedules the next one interval after it began. */
 static void appcheck_end(struct appcheck *a, const char *fail)
 {
-    long long next = a->started_ms + a->cfg->app_health_interval_ms - appcheck_now_ms();
+    long long next = a->started_ms + a->cfg->app_health_interval_ms - clock_now_ms();
 
     if (a->conn)
         evhttp_connection_free(a->conn); /* frees a request still pending, silently */
@@ -112,12 +102,10 @@ static void appcheck_on_fin(evutil_socket_t fd, short what, void *arg)
 {
     struct appcheck *a = arg;
     char fail[200];
-    static const char *const errs[] = {"timed out",
-                                       "connection closed or refused",
-                                       "invalid response header",
-                                       "buffer error",
-                                       "request cancelled",
-                                       "response too large"};
+    static const char *const errs[] = {
+        "no answer in time",       "the connection closed before a response",
+        "invalid response header", "buffer error",
+        "request cancelled",       "response too large"};
 
     (void)fd;
     (void)what;
@@ -129,14 +117,12 @@ static void appcheck_on_fin(evutil_socket_t fd, short what, void *arg)
     }
     if (a->status > 0)
         snprintf(fail, sizeof(fail), "HTTP status %d", a->status);
-    else if (a->err > 0 && a->err <= (int)(sizeof errs / sizeof errs[0]) && a->saved_errno)
-        snprintf(fail, sizeof(fail), "%s: %s", errs[a->err - 1], strerror(a->saved_errno));
-    else if (a->err > 0 && a->err <= (int)(sizeof errs / sizeof errs[0]))
-        snprintf(fail, sizeof(fail), "%s", errs[a->err - 1]);
-    else if (a->connected)
-        snprintf(fail, sizeof(fail), "the connection closed before a response");
-    else
+    else if (!a->connected)
         snprintf(fail, sizeof(fail), "cannot connect (refused or unreachable)");
+    else
+        snprintf(fail, sizeof(fail), "%s",
+                 a->err > 0 && a->err <= (int)(sizeof errs / sizeof errs[0]) ? errs[a->err - 1]
+                                                                             : errs[1]);
     appcheck_end(a, fail);
 }
 
@@ -145,7 +131,6 @@ static void appcheck_on_error(enum evhttp_request_error err, void *arg)
     struct appcheck *a = arg;
 
     a->err = 1 + (int)err;
-    a->saved_errno = errno;
 }
 
 /* Reads and drops the body as it comes: a check never buffers it. */
@@ -184,8 +169,8 @@ static void appcheck_start(struct appcheck *a)
     struct evhttp_request *req;
     struct evkeyvalq *h;
 
-    a->started_ms = appcheck_now_ms();
-    a->status = a->err = a->saved_errno = a->connected = 0;
+    a->started_ms = clock_now_ms();
+    a->status = a->err = a->connected = 0;
     a->conn = evhttp_connection_base_new(a->base, NULL, u->hosts[0].host,
                                          (unsigned short)u->hosts[0].port);
     req = a->conn ? evhttp_request_new(appcheck_on_done, a) : NULL;

@@ -178,7 +178,6 @@ enum req_action {
 
 /* ---- shared by server.c and fencing.c ---------------------------------------------------- */
 
-uint64_t now_us(void);
 /* The clock at the start of the batch of requests or replies being handled (microseconds). */
 uint64_t batch_now(void);
 /* 1 when the n bytes at p equal lit, ignoring ASCII case. Inline, so that strlen of a literal

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "clock.h"
 #include "cmdtable.h"
 #include "config.h"
 #include "fence.h"
@@ -44,7 +45,7 @@ static void held_end(struct client *c, const char *name, size_t len)
     for (struct fencing_held **p = held_list(c); *p; p = &(*p)->next) {
         struct fencing_held *h = *p;
         if (h->len == len && memcmp(h->name, name, len) == 0) {
-            metrics_observe(&fg_metrics, H_LOCK_HOLD, now_us() - h->t0_us);
+            metrics_observe(&fg_metrics, H_LOCK_HOLD, clock_now_us() - h->t0_us);
             *p = h->next;
             free(h);
             return;
@@ -62,7 +63,7 @@ static void held_begin(struct client *c, const char *name, size_t len)
     h = malloc(sizeof(*h) + len);
     if (!h)
         return;
-    h->t0_us = now_us();
+    h->t0_us = clock_now_us();
     h->len = len;
     memcpy(h->name, name, len);
     h->next = *held_list(c);
@@ -148,7 +149,7 @@ static void fencing_on_acquired(void *arg, int status, uint64_t token, const cha
     struct client *c = a->c;
     int len = (int)a->len;
 
-    metrics_observe(&fg_metrics, H_LOCK_WAIT, now_us() - c->wait_t0_us);
+    metrics_observe(&fg_metrics, H_LOCK_WAIT, clock_now_us() - c->wait_t0_us);
     switch (status) {
     case LOCK_OK:
         metrics_inc(&fg_metrics, M_LOCKS_ACQUIRED, 1);
@@ -257,7 +258,7 @@ static void fencing_acquire(struct client *c, const char *m, const struct resp_r
         return;
     }
     c->blocked = 1; /* writes after it in the pipeline must see the lock */
-    c->wait_t0_us = now_us();
+    c->wait_t0_us = clock_now_us();
     if (lock_acquire(c->sess, a->name, a->len, ttl, wait, flags, fencing_on_acquired, a) < 0) {
         free(a);
         fencing_fill(c,

@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "appcheck.h"
+#include "clock.h"
 #include "config.h"
 #include "httpevents.h"
 #include "httpwatch.h"
@@ -195,14 +195,6 @@ static void http_metrics(struct http_api *h, struct evhttp_request *req)
     evbuffer_free(b);
 }
 
-static uint64_t http_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Sends {"error": code, "message": msg} with status. */
 static void http_error(struct evhttp_request *req, int status, const char *reason, const char *code,
                        const char *msg)
@@ -252,7 +244,7 @@ static void http_grant_end(struct http_api *h, const char *name, size_t len)
 
     if (!g)
         return;
-    metrics_observe(&fg_metrics, H_LOCK_HOLD, (http_now_ms() - g->t0_ms) * 1000);
+    metrics_observe(&fg_metrics, H_LOCK_HOLD, (clock_now_ms() - g->t0_ms) * 1000);
     *p = g->next;
     free(g);
 }
@@ -333,7 +325,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
         metrics_inc(&fg_metrics, M_LOCKS_ACQUIRED, 1);
         if (g) {
             g->ttl_ms = ttl;
-            g->t0_ms = http_now_ms();
+            g->t0_ms = clock_now_ms();
             g->len = a->len;
             memcpy(g->name, a->name, a->len);
             g->next = h->grants;
@@ -380,7 +372,7 @@ static int http_acquire_racing(const struct http_acquire *a)
 static void http_acquire_start(struct http_acquire *a)
 {
     struct http_api *h = a->h;
-    uint64_t token, now = http_now_ms();
+    uint64_t token, now = clock_now_ms();
     long long rem, wait;
 
     if (!a->req) {
@@ -452,7 +444,7 @@ static void http_lock_post(struct http_api *h, struct evhttp_request *req, const
     }
     a->ttl_ms = ttl;
     a->wait_ms = wait < 0 ? 0 : wait;
-    a->deadline_ms = http_now_ms() + (uint64_t)a->wait_ms;
+    a->deadline_ms = clock_now_ms() + (uint64_t)a->wait_ms;
     http_acquire_start(a);
 }
 

@@ -25,8 +25,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "fence.h"
 #include "http.h"
@@ -125,14 +125,6 @@ static int hs_mark_key(char *out, size_t cap, const char *store, const char *loc
 
 /* ---- idle store connections ---- */
 
-static long long hs_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Closes the connections of store i idle since before `before` (all of them when before < 0):
  * they sit at the tail of its list. */
 static void hs_pool_trim(struct httpstore *hs, int i, long long before)
@@ -156,7 +148,7 @@ static void hs_on_sweep(evutil_socket_t fd, short what, void *arg)
     int any = 0;
 
     for (int i = 0; i < hs->cfg->nstores; i++) {
-        hs_pool_trim(hs, i, hs_now_ms() - HS_POOL_IDLE_MS);
+        hs_pool_trim(hs, i, clock_now_ms() - HS_POOL_IDLE_MS);
         any |= hs->nidle[i] > 0;
     }
     if (any)
@@ -169,7 +161,7 @@ static struct evhttp_connection *hs_pool_take(struct httpstore *hs, int i)
     struct hs_idle *e;
     struct evhttp_connection *conn;
 
-    hs_pool_trim(hs, i, hs_now_ms() - HS_POOL_IDLE_MS);
+    hs_pool_trim(hs, i, clock_now_ms() - HS_POOL_IDLE_MS);
     e = hs->idle[i];
     if (!e)
         return NULL;
@@ -191,7 +183,7 @@ static void hs_pool_put(struct httpstore *hs, int i, struct evhttp_connection *c
     }
     evhttp_connection_set_closecb(conn, NULL, NULL); /* its forward is gone */
     e->conn = conn;
-    e->since_ms = hs_now_ms();
+    e->since_ms = clock_now_ms();
     e->next = hs->idle[i];
     hs->idle[i] = e;
     hs->nidle[i]++;

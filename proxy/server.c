@@ -27,11 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
 #include "client.h"
+#include "clock.h"
 #include "cmdtable.h"
 #include "config.h"
 #include "fence.h"
@@ -150,14 +150,6 @@ static int srv_read_reply(int fd, struct buf *b, long (*handle)(void *, const ch
     return 0;
 }
 
-uint64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /* The clock read once per batch of requests or replies: the latency of a command is measured
  * between the batch that sent it and the one that completed it (one clock read per batch, not
  * two per command). */
@@ -165,7 +157,7 @@ static uint64_t srv_batch_us;
 
 static void batch_start(void)
 {
-    srv_batch_us = now_us();
+    srv_batch_us = clock_now_us();
 }
 
 uint64_t batch_now(void)
@@ -1288,7 +1280,8 @@ static long rep_process(struct client *c, const char *src, size_t len)
             pos = scan = len;
             break;
         }
-        if (scan == pos && c->ops_count && (op_at(c, 0)->flags & OPF_ENTER_REPLICA)) {
+        if (c->blocked && scan == pos && c->ops_count &&
+            (op_at(c, 0)->flags & OPF_ENTER_REPLICA)) { /* SYNC's op is a barrier */
             /* The replies before SYNC/PSYNC are all in: what follows is its stream, which
              * starts with newlines, a +FULLRESYNC line or an RDB payload, not one reply. */
             c->mode = MODE_REPLICA;

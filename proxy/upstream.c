@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
+#include "clock.h"
 #include "cmdtable.h"
 #include "config.h"
 #include "log.h"
@@ -258,11 +258,8 @@ static void up_on_timer(evutil_socket_t fd, short what, void *arg);
  * server that keeps closing falls back to the backoff. Returns 1 when a reconnect is scheduled. */
 static int up_quick_retry(struct upstream *u)
 {
-    struct timespec ts;
-    long long now;
+    long long now = clock_now_ms();
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     if (u->quick_retry_ms && now - u->quick_retry_ms < 1000)
         return 0;
     u->quick_retry_ms = now;
