@@ -10,7 +10,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <sys/socket.h>
 #include <stdint.h>
@@ -116,23 +115,6 @@ static evutil_socket_t hev_fd(const struct hev_stream *s)
     return bev ? bufferevent_getfd(bev) : -1;
 }
 
-/* Closes the streams whose clients have hung up. libevent does not read a connection while it
- * sends a reply, so it learns of a close only when a write fails; a peek tells at once. */
-static void hev_sweep(struct http_events *ev)
-{
-    struct hev_stream *s, *next;
-
-    for (s = ev->streams; s; s = next) {
-        evutil_socket_t fd = hev_fd(s);
-        char c;
-        ssize_t n = fd >= 0 ? recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) : 0;
-
-        next = s->next;
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            hev_cut(s);
-    }
-}
-
 static void hev_on_keepalive(evutil_socket_t fd, short what, void *arg)
 {
     static const char ping[] = ": keepalive\n\n";
@@ -141,7 +123,6 @@ static void hev_on_keepalive(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    hev_sweep(ev);
     for (s = ev->streams; s; s = next) {
         next = s->next;
         (void)hev_send(s, ping, sizeof(ping) - 1);
@@ -199,8 +180,6 @@ void http_events_serve(struct http_events *ev, struct evhttp_request *req)
     evutil_socket_t fd;
     int sndbuf = HTTPEVENTS_SNDBUF;
 
-    if (ev->nstreams >= HTTPEVENTS_MAX_STREAMS)
-        hev_sweep(ev);
     if (ev->nstreams >= HTTPEVENTS_MAX_STREAMS) {
         http_reply_error(req, 503, "unavailable",
                          "too many event streams are open (64); close one first");
