@@ -13,8 +13,7 @@ struct http_events;
 #define HTTPEVENTS_MAX_STREAMS 64          /* open streams; more are answered 503 */
 #define HTTPEVENTS_MAX_PENDING (256 << 10) /* bytes a stream may leave unread before it is cut */
 #define HTTPEVENTS_SNDBUF      (64 << 10)  /* a stream socket's send buffer (SO_SNDBUF) */
-/* A comment line this often keeps proxies and client read timeouts quiet, and closed streams
- * are looked for. */
+/* A comment line this often keeps proxies and client read timeouts quiet. */
 #define HTTPEVENTS_KEEPALIVE_MS 15000
 
 /* NULL when out of memory. */
