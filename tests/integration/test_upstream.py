@@ -104,6 +104,29 @@ class UpstreamLost(FgTestCase):
         self.assertEqual(c.call("GET", "k"), b"v")
         self.assertEqual(self.raw(fg.resp_port).call("GET", "k"), b"v")
 
+    def test_command_table_read_once_a_busy_redis_at_start_is_free(self):
+        """fencegate starting while Redis runs a long script gets -BUSY for COMMAND too: it asks
+        again, so fenced writes (which need the table) work once the script is killed."""
+        redis_srv = self.start_redis()
+        direct = redis_srv.client()
+        self.addCleanup(direct.close)
+        direct.config_set("busy-reply-threshold", "100")
+        looping = self.raw(redis_srv.port, timeout=30)
+        looping.send(encode("EVAL", "while true do end", "0"))
+        time.sleep(0.3)
+        cfg = self.write_file("p.yaml", 'protect:\n  - { store: redis, keys: "w:*", lock: "w" }\n')
+        fg = self.start_fencegate(redis_srv, args=["--config", cfg], readyz=False)
+        time.sleep(1.5)  # its first probe rounds meet the busy script
+        self.assertEqual(self.raw(redis_srv.port).call("SCRIPT", "KILL"), "OK")
+        c = self.raw(fg.resp_port)
+
+        def fenced_write():
+            if c.call("FENCE.TOKEN", "w") is None:
+                self.assertIsInstance(c.call("FENCE.ACQUIRE", "w"), int)
+            return c.call("SET", "w:1", "x") == "OK"
+        harness.wait_until(fenced_write, 10, 0.2, "a fenced write after the script was killed")
+        self.assertEqual(direct.get("w:1"), b"x")
+
     def test_client_kill_of_every_connection_is_not_an_outage(self):
         """CLIENT KILL SKIPME YES (Redis's suite does it) closes fencegate's own connections
         too: the probe's, the shared one. Redis is up, so a client that comes right after is
