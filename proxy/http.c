@@ -214,6 +214,8 @@ static void http_event_lock(struct http_api *h, const char *type, const char *na
     char nm[LOCK_MAX_NAME + 1], esc[LOCK_MAX_NAME * 6 + 8], why[1100] = "", data[4600];
     char ttl[40] = "";
 
+    if (!http_events_open(h->events))
+        return;
     snprintf(nm, sizeof(nm), "%.*s", (int)len, name);
     http_json_escape(esc, sizeof(esc), nm);
     if (ttl_ms > 0)

@@ -211,6 +211,11 @@ void http_events_serve(struct http_events *ev, struct evhttp_request *req)
     (void)hev_send(s, hello, sizeof(hello) - 1);
 }
 
+int http_events_open(const struct http_events *ev)
+{
+    return ev ? ev->nstreams : 0;
+}
+
 void http_events_emit(struct http_events *ev, const char *type, const char *lock, size_t len,
                       const char *data)
 {

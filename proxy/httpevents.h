@@ -21,6 +21,8 @@ struct http_events *http_events_new(struct event_base *base);
 /* Serves GET /v1/events[?lock=NAME] on req: answers 400 (bad query) or 503 (too many streams),
  * or starts the stream, which stays open until the client goes away or http_events_end(). */
 void http_events_serve(struct http_events *ev, struct evhttp_request *req);
+/* Streams open now (0 for NULL): callers skip building events nobody would get. */
+int http_events_open(const struct http_events *ev);
 /* Sends one event to every stream that wants it: type is the SSE event name, data a complete
  * JSON object (one line). A lock event (lock non-NULL, len bytes) goes to the streams of every
  * lock and of that lock; a sidecar event (lock NULL) goes to every stream. A stream that has left
