@@ -378,6 +378,8 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
             return;
         }
     }
+    if (nkeys == 0 && only_lock != NULL) /* a keyless write: the one-lock rule covers it too */
+        fence_add_lock(out, only_lock->name, only_lock->len, only_lock->token);
     out->verdict = out->nlocks > 0 ? FENCE_APPLY : FENCE_PASS;
 }
 

@@ -71,10 +71,12 @@ struct fence_decision {
  * lock the session holds → that lock joins the decision; lost → FENCE_LOCKLOST; not held →
  * FENCE_NOLOCK — except for a key claimed only by its hash tag, which a session that neither holds
  * nor lost that lock treats as unclaimed (tags also place keys in Cluster slots, and such keys
- * must keep working for connections that never use locks). No claimed key → FENCE_PASS. Never
- * allocates. Keys are judged in order and the first refusal wins; a lock name longer than
- * FENCE_MAX_LOCK fails closed as FENCE_NOLOCK (offending = its first FENCE_MAX_LOCK bytes);
- * FENCE_TOOMANY also fills key_index and offending. */
+ * must keep working for connections that never use locks). A write with no keys at all (FLUSHDB,
+ * SWAPDB, a script that declares none) is guarded by `only_lock` as an unclaimed key would be.
+ * Nothing claimed and no only lock → FENCE_PASS. Never allocates. Keys are judged in order and the
+ * first refusal wins; a lock name longer than FENCE_MAX_LOCK fails closed as FENCE_NOLOCK
+ * (offending = its first FENCE_MAX_LOCK bytes); FENCE_TOOMANY also fills key_index and offending.
+ */
 void fence_decide(const struct fence_rules *r, const char *const *argv, const size_t *lens,
                   const size_t *key_idx, size_t nkeys, const struct fence_lock_ref *only_lock,
                   fence_lookup_fn lookup, void *lookup_arg, struct fence_decision *out);

@@ -432,6 +432,26 @@ static void fencing_txn_add(struct client *c, const struct fence_decision *d, co
 /* ---- fenced writes ----------------------------------------------------------------------------
  */
 
+/* EVAL, EVALSHA and FCALL: COMMAND does not flag them as writes (a script declares that only
+ * when it runs), yet they may write. Their _RO forms are flagged readonly and Redis holds them to
+ * it. */
+static int fencing_is_script(const char *name, size_t n)
+{
+    return name_is(name, n, "eval") || name_is(name, n, "evalsha") || name_is(name, n, "fcall");
+}
+
+/* Whether a command COMMAND flags "blocking" may block. XREADGROUP carries the flag always,
+ * but without BLOCK it never waits and runs inside a script just as it does outside. */
+static int fencing_may_block(const char *m, const struct resp_request *r)
+{
+    if (!name_is(ARG(0), ALEN(0), "xreadgroup"))
+        return 1;
+    for (size_t i = 1; i < r->argc && !name_is(ARG(i), ALEN(i), "streams"); i++)
+        if (name_is(ARG(i), ALEN(i), "block"))
+            return 1;
+    return 0;
+}
+
 /* Keys of commands whose key positions depend on their arguments (COMMAND flags them
  * "movablekeys"). Returns the number of keys, or -1 when fencegate cannot tell. */
 static long fencing_movable_keys(const char *m, const struct resp_request *r, size_t *idx,
@@ -449,6 +469,52 @@ static long fencing_movable_keys(const char *m, const struct resp_request *r, si
         numkeys_at = 2;
     } else if (name_is(name, nlen, "lmpop") || name_is(name, nlen, "zmpop")) {
         numkeys_at = 1;
+    } else if (name_is(name, nlen, "blmpop") || name_is(name, nlen, "bzmpop")) {
+        numkeys_at = 2;
+    } else if (name_is(name, nlen, "xreadgroup")) {
+        /* Options up to STREAMS, then as many keys as IDs, scanned as Redis does */
+        size_t i = 1, half;
+        for (; i < argc; i++) {
+            if (name_is(ARG(i), ALEN(i), "block") || name_is(ARG(i), ALEN(i), "count"))
+                i++;
+            else if (name_is(ARG(i), ALEN(i), "group"))
+                i += 2;
+            else if (!name_is(ARG(i), ALEN(i), "noack"))
+                break;
+        }
+        if (i >= argc || !name_is(ARG(i), ALEN(i), "streams"))
+            return 0; /* a syntax error: Redis refuses it without touching a key */
+        half = (argc - i - 1) / 2;
+        if (half > max)
+            return -1;
+        for (size_t k = 0; k < half; k++)
+            idx[n++] = i + 1 + k;
+        return (long)n;
+    } else if (name_is(name, nlen, "migrate")) {
+        /* MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw] [AUTH2 user pw]
+         * [KEYS key...]: with an empty key argument, the keys follow KEYS */
+        if (argc < 6)
+            return -1;
+        if (ALEN(3) > 0) {
+            idx[n++] = 3;
+            return (long)n;
+        }
+        for (size_t i = 6; i < argc; i++) {
+            if (name_is(ARG(i), ALEN(i), "auth"))
+                i++;
+            else if (name_is(ARG(i), ALEN(i), "auth2"))
+                i += 2;
+            else if (name_is(ARG(i), ALEN(i), "keys")) {
+                if (argc - i - 1 > max)
+                    return -1;
+                for (size_t k = i + 1; k < argc; k++)
+                    idx[n++] = k;
+                break;
+            }
+        }
+        return (long)n;
+    } else if (fencing_is_script(name, nlen)) {
+        numkeys_at = 2; /* the keys it declares; one that writes others escapes, as in Cluster */
     } else if (name_is(name, nlen, "sort")) {
         if (argc < 2)
             return -1;
@@ -467,10 +533,10 @@ static long fencing_movable_keys(const char *m, const struct resp_request *r, si
                 idx[n++] = i + 1;
         return (long)n;
     } else {
-        return -1; /* EVAL, FCALL, MIGRATE, XREADGROUP, ...: not fenceable here */
+        return -1; /* a command this list does not know: not fenceable here */
     }
     if (argc <= numkeys_at ||
-        fencing_parse_ms(ARG(numkeys_at), ALEN(numkeys_at), 1, (long long)max, &numkeys) < 0)
+        fencing_parse_ms(ARG(numkeys_at), ALEN(numkeys_at), 0, (long long)max, &numkeys) < 0)
         return -1;
     first = numkeys_at + 1;
     if (first + (size_t)numkeys > argc)
@@ -597,7 +663,7 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
         return REQ_SKIP;
     }
     ci = cmd_lookup(t, ARG(0), ALEN(0), r->argc > 1 ? ARG(1) : NULL, r->argc > 1 ? ALEN(1) : 0);
-    if (!ci || !(ci->flags & CMD_WRITE))
+    if (!ci || !(ci->flags & CMD_WRITE || fencing_is_script(ARG(0), ALEN(0))))
         return REQ_FORWARD; /* unknown commands get Redis's own error */
     if (r->has_quoted) {
         cl_reply_error(c, "ERR fencegate cannot fence an inline command with quoted arguments; "
@@ -652,11 +718,31 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
                 goto out;
             }
         }
-        if (ci->flags & (CMD_BLOCKING | CMD_NOSCRIPT)) {
+        if (c->other_db) {
+            cl_reply_error(c,
+                           "ERR fencegate fences writes only in the store's database (%d), where "
+                           "lock %.*s's mark lives; this connection SELECTed another; refused, "
+                           "not sent (SELECT %d first)",
+                           c->srv->cfg->upstream.db, (int)d.locks[0].len, d.locks[0].name,
+                           c->srv->cfg->upstream.db);
+            goto out;
+        }
+        if (fencing_is_script(ARG(0), ALEN(0))) {
+            cl_reply_error(c,
+                           "ERR fencegate cannot fence a script ('%.*s' under lock %.*s): its "
+                           "writes cannot be checked against the fence in one step with it; "
+                           "refused, not sent (use %.*s_RO for a read-only script, or send "
+                           "the writes as commands)",
+                           (int)ALEN(0), ARG(0), (int)d.locks[0].len, d.locks[0].name, (int)ALEN(0),
+                           ARG(0));
+            goto out;
+        }
+        if ((ci->flags & CMD_NOSCRIPT) || ((ci->flags & CMD_BLOCKING) && fencing_may_block(m, r))) {
             cl_reply_error(c,
                            "ERR fencegate cannot fence '%.*s': it cannot run inside a script; "
-                           "refused, not sent (use its non-blocking form)",
-                           (int)(ALEN(0) > 64 ? 64 : ALEN(0)), ARG(0));
+                           "refused, not sent%s",
+                           (int)(ALEN(0) > 64 ? 64 : ALEN(0)), ARG(0),
+                           ci->flags & CMD_BLOCKING ? " (use its non-blocking form)" : "");
             goto out;
         }
         fencing_send(c, &d, argv, lens, r->argc, sp);
@@ -671,7 +757,7 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
         cl_reply_error(c,
                        "NOLOCK key %.*s is protected by lock %.*s (FENCE.ACQUIRE %.*s first); "
                        "not sent",
-                       (int)(lens[keys[0]] > 200 ? 200 : lens[d.key_index]), argv[d.key_index],
+                       (int)(lens[d.key_index] > 200 ? 200 : lens[d.key_index]), argv[d.key_index],
                        (int)d.offending.len, d.offending.name, (int)d.offending.len,
                        d.offending.name);
         break;

@@ -1471,6 +1471,15 @@ static int req_shareable(const struct client *c, const char *m, const struct res
 }
 
 /* Decides what to do with one request and queues the op for its reply. */
+/* Whether a SELECT argument names database db, in the one spelling Redis reads as db. */
+static int db_is(const char *p, size_t n, int db)
+{
+    char want[16];
+    int wn = snprintf(want, sizeof(want), "%d", db);
+
+    return wn > 0 && (size_t)wn == n && memcmp(p, want, n) == 0;
+}
+
 static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
                                     struct span *sp)
 {
@@ -1540,6 +1549,13 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
                     !((is_subscribe(name, nlen) && r->argc >= 2) || is_unsubscribe(name, nlen) ||
                       name_is(name, nlen, "reset"));
     c->skip_next = 0;
+    /* The marks live in the store's database: fenced writes elsewhere are refused (fencing.c).
+     * A SELECT that fails, or sits in a MULTI that is discarded, leaves the flag set: that
+     * refuses too much, never too little. */
+    if (name_is(name, nlen, "select") && r->argc == 2)
+        c->other_db = !db_is(m + r->argv[1].off, r->argv[1].len, c->srv->cfg->upstream.db);
+    else if (name_is(name, nlen, "reset"))
+        c->other_db = c->srv->cfg->upstream.db != 0;
     if (nlen > 6 && name_is(name, 6, "fence.") && fencing_command(c, m, r) == REQ_SKIP)
         return REQ_SKIP;
     if (c->txn)

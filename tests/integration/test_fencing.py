@@ -227,6 +227,119 @@ class WhichWrites(FencingCase):
         self.assertEqual(c.read_reply(), b"b")
         self.assertEqual(c.read_available(wait=0.2), b"")
 
+    def test_scripts_cannot_write_protected_keys_unfenced(self):
+        # EVAL, EVALSHA and FCALL are not flagged "write" by COMMAND, yet a script may write the
+        # keys it declares. A script that would need fencing is refused, never sent unfenced.
+        c = self.c
+        self.direct.set("wallet:1", "orig")
+        setter = "return redis.call('SET', KEYS[1], ARGV[1])"
+        sha = self.direct.script_load(setter)
+        mon, stop = self.monitor()
+        for call in (("EVAL", setter, 1, "wallet:1", "evil"),
+                     ("EVALSHA", sha, 1, "wallet:1", "evil"),
+                     ("FCALL", "nosuchfn", 1, "wallet:1", "evil")):
+            self.assert_refused(c.call(*call), "NOLOCK")
+        # Under the protected key's lock: still refused (a script cannot run inside the fence
+        # script), and refused the same way inside MULTI, which then aborts.
+        self.acquire(c, "wallet:1")
+        r = c.call("EVAL", setter, 1, "wallet:1", "mine")
+        self.assert_refused(r, "ERR")
+        self.assertIn("cannot fence a script", r)
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assert_refused(c.call("EVALSHA", sha, 1, "wallet:1", "mine"), "ERR")
+        self.assert_refused(c.call("EXEC"), "EXECABORT")
+        seen = stop()
+        self.assertFalse([s for s in seen if "evil" in s or "mine" in s],
+                         "a refused script reached Redis: %r" % seen)
+        self.assertEqual(self.direct.get("wallet:1"), b"orig")
+        # Read-only forms, and scripts on keys no rule claims from a connection without locks,
+        # pass as before.
+        self.assertEqual(c.call("EVAL_RO", "return redis.call('GET', KEYS[1])", 1, "wallet:1"),
+                         b"orig")
+        other = self.raw(self.fg.resp_port)
+        self.assertEqual(other.call("EVAL", setter, 1, "plain:s", "v"), "OK")
+        self.assertEqual(other.call("EVAL", "return 7", 0), 7)
+
+    def test_one_lock_rule_covers_scripts_and_keyless_writes(self):
+        # A connection holding one lock writes under it: a script (which cannot be fenced) is
+        # refused, a keyless write (FLUSHDB, SWAPDB) is fenced, and after the lease ran out
+        # all of them are LOCKLOST, not sent.
+        c = self.c
+        t = self.acquire(c, "solo", "TTL", 500, "NORENEW")
+        self.assert_refused(c.call("EVAL", "return 1", 0), "ERR")
+        self.assertEqual(c.call("SET", "plain:a", "1"), "OK")
+        self.assertEqual(c.call("SWAPDB", 0, 1), "OK")
+        self.assertEqual(self.direct.exists("plain:a"), 0, "SWAPDB was not applied")
+        self.assertEqual(c.call("SWAPDB", 0, 1), "OK")
+        self.assertEqual(self.hwm("solo"), t)
+        self.direct.set(hwm_key("solo"), t + 1)
+        self.assert_refused(c.call("FLUSHDB"), "STALE")
+        self.assertEqual(self.direct.get("plain:a"), b"1", "a stale FLUSHDB was applied")
+        time.sleep(0.7)
+        for call in (("FLUSHDB",), ("FLUSHALL",), ("SWAPDB", 0, 1), ("EVAL", "return 1", 0)):
+            self.assert_refused(c.call(*call), "LOCKLOST")
+        self.assertEqual(self.direct.get("plain:a"), b"1")
+
+    def test_writes_with_movable_keys_are_judged_by_their_keys(self):
+        # Stream consumers and the *MPOP family keep working beside protect rules: their keys
+        # are found as Redis finds them, not refused wholesale.
+        c = self.c
+        self.direct.xadd("jobs", {"n": "1"})
+        self.direct.xgroup_create("jobs", "g", id="0")
+        self.direct.rpush("plain:l", "a")
+        self.direct.zadd("plain:z", {"m": 1})
+        r = c.call("XREADGROUP", "GROUP", "g", "w1", "COUNT", "1", "STREAMS", "jobs", ">")
+        self.assertEqual(r[0][0], b"jobs")
+        self.assertEqual(c.call("BLMPOP", "0.1", 2, "plain:x", "plain:l", "LEFT"),
+                         [b"plain:l", [b"a"]])
+        self.assertEqual(c.call("BZMPOP", "0.1", 1, "plain:z", "MIN"),
+                         [b"plain:z", [[b"m", b"1"]]])
+        self.direct.rpush("wallet:4", "coin")
+        self.assert_refused(c.call("BLMPOP", "0.1", 2, "plain:l", "wallet:4", "LEFT"), "NOLOCK")
+        self.assert_refused(c.call("XREADGROUP", "GROUP", "g", "w1", "STREAMS", "plain:s",
+                                   "wallet:4", ">", ">"), "NOLOCK")
+        self.assert_refused(c.call("MIGRATE", "127.0.0.1", 1, "", 0, 10, "AUTH", "keys",
+                                   "KEYS", "plain:l", "wallet:4"), "NOLOCK")
+        self.assertEqual(self.direct.lrange("wallet:4", 0, -1), [b"coin"])
+        # Under the one-lock rule XREADGROUP without BLOCK goes as a fenced script; with BLOCK
+        # it could wait, which a script cannot, so it is refused.
+        self.direct.xadd("jobs", {"n": "2"})
+        t = self.acquire(c, "worker")
+        r = c.call("XREADGROUP", "GROUP", "g", "w1", "STREAMS", "jobs", ">")
+        self.assertEqual(r[0][1][0][1], [b"n", b"2"])
+        self.assertEqual(self.hwm("worker"), t)
+        self.assert_refused(c.call("XREADGROUP", "GROUP", "g", "w1", "BLOCK", 10, "STREAMS",
+                                   "jobs", ">"), "ERR")
+
+    def test_fenced_writes_only_in_the_stores_database(self):
+        # The marks live in the store's database, where fence on acquire raises them: a fenced
+        # write from a connection that SELECTed another would be checked against a mark there
+        # that no newer holder ever raised, so it is refused.
+        c = self.c
+        t = self.acquire(c, "wallet:1")
+        self.assertEqual(c.call("SELECT", 1), "OK")
+        self.direct.execute_command("SELECT", 1)
+        self.direct.set(hwm_key("wallet:1"), t)  # an old mark in db 1, at the old token
+        self.direct.execute_command("SELECT", 0)
+        self.direct.set(hwm_key("wallet:1"), t + 1)  # a newer holder fenced db 0
+        r = c.call("SET", "wallet:1", "stale")
+        self.assert_refused(r, "ERR")
+        self.assertIn("SELECT 0 first", r)
+        self.assert_refused(c.call("SET", "plain:1", "v"), "ERR")  # the one-lock rule
+        other = self.raw(self.fg.resp_port)
+        self.assertEqual(other.call("SELECT", 1), "OK")
+        self.assertEqual(other.call("SET", "plain:1", "v"), "OK", "no lock, no rule: not fenced")
+        for arg in ("00", "x"):  # not Redis's spelling of 0: SELECT fails, refusal stays
+            self.assert_refused(c.call("SELECT", arg), "ERR")
+            self.assert_refused(c.call("SET", "wallet:1", "stale"), "ERR")
+        self.assertEqual(c.call("SELECT", 0), "OK")
+        self.assert_refused(c.call("SET", "wallet:1", "stale"), "STALE")
+        self.assertEqual(c.call("SELECT", 1), "OK")
+        self.assertEqual(c.call("RESET"), "RESET")  # back in db 0, locks kept
+        self.assert_refused(c.call("SET", "wallet:1", "stale"), "STALE")
+        self.direct.execute_command("SELECT", 1)
+        self.assertEqual(self.direct.exists("wallet:1"), 0)
+
     def test_one_lock_rule_fences_unprotected_keys_only_with_exactly_one_lock(self):
         c = self.c
         t = self.acquire(c, "solo")
