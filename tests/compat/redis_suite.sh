@@ -2,7 +2,8 @@
 # redis_suite.sh - Redis's own test suite (tests/test_helper.tcl, external-server mode) through
 # fencegate: the strictest check that fencegate is a drop-in Redis endpoint.
 #
-# Usage: tests/compat/redis_suite.sh [--bin PATH] [--direct] [--src DIR] [-- RUNTEST-ARGS...]
+# Usage: tests/compat/redis_suite.sh [--bin PATH] [--direct] [--protect] [--src DIR]
+#                                    [-- RUNTEST-ARGS...]
 #
 # Fetches the source of the installed redis-server's version from Debian's archive (or uses
 # --src DIR, an unpacked redis-X.Y.Z tree), starts a redis-server (DEBUG and protected CONFIG
@@ -10,6 +11,8 @@
 #   ./runtest --host 127.0.0.1 --port <fencegate> --skiptest <known> ... RUNTEST-ARGS
 # Tests tagged external:skip are skipped by the suite itself. --direct runs the same suite
 # against the redis-server (the baseline: the tests that fail there fail for the environment).
+# --protect gives fencegate a protect rule on keys the suite never uses, so that every write
+# goes through fencing's classification (key positions, movable keys, scripts) and must pass.
 # Takes 20-25 minutes on 2 CPUs; needs tclsh (apt-get install tcl). Not part of CI: the suite
 # alone takes most of CI's time budget. Exit status: runtest's.
 set -euo pipefail
@@ -18,6 +21,7 @@ SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
 BIN="$REPO_ROOT/build/bin/fencegate"
 DIRECT=0
+PROTECT=0
 SRC=""
 START_TIMEOUT=20
 
@@ -30,7 +34,7 @@ SKIP=(
 )
 
 usage() {
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
     --bin) [ $# -ge 2 ] || usage 2; BIN=$2; shift 2 ;;
     --src) [ $# -ge 2 ] || usage 2; SRC=$2; shift 2 ;;
     --direct) DIRECT=1; shift ;;
+    --protect) PROTECT=1; shift ;;
     -h|--help) usage 0 ;;
     --) shift; break ;;
     *) echo "redis_suite.sh: unknown argument: $1" >&2; usage 2 ;;
@@ -83,8 +88,16 @@ PIDS+=("$!")
 wait_ready redis-server "$!" "$TMPDIR_BENCH/redis.log" redis-cli -p "$REDIS_PORT" ping
 PORT=$REDIS_PORT
 if [ "$DIRECT" = 0 ]; then
-  "$BIN" --resp "127.0.0.1:$FG_PORT" --http "127.0.0.1:$FG_HTTP_PORT" \
-    --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn >"$TMPDIR_BENCH/fencegate.log" 2>&1 &
+  cat >"$TMPDIR_BENCH/fencegate.yaml" <<EOF
+listen: { resp: "127.0.0.1:$FG_PORT", http: "127.0.0.1:$FG_HTTP_PORT" }
+stores:
+  - { name: cache, url: "redis://127.0.0.1:$REDIS_PORT" }
+EOF
+  if [ "$PROTECT" = 1 ]; then
+    printf 'protect:\n  - { store: cache, keys: "fencegate-suite-protected:*", lock: "p:$1" }\n' \
+      >>"$TMPDIR_BENCH/fencegate.yaml"
+  fi
+  "$BIN" --config "$TMPDIR_BENCH/fencegate.yaml" --log-level warn >"$TMPDIR_BENCH/fencegate.log" 2>&1 &
   PIDS+=("$!")
   wait_ready fencegate "$!" "$TMPDIR_BENCH/fencegate.log" redis-cli -p "$FG_PORT" ping
   PORT=$FG_PORT
