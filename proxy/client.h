@@ -120,7 +120,6 @@ struct client {
     unsigned reply_off : 1;   /* CLIENT REPLY OFF (fencegate's own: Redis always replies) */
     unsigned skip_next : 1;   /* CLIENT REPLY SKIP */
     unsigned silent_cmd : 1;  /* the request being classified gets OPF_SILENT ops */
-    unsigned other_db : 1;    /* SELECTed (or RESET to) a database other than the store's */
     unsigned in_multi : 1;    /* between MULTI and EXEC/DISCARD */
     unsigned resp3 : 1;       /* HELLO 3 succeeded */
     unsigned sub_resp3 : 1;   /* subscribed in RESP3 (maybe still): HELLO 2 enters pub/sub */
@@ -134,6 +133,7 @@ struct client {
     unsigned slow_reader : 1;   /* left max_pending_bytes of replies unread: pins next time */
     unsigned wait_idle : 1;     /* parsing waits until no reply is due (REQ_IDLE) */
     uint32_t shared_pending;    /* replies still due to it on the shared upstream connection */
+    int db; /* its database as SELECT and RESET set it; -1 unknown (a SELECT inside MULTI) */
     char marker[48];
     size_t marker_len;
 

@@ -395,7 +395,7 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * marks are KEYS[k+1 .. k+n]; ARGV[a] = n, then n tokens, n lock names, and the command up to
  * ARGV[last]. */
 #define FENCE_ONE_LUA                                                                              \
-    "local function one(k, a, last)\n"                                                             \
+    "local function one(k, a, last, db)\n"                                                         \
     "  local n = tonumber(ARGV[a])\n"                                                              \
     "  if n == nil or k + n > #KEYS then\n"                                                        \
     "    return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"      \
@@ -424,6 +424,7 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "  for i = 1, n do\n"                                                                          \
     "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + i]) end\n"                       \
     "  end\n"                                                                                      \
+    "  if db then redis.call('SELECT', db) end\n"                                                  \
     "  return redis.pcall(unpack(ARGV, a + 2 * n + 1, last))\n"                                    \
     "end\n"
 
@@ -435,6 +436,21 @@ static const char fence_write_lua[] =
     "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
     "end\n"
     "return one(0, 1, #ARGV)\n";
+
+/* A write from a connection in another database than the store's, where the marks live (a
+ * script's SELECT does not outlast it). Selecting the client's database first makes one it
+ * cannot use fail before anything is written. */
+static const char fence_write_db_lua[] =
+    "-- fencegate fenced write in another database: KEYS = marks; ARGV = the marks' database,\n"
+    "-- the command's, then as the write script\n"
+    /* defines one() */ FENCE_ONE_LUA /* then: */
+    "if tonumber(ARGV[3]) ~= #KEYS then\n"
+    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"
+    "    .. tostring(ARGV[3]) .. ' locks (a fencegate bug; report it)')\n"
+    "end\n"
+    "redis.call('SELECT', ARGV[2])\n"
+    "redis.call('SELECT', ARGV[1])\n"
+    "return one(0, 3, #ARGV, ARGV[2])\n";
 
 /* Writes that were pipelined back to back, in one script: each is judged and applied on its own,
  * in order, exactly as the single script would, and its reply is one element of the array. A
@@ -480,6 +496,11 @@ static const char fence_raise_lua[] =
 const char *fence_write_script(void)
 {
     return fence_write_lua;
+}
+
+const char *fence_write_db_script(void)
+{
+    return fence_write_db_lua;
 }
 
 const char *fence_group_script(void)
@@ -677,22 +698,25 @@ static void fence_put_bulk_u64(struct fence_out *o, uint64_t v)
 
 /* Marks are spelled out piece by piece rather than through fence_hwm_key() so no buffer limit
  * applies here; the layout is the same. */
-size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
-                          const char *const *argv, const size_t *lens, size_t argc, char *out,
-                          size_t cap, struct fence_layout *lay)
+/* The write script's call: verb and its first argument (a SHA or the body), then the marks, then
+ * the numbers in pre (leading ARGV), n, the tokens, the lock names and the command. */
+static size_t fence_encode(const char *verb, const char *head, size_t hlen, const uint64_t *pre,
+                           size_t npre, const struct fence_decision *d, const char *const *argv,
+                           const size_t *lens, size_t argc, char *out, size_t cap,
+                           struct fence_layout *lay)
 {
     struct fence_out o = {out, cap, 0};
     size_t n = d->nlocks;
     size_t plen = sizeof(FENCE_HWM_PREFIX) - 1;
 
-    fence_put_header(&o, '*', 4 + 3 * n + argc);
-    fence_put_bulk(&o, "EVALSHA", 7);
-    fence_put_bulk(&o, sha, 40);
+    fence_put_header(&o, '*', 4 + npre + 3 * n + argc);
+    fence_put_bulk(&o, verb, strlen(verb));
+    fence_put_bulk(&o, head, hlen);
     fence_put_bulk_u64(&o, n);
     if (lay) {
         lay->keys_off = o.len;
         lay->nkeys = n;
-        lay->nargv = 1 + 2 * n + argc;
+        lay->nargv = npre + 1 + 2 * n + argc;
     }
     for (size_t i = 0; i < n; i++) {
         fence_put_header(&o, '$', plen + 2 + d->locks[i].len);
@@ -702,6 +726,8 @@ size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
     }
     if (lay)
         lay->argv_off = o.len;
+    for (size_t i = 0; i < npre; i++)
+        fence_put_bulk_u64(&o, pre[i]);
     fence_put_bulk_u64(&o, n);
     for (size_t i = 0; i < n; i++)
         fence_put_bulk_u64(&o, d->locks[i].token);
@@ -712,6 +738,23 @@ size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
     if (lay)
         lay->end = o.len;
     return o.len;
+}
+
+size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
+                          const char *const *argv, const size_t *lens, size_t argc, char *out,
+                          size_t cap, struct fence_layout *lay)
+{
+    return fence_encode("EVALSHA", sha, 40, NULL, 0, d, argv, lens, argc, out, cap, lay);
+}
+
+size_t fence_encode_write_db(unsigned mark_db, unsigned cmd_db, const struct fence_decision *d,
+                             const char *const *argv, const size_t *lens, size_t argc, char *out,
+                             size_t cap)
+{
+    const uint64_t pre[2] = {mark_db, cmd_db};
+
+    return fence_encode("EVAL", fence_write_db_lua, sizeof(fence_write_db_lua) - 1, pre, 2, d, argv,
+                        lens, argc, out, cap, NULL);
 }
 
 size_t fence_encode_group(const char sha[41], const char *reqs, const struct fence_layout *lay,

@@ -126,6 +126,15 @@ size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
                           const char *const *argv, const size_t *lens, size_t argc, char *out,
                           size_t cap, struct fence_layout *lay);
 
+/* The write script for a connection whose database (cmd_db) is not the marks' (mark_db): the
+ * marks are judged and raised in mark_db, the command runs in cmd_db. Encoded as
+ * "EVAL <body> <nlocks> <marks...> <mark_db> <cmd_db> <nlocks> <tokens...> <names...> <argv...>",
+ * returning the length as fence_encode_write() does. */
+const char *fence_write_db_script(void);
+size_t fence_encode_write_db(unsigned mark_db, unsigned cmd_db, const struct fence_decision *d,
+                             const char *const *argv, const size_t *lens, size_t argc, char *out,
+                             size_t cap);
+
 /* Encodes k fence_encode_write() requests, laid out in reqs as lay[0..k) says, as one call of
  * fence_group_script(): EVALSHA with sha, or EVAL with the script's body when sha is NULL.
  * Returns the length, or the length needed if > cap, like snprintf. */

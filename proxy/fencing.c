@@ -427,7 +427,7 @@ static size_t fencing_eval_form(const char *enc, size_t len, char *head, size_t 
 
 struct fencing_txn;
 static void fencing_txn_add(struct client *c, const struct fence_decision *d, const char *enc,
-                            size_t len);
+                            size_t len, int as_is);
 
 /* ---- fenced writes ----------------------------------------------------------------------------
  */
@@ -595,8 +595,11 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
 {
     static const char load_head[] = "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n";
     const char *body = fence_write_script();
+    unsigned sdb = (unsigned)c->srv->cfg->upstream.db, cdb = (unsigned)c->db;
     struct fence_layout lay;
-    size_t need = fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0, NULL);
+    size_t need = sdb == cdb
+                      ? fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0, NULL)
+                      : fence_encode_write_db(sdb, cdb, d, argv, lens, argc, NULL, 0);
     char *out = malloc(need + 1);
     struct op *o;
 
@@ -604,9 +607,29 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         c->dead = 1;
         return;
     }
+    if (sdb != cdb) { /* sent with its body: this is rare, and needs no script cache */
+        fence_encode_write_db(sdb, cdb, d, argv, lens, argc, out, need + 1);
+        if (c->txn) {
+            fencing_txn_add(c, d, out, need, 1);
+            free(out);
+            return;
+        }
+        span_flush(c, sp, 1);
+        up_send(c, out, need);
+        free(out);
+        o = op_push(c, OP_FORWARD);
+        if (!o) {
+            c->dead = 1;
+            return;
+        }
+        o->flags |= OPF_FENCED;
+        o->t0_us = batch_now();
+        metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
+        return;
+    }
     fence_encode_write(c->srv->write_sha, d, argv, lens, argc, out, need + 1, &lay);
     if (c->txn) {
-        fencing_txn_add(c, d, out, need);
+        fencing_txn_add(c, d, out, need, 0);
         free(out);
         return;
     }
@@ -718,13 +741,10 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
                 goto out;
             }
         }
-        if (c->other_db) {
-            cl_reply_error(c,
-                           "ERR fencegate fences writes only in the store's database (%d), where "
-                           "lock %.*s's mark lives; this connection SELECTed another; refused, "
-                           "not sent (SELECT %d first)",
-                           c->srv->cfg->upstream.db, (int)d.locks[0].len, d.locks[0].name,
-                           c->srv->cfg->upstream.db);
+        if (c->db < 0) {
+            cl_reply_error(c, "ERR fencegate cannot tell this connection's database after a "
+                              "SELECT inside MULTI, so it cannot fence the write; refused, not "
+                              "sent (SELECT the database again)");
             goto out;
         }
         if (fencing_is_script(ARG(0), ALEN(0))) {
@@ -792,6 +812,7 @@ struct fencing_txn {
     int fenced_now; /* the request being queued went in as a fenced script */
     struct fence_lock_ref locks[FENCE_MAX_LOCKS];
     size_t nlocks;
+    int db; /* the connection's database at MULTI, where the block starts */
 };
 
 static void fencing_txn_free(struct fencing_txn *t)
@@ -803,18 +824,23 @@ static void fencing_txn_free(struct fencing_txn *t)
 }
 
 static void fencing_txn_add(struct client *c, const struct fence_decision *d, const char *enc,
-                            size_t len)
+                            size_t len, int as_is)
 {
     struct fencing_txn *t = c->txn;
     const char *body = fence_write_script();
     char head[64];
-    size_t hn = 0, skip = fencing_eval_form(enc, len, head, &hn);
+    size_t hn = 0, skip = as_is ? 0 : fencing_eval_form(enc, len, head, &hn);
 
     /* "EVALSHA <sha>" becomes "EVAL <body>": nothing may be loaded in the middle of a MULTI. */
-    if (skip == 0 || buf_append(&t->cmds, head, hn) != FG_OK ||
-        buf_append(&t->cmds, body, strlen(body)) != FG_OK ||
-        buf_append(&t->cmds, "\r\n", 2) != FG_OK ||
-        buf_append(&t->cmds, enc + skip, len - skip) != FG_OK) {
+    if (as_is) {
+        if (buf_append(&t->cmds, enc, len) != FG_OK) {
+            c->dead = 1;
+            return;
+        }
+    } else if (skip == 0 || buf_append(&t->cmds, head, hn) != FG_OK ||
+               buf_append(&t->cmds, body, strlen(body)) != FG_OK ||
+               buf_append(&t->cmds, "\r\n", 2) != FG_OK ||
+               buf_append(&t->cmds, enc + skip, len - skip) != FG_OK) {
         c->dead = 1;
         return;
     }
@@ -856,6 +882,7 @@ int fencing_txn_begin(struct client *c)
         c->dead = 1;
         return -1;
     }
+    c->txn->db = c->db;
     cl_reply_local(c, "+OK\r\n", 5);
     return 0;
 }
@@ -997,6 +1024,21 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
     return REQ_SKIP;
 }
 
+/* Appends "SELECT db" to b, with a hidden op for its reply, unless the connection is in db
+ * already (`now`). */
+static int fencing_select(struct client *c, struct buf *b, int db, int now)
+{
+    char num[16];
+
+    if (db == now)
+        return 0;
+    snprintf(num, sizeof(num), "%d", db);
+    if (fencing_put_count(b, 2) < 0 || fencing_put(b, "SELECT", 6) < 0 ||
+        fencing_put(b, num, strlen(num)) < 0 || !op_push(c, OP_HIDDEN))
+        return -1;
+    return 0;
+}
+
 void fencing_txn_exec(struct client *c, struct span *sp)
 {
     struct fencing_txn *t = c->txn;
@@ -1032,8 +1074,9 @@ void fencing_txn_exec(struct client *c, struct span *sp)
         c->client_watched = 0;
         return;
     }
-    /* WATCH <marks>, then the check script over them. */
-    if (fencing_put_count(&b, 1 + t->nlocks) < 0 || fencing_put(&b, "WATCH", 5) < 0)
+    /* WATCH <marks>, then the check script over them, in the marks' database. */
+    if (fencing_select(c, &b, c->srv->cfg->upstream.db, t->db) < 0 ||
+        fencing_put_count(&b, 1 + t->nlocks) < 0 || fencing_put(&b, "WATCH", 5) < 0)
         goto out;
     for (size_t i = 0; i < t->nlocks; i++) {
         int kl = fence_hwm_key(t->locks[i].name, t->locks[i].len, key, sizeof(key));
@@ -1089,6 +1132,13 @@ int fencing_txn_checked(struct client *c, const char *r, size_t n)
     c->txn_checking = NULL;
     if (!t)
         return 0;
+    if (t->db != c->srv->cfg->upstream.db) { /* back where the block starts */
+        struct buf b = {0};
+        if (fencing_select(c, &b, t->db, c->srv->cfg->upstream.db) < 0)
+            c->dead = 1;
+        up_send(c, buf_head(&b), buf_len(&b));
+        buf_free(&b);
+    }
     if (n >= 3 && r[0] == ':' && r[1] == '0') {
         fencing_txn_commit(c, t);
         committed = 1;

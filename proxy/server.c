@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1471,13 +1472,20 @@ static int req_shareable(const struct client *c, const char *m, const struct res
 }
 
 /* Decides what to do with one request and queues the op for its reply. */
-/* Whether a SELECT argument names database db, in the one spelling Redis reads as db. */
-static int db_is(const char *p, size_t n, int db)
+/* A SELECT argument as Redis reads it (plain decimal, no sign or leading zero, up to INT_MAX);
+ * anything else is refused by Redis, and the database stays `current`. */
+static int db_parse(const char *p, size_t n, int current)
 {
-    char want[16];
-    int wn = snprintf(want, sizeof(want), "%d", db);
+    long long v = 0;
 
-    return wn > 0 && (size_t)wn == n && memcmp(p, want, n) == 0;
+    if (n == 0 || n > 10 || (p[0] == '0' && n > 1))
+        return current;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return current;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v > INT_MAX ? current : (int)v;
 }
 
 static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
@@ -1549,13 +1557,14 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
                     !((is_subscribe(name, nlen) && r->argc >= 2) || is_unsubscribe(name, nlen) ||
                       name_is(name, nlen, "reset"));
     c->skip_next = 0;
-    /* The marks live in the store's database: fenced writes elsewhere are refused (fencing.c).
-     * A SELECT that fails, or sits in a MULTI that is discarded, leaves the flag set: that
-     * refuses too much, never too little. */
+    /* Fenced writes need the connection's database: the marks live in the store's. Redis
+     * refuses a SELECT argument it would not read as this number, so the database stays; one
+     * it reads but has not (out of range) fails again inside the fence script, which then
+     * writes nothing. Inside MULTI, whether it ever runs is not known yet. */
     if (name_is(name, nlen, "select") && r->argc == 2)
-        c->other_db = !db_is(m + r->argv[1].off, r->argv[1].len, c->srv->cfg->upstream.db);
+        c->db = c->in_multi ? -1 : db_parse(m + r->argv[1].off, r->argv[1].len, c->db);
     else if (name_is(name, nlen, "reset"))
-        c->other_db = c->srv->cfg->upstream.db != 0;
+        c->db = 0;
     if (nlen > 6 && name_is(name, 6, "fence.") && fencing_command(c, m, r) == REQ_SKIP)
         return REQ_SKIP;
     if (c->txn)
@@ -1928,6 +1937,7 @@ static void srv_on_accept(evutil_socket_t lfd, short what, void *arg)
         c->id = ++s->next_id;
         c->fd = fd;
         c->ufd = -1;
+        c->db = s->cfg->upstream.db;
         net_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
         resp_scanner_init(&c->scan);
         c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, cl_on_read, c);

@@ -311,34 +311,58 @@ class WhichWrites(FencingCase):
         self.assert_refused(c.call("XREADGROUP", "GROUP", "g", "w1", "BLOCK", 10, "STREAMS",
                                    "jobs", ">"), "ERR")
 
-    def test_fenced_writes_only_in_the_stores_database(self):
-        # The marks live in the store's database, where fence on acquire raises them: a fenced
-        # write from a connection that SELECTed another would be checked against a mark there
-        # that no newer holder ever raised, so it is refused.
+    def test_fenced_writes_in_another_database_check_the_stores_marks(self):
+        # The marks live in the store's database, where fence on acquire raises them. A write
+        # from a connection that SELECTed another database is judged against those marks and
+        # applied in its own database, alone and inside MULTI.
         c = self.c
+        db1 = self.redis.client(db=1)
+        self.addCleanup(db1.close)
         t = self.acquire(c, "wallet:1")
         self.assertEqual(c.call("SELECT", 1), "OK")
-        self.direct.execute_command("SELECT", 1)
-        self.direct.set(hwm_key("wallet:1"), t)  # an old mark in db 1, at the old token
-        self.direct.execute_command("SELECT", 0)
-        self.direct.set(hwm_key("wallet:1"), t + 1)  # a newer holder fenced db 0
-        r = c.call("SET", "wallet:1", "stale")
-        self.assert_refused(r, "ERR")
-        self.assertIn("SELECT 0 first", r)
-        self.assert_refused(c.call("SET", "plain:1", "v"), "ERR")  # the one-lock rule
-        other = self.raw(self.fg.resp_port)
-        self.assertEqual(other.call("SELECT", 1), "OK")
-        self.assertEqual(other.call("SET", "plain:1", "v"), "OK", "no lock, no rule: not fenced")
-        for arg in ("00", "x"):  # not Redis's spelling of 0: SELECT fails, refusal stays
-            self.assert_refused(c.call("SELECT", arg), "ERR")
-            self.assert_refused(c.call("SET", "wallet:1", "stale"), "ERR")
-        self.assertEqual(c.call("SELECT", 0), "OK")
+        db1.set(hwm_key("wallet:1"), t + 5)  # a mark in db 1 is nobody's: ignored
+        self.assertEqual(c.call("SET", "wallet:1", "mine"), "OK")
+        self.assertEqual(db1.get("wallet:1"), b"mine")
+        self.assertIsNone(self.direct.get("wallet:1"), "written in the store's database")
+        self.assertEqual(self.hwm("wallet:1"), t)
+        self.direct.set(hwm_key("wallet:1"), t + 1)  # a newer holder fenced the store
         self.assert_refused(c.call("SET", "wallet:1", "stale"), "STALE")
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SET", "wallet:1", "stale"), "QUEUED")
+        self.assert_refused(c.call("EXEC"), "STALE")
+        self.assertEqual(db1.get("wallet:1"), b"mine")
+        self.direct.set(hwm_key("wallet:1"), t)
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("APPEND", "wallet:1", "+tx"), "QUEUED")
+        self.assertEqual(c.call("INCR", "plain:n"), "QUEUED")
+        self.assertEqual(c.call("EXEC"), [7, 1])
+        self.assertEqual(db1.get("wallet:1"), b"mine+tx")
+        self.assertEqual(db1.get("plain:n"), b"1", "the block ran in the connection's database")
+        self.assertEqual(c.call("DBSIZE"), db1.dbsize(), "still in db 1 after the block")
+        # A SELECT Redis refuses leaves the database as it was.
+        for arg in ("01", "x", "-1", "16"):
+            self.assert_refused(c.call("SELECT", arg), "ERR")
+            r = c.call("APPEND", "wallet:1", "!")
+            if arg == "16":  # read as 16, refused by Redis: the script's SELECT fails too
+                self.assertIsInstance(r, Err)
+            else:
+                self.assertIsInstance(r, int, "after SELECT %s: %r" % (arg, r))
+        self.assertEqual(db1.get("wallet:1"), b"mine+tx!!!")
+        # After a SELECT inside MULTI the database is not known: refused until SELECT again.
+        self.assertEqual(c.call("SELECT", 1), "OK")
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SELECT", 2), "QUEUED")
+        self.assertEqual(c.call("EXEC"), ["OK"])
+        r = c.call("SET", "wallet:1", "where?")
+        self.assert_refused(r, "ERR")
+        self.assertIn("SELECT the database again", r)
+        self.assertEqual(c.call("SELECT", 0), "OK")
+        self.assertEqual(c.call("SET", "wallet:1", "home"), "OK")
+        self.assertEqual(self.direct.get("wallet:1"), b"home")
         self.assertEqual(c.call("SELECT", 1), "OK")
         self.assertEqual(c.call("RESET"), "RESET")  # back in db 0, locks kept
-        self.assert_refused(c.call("SET", "wallet:1", "stale"), "STALE")
-        self.direct.execute_command("SELECT", 1)
-        self.assertEqual(self.direct.exists("wallet:1"), 0)
+        self.assertEqual(c.call("SET", "wallet:1", "reset"), "OK")
+        self.assertEqual(self.direct.get("wallet:1"), b"reset")
 
     def test_one_lock_rule_fences_unprotected_keys_only_with_exactly_one_lock(self):
         c = self.c

@@ -794,6 +794,45 @@ static void test_encode_write(void **state)
     assert_int_equal(small[n], '#');
 }
 
+/* Another database's write: EVAL with the db script's body, the marks, then the two databases
+ * ahead of the write script's ARGV. */
+static void test_encode_write_db(void **state)
+{
+    (void)state;
+    struct fence_decision d;
+    memset(&d, 0, sizeof(d));
+    d.verdict = FENCE_APPLY;
+    d.nlocks = 1;
+    memcpy(d.locks[0].name, "job", 3);
+    d.locks[0].len = 3;
+    d.locks[0].token = 5;
+    const char *argv[] = {"SET", "k", "v"};
+    size_t lens[] = {3, 1, 1};
+    const char *body = fence_write_db_script();
+
+    char buf[4096];
+    size_t n = fence_encode_write_db(0, 15, &d, argv, lens, 3, buf, sizeof(buf));
+    assert_true(n > 0 && n < sizeof(buf));
+    assert_int_equal(fence_encode_write_db(0, 15, &d, argv, lens, 3, NULL, 0), n);
+
+    struct arg args[16];
+    size_t count = parse_multibulk(buf, n, args, ARRAY_LEN(args));
+    assert_int_equal(count, 4 + 2 + 3 + 3);
+    assert_arg(&args[0], "EVAL", 4);
+    assert_arg(&args[1], body, strlen(body));
+    assert_arg(&args[2], "1", 1);
+    assert_arg(&args[3], "fencegate:hwm:{job}", 19);
+    assert_arg(&args[4], "0", 1);
+    assert_arg(&args[5], "15", 2);
+    assert_arg(&args[6], "1", 1);
+    assert_arg(&args[7], "5", 1);
+    assert_arg(&args[8], "job", 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_arg(&args[9 + i], argv[i], lens[i]);
+    /* The script selects both databases, the command's first. */
+    assert_non_null(strstr(body, "redis.call('SELECT', ARGV[2])\nredis.call('SELECT', ARGV[1])"));
+}
+
 static void test_encode_write_token_zero_and_no_locks(void **state)
 {
     (void)state;
@@ -918,6 +957,7 @@ int main(void)
         cmocka_unit_test(test_sha1_vectors),
         cmocka_unit_test(test_hwm_key),
         cmocka_unit_test(test_encode_write),
+        cmocka_unit_test(test_encode_write_db),
         cmocka_unit_test(test_encode_write_token_zero_and_no_locks),
         cmocka_unit_test(test_encode_group),
     };
