@@ -24,7 +24,6 @@
 #include "upstream.h"
 
 #define FENCING_STACK_ARGS 64
-#define FENCING_MAX_KEYS   4096  /* keys of one write we look at; more is refused */
 #define FENCING_MAX_HELD   10000 /* locks one connection may hold (cost grows with the count) */
 
 /* When each lock of a connection was granted, for the hold-time histogram. */
@@ -428,6 +427,9 @@ static size_t fencing_eval_form(const char *enc, size_t len, char *head, size_t 
 struct fencing_txn;
 static void fencing_txn_add(struct client *c, const struct fence_decision *d, const char *enc,
                             size_t len, int as_is);
+static void fencing_script_alone(struct client *c, const struct fence_decision *d, const char *m,
+                                 size_t len, struct span *sp);
+static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span *sp);
 
 /* ---- fenced writes ----------------------------------------------------------------------------
  */
@@ -693,9 +695,8 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
                           "send it as a RESP array");
         return REQ_SKIP;
     }
-    if (r->argc > FENCING_STACK_ARGS) {
-        size_t kmax = r->argc < FENCING_MAX_KEYS ? r->argc : FENCING_MAX_KEYS;
-        keys = malloc(kmax * sizeof(*keys));
+    if (r->argc > FENCING_STACK_ARGS) { /* every key is judged: an index per argument */
+        keys = malloc(r->argc * sizeof(*keys));
         argv = malloc(r->argc * sizeof(*argv));
         lens = malloc(r->argc * sizeof(*lens));
         if (!keys || !argv || !lens) {
@@ -704,8 +705,7 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
         }
     }
     if (ci->flags & CMD_MOVABLEKEYS) {
-        nkeys = fencing_movable_keys(m, r, keys,
-                                     r->argc < FENCING_MAX_KEYS ? r->argc : FENCING_MAX_KEYS);
+        nkeys = fencing_movable_keys(m, r, keys, r->argc);
         if (nkeys < 0) {
             cl_reply_error(c,
                            "ERR fencegate cannot tell which keys '%.*s' writes, so it cannot "
@@ -714,16 +714,8 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
             goto out;
         }
     } else {
-        size_t total = cmd_keys(ci, r->argc, keys,
-                                r->argc < FENCING_STACK_ARGS ? FENCING_STACK_ARGS
-                                : r->argc < FENCING_MAX_KEYS ? r->argc
-                                                             : FENCING_MAX_KEYS);
-        if (total > FENCING_MAX_KEYS) {
-            cl_reply_error(c, "ERR fencegate fences writes of at most %d keys; refused, not sent",
-                           FENCING_MAX_KEYS);
-            goto out;
-        }
-        nkeys = (long)total;
+        nkeys = (long)cmd_keys(ci, r->argc, keys,
+                               r->argc < FENCING_STACK_ARGS ? FENCING_STACK_ARGS : r->argc);
     }
     for (size_t i = 0; i < r->argc; i++) {
         argv[i] = ARG(i);
@@ -748,13 +740,17 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
             goto out;
         }
         if (fencing_is_script(ARG(0), ALEN(0))) {
-            cl_reply_error(c,
-                           "ERR fencegate cannot fence a script ('%.*s' under lock %.*s): its "
-                           "writes cannot be checked against the fence in one step with it; "
-                           "refused, not sent (use %.*s_RO for a read-only script, or send "
-                           "the writes as commands)",
-                           (int)ALEN(0), ARG(0), (int)d.locks[0].len, d.locks[0].name, (int)ALEN(0),
-                           ARG(0));
+            if (c->txn)
+                fencing_txn_add(c, &d, m, r->len, 1); /* checked with the block at EXEC */
+            else if (c->in_multi || c->client_watched)
+                cl_reply_error(c,
+                               "ERR fencegate cannot fence a script ('%.*s' under lock %.*s) "
+                               "while the connection %s; refused, not sent",
+                               (int)ALEN(0), ARG(0), (int)d.locks[0].len, d.locks[0].name,
+                               c->in_multi ? "is in a MULTI begun before it held a lock"
+                                           : "WATCHes keys (UNWATCH, or run it in the MULTI)");
+            else
+                fencing_script_alone(c, &d, m, r->len, sp);
             goto out;
         }
         if ((ci->flags & CMD_NOSCRIPT) || ((ci->flags & CMD_BLOCKING) && fencing_may_block(m, r))) {
@@ -812,7 +808,8 @@ struct fencing_txn {
     int fenced_now; /* the request being queued went in as a fenced script */
     struct fence_lock_ref locks[FENCE_MAX_LOCKS];
     size_t nlocks;
-    int db; /* the connection's database at MULTI, where the block starts */
+    int db;     /* the connection's database at MULTI, where the block starts */
+    int unwrap; /* a script sent alone as a block of one: EXEC's reply is unwrapped for it */
 };
 
 static void fencing_txn_free(struct fencing_txn *t)
@@ -928,6 +925,8 @@ static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
     }
     o->t0_us = batch_now();
     o->txn_exec = t->nlocks > 0 && !c->client_watched;
+    if (t->unwrap)
+        o->flags |= OPF_UNWRAP;
 }
 
 /* A block that ends without reaching EXEC upstream (DISCARD, EXECABORT, a lost lock) must
@@ -1042,11 +1041,6 @@ static int fencing_select(struct client *c, struct buf *b, int db, int now)
 void fencing_txn_exec(struct client *c, struct span *sp)
 {
     struct fencing_txn *t = c->txn;
-    struct buf b = {0};
-    char tok[32];
-    char key[FENCE_MAX_LOCK + 64];
-    struct op *o;
-    int ok = 0;
 
     c->txn = NULL;
     c->in_multi = 0;
@@ -1056,6 +1050,40 @@ void fencing_txn_exec(struct client *c, struct span *sp)
         fencing_txn_free(t);
         return;
     }
+    fencing_txn_run(c, t, sp);
+}
+
+/* A script under fenced locks, outside MULTI: sent as a block of its own, WATCHed and checked
+ * like any fenced block, and answered with its own reply (OPF_UNWRAP). A script cannot run
+ * inside the fence script, so this is how it is fenced; it checks the marks and does not raise
+ * them (fence on acquire already did). */
+static void fencing_script_alone(struct client *c, const struct fence_decision *d, const char *m,
+                                 size_t len, struct span *sp)
+{
+    struct fencing_txn *t = calloc(1, sizeof(*t));
+
+    if (!t || buf_append(&t->cmds, m, len) != FG_OK) {
+        fencing_txn_free(t);
+        c->dead = 1;
+        return;
+    }
+    t->count = 1;
+    t->db = c->db;
+    t->unwrap = 1;
+    t->nlocks = d->nlocks;
+    memcpy(t->locks, d->locks, d->nlocks * sizeof(d->locks[0]));
+    metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
+    fencing_txn_run(c, t, sp);
+}
+
+static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span *sp)
+{
+    struct buf b = {0};
+    char tok[32];
+    char key[FENCE_MAX_LOCK + 64];
+    struct op *o;
+    int ok = 0;
+
     /* A lease that ran out while the block was queued (or the sidecar was frozen) refuses it
      * here, as it refuses a single write. */
     for (size_t i = 0; i < t->nlocks; i++) {

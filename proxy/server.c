@@ -1235,6 +1235,10 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             fencing_on_reply(c, r, n);
         }
     }
+    if (r && (o->flags & OPF_UNWRAP) && n > 4 && memcmp(r, "*1\r\n", 4) == 0) {
+        r += 4; /* never streamed (rep_may_stream), so the header is here */
+        n -= 4;
+    }
     if (r && !(o->flags & OPF_SILENT))
         span_add(c, sp, r, n, 0);
     if (r && !c->reply_partial) {
