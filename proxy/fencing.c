@@ -454,8 +454,12 @@ static int fencing_may_block(const char *m, const struct resp_request *r)
     return 0;
 }
 
+#define FENCING_MALFORMED (-2) /* Redis refuses the call before it runs: it gets Redis's error */
+
 /* Keys of commands whose key positions depend on their arguments (COMMAND flags them
- * "movablekeys"). Returns the number of keys, or -1 when fencegate cannot tell. */
+ * "movablekeys"). Returns the number of keys, FENCING_MALFORMED when the arguments that place
+ * them are malformed (Redis parses numkeys strictly: whatever fails here fails there), or -1
+ * when fencegate cannot tell. */
 static long fencing_movable_keys(const char *m, const struct resp_request *r, size_t *idx,
                                  size_t max)
 {
@@ -484,8 +488,9 @@ static long fencing_movable_keys(const char *m, const struct resp_request *r, si
             else if (!name_is(ARG(i), ALEN(i), "noack"))
                 break;
         }
-        if (i >= argc || !name_is(ARG(i), ALEN(i), "streams"))
-            return 0; /* a syntax error: Redis refuses it without touching a key */
+        if (i >= argc || !name_is(ARG(i), ALEN(i), "streams") || (argc - i - 1) % 2 != 0 ||
+            argc - i - 1 == 0)
+            return FENCING_MALFORMED;
         half = (argc - i - 1) / 2;
         if (half > max)
             return -1;
@@ -539,10 +544,10 @@ static long fencing_movable_keys(const char *m, const struct resp_request *r, si
     }
     if (argc <= numkeys_at ||
         fencing_parse_ms(ARG(numkeys_at), ALEN(numkeys_at), 0, (long long)max, &numkeys) < 0)
-        return -1;
+        return FENCING_MALFORMED;
     first = numkeys_at + 1;
     if (first + (size_t)numkeys > argc)
-        return -1;
+        return FENCING_MALFORMED;
     for (long long k = 0; k < numkeys && n < max; k++)
         idx[n++] = first + (size_t)k;
     return (long)n;
@@ -690,6 +695,9 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     ci = cmd_lookup(t, ARG(0), ALEN(0), r->argc > 1 ? ARG(1) : NULL, r->argc > 1 ? ALEN(1) : 0);
     if (!ci || !(ci->flags & CMD_WRITE || fencing_is_script(ARG(0), ALEN(0))))
         return REQ_FORWARD; /* unknown commands get Redis's own error */
+    if ((ci->arity > 0 && r->argc != (size_t)ci->arity) ||
+        (ci->arity < 0 && r->argc < (size_t)-ci->arity))
+        return REQ_FORWARD; /* Redis refuses it before it runs, in its own words */
     if (r->has_quoted) {
         cl_reply_error(c, "ERR fencegate cannot fence an inline command with quoted arguments; "
                           "send it as a RESP array");
@@ -706,6 +714,10 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     }
     if (ci->flags & CMD_MOVABLEKEYS) {
         nkeys = fencing_movable_keys(m, r, keys, r->argc);
+        if (nkeys == FENCING_MALFORMED) {
+            act = REQ_FORWARD;
+            goto out;
+        }
         if (nkeys < 0) {
             cl_reply_error(c,
                            "ERR fencegate cannot tell which keys '%.*s' writes, so it cannot "

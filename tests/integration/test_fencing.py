@@ -337,6 +337,13 @@ class WhichWrites(FencingCase):
         self.assert_refused(c.call("MIGRATE", "127.0.0.1", 1, "", 0, 10, "AUTH", "keys",
                                    "KEYS", "plain:l", "wallet:4"), "NOLOCK")
         self.assertEqual(self.direct.lrange("wallet:4", 0, -1), [b"coin"])
+        # Malformed ones never run in Redis: they get Redis's own errors, as without rules.
+        plain = self.raw(self.redis.port)
+        for call in (("LMPOP",), ("LMPOP", "a", "l", "LEFT"), ("ZMPOP", -1, "z", "MIN"),
+                     ("EVAL", "return 1", "x"), ("EVAL", "return 1", 5, "a"),
+                     ("XREADGROUP", "GROUP", "g", "w", "STREAMS", "jobs"),
+                     ("XREADGROUP", "GROUP", "g", "w", "COUNT", 1, "jobs", ">")):
+            self.assertEqual(c.call(*call), plain.call(*call), call)
         # Under the one-lock rule XREADGROUP without BLOCK goes as a fenced script; with BLOCK
         # it could wait, which a script cannot, so it is refused.
         self.direct.xadd("jobs", {"n": "2"})
