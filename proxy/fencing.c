@@ -884,6 +884,13 @@ int fencing_active(struct client *c)
     return only.n > 0;
 }
 
+void fencing_txn_drop(struct client *c)
+{
+    fencing_txn_free(c->txn);
+    c->txn = NULL;
+    c->in_multi = 0;
+}
+
 int fencing_txn_begin(struct client *c)
 {
     c->txn = calloc(1, sizeof(*c->txn));
@@ -982,8 +989,7 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
         cl_reply_error(c, "ERR MULTI calls can not be nested");
         return REQ_SKIP;
     }
-    if (name_is(name, nlen, "watch")) {
-        t->dirty = 1;
+    if (name_is(name, nlen, "watch")) { /* refused at once, and the block stays good */
         cl_reply_error(c, "ERR WATCH inside MULTI is not allowed");
         return REQ_SKIP;
     }

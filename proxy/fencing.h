@@ -31,6 +31,9 @@ int fencing_active(struct client *c);
  * or -1 (out of memory: the client is dead). */
 int fencing_txn_begin(struct client *c);
 
+/* Drops a held-back block unsent: RESET and QUIT run at once inside MULTI and end it. */
+void fencing_txn_drop(struct client *c);
+
 /* A request inside a held-back MULTI: queued (+QUEUED), refused (the block will abort, as Redis
  * aborts a block with a bad command), or EXEC / DISCARD. Always REQ_SKIP. */
 enum req_action fencing_txn_queue(struct client *c, const char *m, const struct resp_request *r,

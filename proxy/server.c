@@ -1571,6 +1571,8 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         c->db = 0;
     if (nlen > 6 && name_is(name, 6, "fence.") && fencing_command(c, m, r) == REQ_SKIP)
         return REQ_SKIP;
+    if (c->txn && (name_is(name, nlen, "reset") || name_is(name, nlen, "quit")))
+        fencing_txn_drop(c); /* Redis runs them at once inside MULTI, ending the block */
     if (c->txn)
         return fencing_txn_queue(c, m, r, sp);
     if (name_is(name, nlen, "watch"))

@@ -427,6 +427,24 @@ class WhichWrites(FencingCase):
 
 class Transactions(FencingCase):
 
+    def test_held_back_multi_answers_as_redis_does(self):
+        # With protect rules MULTI is held back in the sidecar. Inside MULTI Redis runs WATCH,
+        # RESET and QUIT at once: WATCH is refused without spoiling the block, RESET and QUIT
+        # end it unsent. The byte streams must match Redis's own.
+        fg = self.fencegate()
+        script = (encode("MULTI") + encode("SET", "plain:a", "1") + encode("WATCH", "x")
+                  + encode("EXEC") + encode("MULTI") + encode("SET", "plain:b", "1")
+                  + encode("RESET") + encode("GET", "plain:b") + encode("MULTI")
+                  + encode("SET", "plain:c", "1") + encode("QUIT"))
+        got = {}
+        for port in (fg.resp_port, self.redis.port):
+            conn = self.raw(port)
+            conn.send(script)
+            got[port] = conn.read_available(wait=0.5)
+            self.direct.flushall()
+        self.assertEqual(got[fg.resp_port], got[self.redis.port])
+        self.assertIn(b"RESET", got[fg.resp_port])
+
     def test_multi_exec_with_current_token_gives_normal_reply(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port)
