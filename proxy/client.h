@@ -57,6 +57,7 @@ enum op_flag {
     OPF_ENTER_REPLICA = 1 << 8, /* SYNC / PSYNC: its reply starts a replication stream */
     OPF_SILENT = 1 << 9,        /* CLIENT REPLY OFF / SKIP: its reply is read and dropped */
     OPF_UNWRAP = 1 << 10,       /* EXEC of a script sent alone: its one element is the reply */
+    OPF_TXN_QUEUED = 1 << 11,   /* OP_HIDDEN MULTI/QUEUED of a held-back block: an error is kept */
 };
 
 struct op {
@@ -143,7 +144,8 @@ struct client {
     struct fencing_held *held;        /* when each lock was granted (fencing.c) */
     struct fencing_txn *txn;          /* a MULTI held back until EXEC, to fence it as a whole */
     struct fencing_txn *txn_checking; /* its check is in flight */
-    unsigned client_watched : 1;      /* the application's own WATCH is active */
+    char *txn_err; /* the first error Redis gave a held-back block's queued command: EXEC's */
+    unsigned client_watched : 1; /* the application's own WATCH is active */
 };
 
 struct server {

@@ -932,11 +932,14 @@ static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
     up_send(c, multi, sizeof(multi) - 1);
     up_send(c, buf_head(&t->cmds), buf_len(&t->cmds));
     up_send(c, exec, sizeof(exec) - 1);
-    for (size_t i = 0; i < t->count + 1; i++)
-        if (!op_push(c, OP_HIDDEN)) {
+    for (size_t i = 0; i < t->count + 1; i++) {
+        o = op_push(c, OP_HIDDEN);
+        if (!o) {
             c->dead = 1;
             return;
         }
+        o->flags |= OPF_TXN_QUEUED;
+    }
     o = op_push(c, OP_FORWARD);
     if (!o) {
         c->dead = 1;
@@ -1244,4 +1247,6 @@ void fencing_close(struct client *c)
     fencing_txn_free(c->txn);
     fencing_txn_free(c->txn_checking);
     c->txn = c->txn_checking = NULL;
+    free(c->txn_err);
+    c->txn_err = NULL;
 }

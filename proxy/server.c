@@ -1204,8 +1204,33 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             ops_fail_upstream(c);
             return 0;
         }
+        if (type == '-' && (o->flags & OPF_TXN_QUEUED) && !c->txn_err) {
+            c->txn_err = malloc(n - 2); /* without '-' and CRLF, plus a NUL */
+            if (c->txn_err) {
+                memcpy(c->txn_err, r + 1, n - 3);
+                c->txn_err[n - 3] = '\0';
+            }
+        }
         rep_pop(c, sp);
         return 0;
+    }
+    if (c->txn_err) { /* the EXEC of a held-back block whose command Redis refused */
+        static const char generic[] =
+            "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        if (r && n == sizeof(generic) - 1 && memcmp(r, generic, n) == 0) {
+            /* Redis refused it at queue time, not (as it would have, had the block reached it
+             * as it was typed) at EXEC: say why, as Redis's EXEC does. */
+            char msg[1024];
+            int ml =
+                snprintf(msg, sizeof(msg),
+                         "-EXECABORT Transaction discarded because of: %.960s\r\n", c->txn_err);
+            span_flush(c, sp, 0);
+            if (ml > 0 && !(o->flags & OPF_SILENT))
+                cl_send(c, msg, (size_t)ml);
+            r = NULL;
+        }
+        free(c->txn_err);
+        c->txn_err = NULL;
     }
     if ((o->flags & OPF_TXN_CHECK) && fencing_txn_checked(c, r, n))
         r = NULL; /* the block went out; EXEC's own reply will answer the application */

@@ -445,6 +445,24 @@ class Transactions(FencingCase):
         self.assertEqual(got[fg.resp_port], got[self.redis.port])
         self.assertIn(b"RESET", got[fg.resp_port])
 
+    def test_held_back_multi_refused_by_server_state_says_why(self):
+        # A block held back until EXEC reaches Redis whole, so Redis refuses its commands at
+        # queue time; EXEC names the reason as Redis's own EXEC does for a state change.
+        fg = self.fencegate()
+        self.direct.set("plain:xx", 1)
+        got = {}
+        for port in (fg.resp_port, self.redis.port):
+            conn = self.raw(port)
+            self.assertEqual(conn.call("MULTI"), "OK")
+            self.assertEqual(conn.call("INCR", "plain:xx"), "QUEUED")
+            self.direct.config_set("min-replicas-to-write", 2)
+            got[port] = conn.call("EXEC")
+            self.direct.config_set("min-replicas-to-write", 0)
+            self.assertEqual(conn.call("PING"), "PONG")
+        self.assertEqual(got[fg.resp_port], got[self.redis.port])
+        self.assertIn("NOREPLICAS", got[fg.resp_port])
+        self.assertEqual(self.direct.get("plain:xx"), b"1")
+
     def test_multi_exec_with_current_token_gives_normal_reply(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port)
