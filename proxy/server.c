@@ -1500,7 +1500,6 @@ static int req_shareable(const struct client *c, const char *m, const struct res
     return ci && !(ci->flags & (CMD_ADMIN | CMD_PUBSUB | CMD_NOSCRIPT | blocking));
 }
 
-/* Decides what to do with one request and queues the op for its reply. */
 /* A SELECT argument as Redis reads it (plain decimal, no sign or leading zero, up to INT_MAX);
  * anything else is refused by Redis, and the database stays `current`. */
 static int db_parse(const char *p, size_t n, int current)
@@ -1517,6 +1516,7 @@ static int db_parse(const char *p, size_t n, int current)
     return v > INT_MAX ? current : (int)v;
 }
 
+/* Decides what to do with one request and queues the op for its reply. */
 static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
                                     struct span *sp)
 {
