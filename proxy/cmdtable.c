@@ -46,7 +46,7 @@ static const struct {
     {"pubsub", CMD_PUBSUB},     {"noscript", CMD_NOSCRIPT},
     {"blocking", CMD_BLOCKING}, {"movablekeys", CMD_MOVABLEKEYS},
     {"loading", CMD_LOADING},   {"stale", CMD_STALE},
-    {"fast", CMD_FAST},
+    {"fast", CMD_FAST},         {"no_multi", CMD_NO_MULTI},
 };
 
 /* ASCII only: command names are ASCII, and the locale must not change what matches. */

@@ -20,6 +20,7 @@ enum cmd_flag {
     CMD_LOADING = 1 << 8,
     CMD_STALE = 1 << 9,
     CMD_FAST = 1 << 10,
+    CMD_NO_MULTI = 1 << 11, /* refused inside MULTI (SAVE, SHUTDOWN, ...) */
 };
 
 struct cmd_info {

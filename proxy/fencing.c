@@ -820,7 +820,8 @@ struct fencing_txn {
     int fenced_now; /* the request being queued went in as a fenced script */
     struct fence_lock_ref locks[FENCE_MAX_LOCKS];
     size_t nlocks;
-    int db;     /* the connection's database at MULTI, where the block starts */
+    struct buf multi, exec; /* MULTI and EXEC as the client spelled them (MONITOR shows them) */
+    int db;                 /* the connection's database at MULTI, where the block starts */
     int unwrap; /* a script sent alone as a block of one: EXEC's reply is unwrapped for it */
 };
 
@@ -829,6 +830,8 @@ static void fencing_txn_free(struct fencing_txn *t)
     if (!t)
         return;
     buf_free(&t->cmds);
+    buf_free(&t->multi);
+    buf_free(&t->exec);
     free(t);
 }
 
@@ -891,10 +894,10 @@ void fencing_txn_drop(struct client *c)
     c->in_multi = 0;
 }
 
-int fencing_txn_begin(struct client *c)
+int fencing_txn_begin(struct client *c, const char *m, size_t len)
 {
     c->txn = calloc(1, sizeof(*c->txn));
-    if (!c->txn) {
+    if (!c->txn || buf_append(&c->txn->multi, m, len) != FG_OK) {
         c->dead = 1;
         return -1;
     }
@@ -929,9 +932,15 @@ static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
     static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
     struct op *o;
 
-    up_send(c, multi, sizeof(multi) - 1);
+    if (buf_len(&t->multi))
+        up_send(c, buf_head(&t->multi), buf_len(&t->multi));
+    else
+        up_send(c, multi, sizeof(multi) - 1);
     up_send(c, buf_head(&t->cmds), buf_len(&t->cmds));
-    up_send(c, exec, sizeof(exec) - 1);
+    if (buf_len(&t->exec))
+        up_send(c, buf_head(&t->exec), buf_len(&t->exec));
+    else
+        up_send(c, exec, sizeof(exec) - 1);
     for (size_t i = 0; i < t->count + 1; i++) {
         o = op_push(c, OP_HIDDEN);
         if (!o) {
@@ -985,6 +994,10 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
         return REQ_SKIP;
     }
     if (name_is(name, nlen, "exec")) {
+        if (buf_append(&t->exec, m, r->len) != FG_OK) {
+            c->dead = 1;
+            return REQ_SKIP;
+        }
         fencing_txn_exec(c, sp);
         return REQ_SKIP;
     }
@@ -1018,6 +1031,11 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
             (ci->arity < 0 && r->argc < (size_t)-ci->arity)) {
             t->dirty = 1;
             cl_reply_error(c, "ERR wrong number of arguments for '%s' command", ci->name);
+            return REQ_SKIP;
+        }
+        if (ci->flags & CMD_NO_MULTI) {
+            t->dirty = 1;
+            cl_reply_error(c, "ERR Command not allowed inside a transaction");
             return REQ_SKIP;
         }
     }

@@ -29,7 +29,7 @@ int fencing_active(struct client *c);
 
 /* MULTI of a connection where fencing is active: answers +OK and holds the block back. Returns 0
  * or -1 (out of memory: the client is dead). */
-int fencing_txn_begin(struct client *c);
+int fencing_txn_begin(struct client *c, const char *m, size_t len);
 
 /* Drops a held-back block unsent: RESET and QUIT run at once inside MULTI and end it. */
 void fencing_txn_drop(struct client *c);

@@ -1612,7 +1612,7 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
     } else if (name_is(name, nlen, "multi")) {
         c->in_multi = 1;
         if (fencing_active(c)) { /* held back until EXEC, to be fenced as a whole */
-            (void)fencing_txn_begin(c);
+            (void)fencing_txn_begin(c, m, r->len);
             return REQ_SKIP;
         }
     } else if (name_is(name, nlen, "hello")) {

@@ -35,13 +35,20 @@ SKIP=(
 
 # With protect rules MULTI is held in fencegate until EXEC (README, "Transactions"), so Redis
 # judges the queued commands at EXEC, not as each arrives. These tests change the server's state
-# (maxmemory, a busy script) between queueing and EXEC and expect the queue-time verdict; the
-# block is still applied all or nothing.
+# (maxmemory, a busy script) between queueing and EXEC and expect the queue-time verdict (Redis
+# refuses every command queued while out of memory); the block is still all or nothing.
 PROTECT_SKIP=(
   "EXEC fails if there are errors while queueing commands #2"
   "DISCARD should not fail during OOM"
   "MULTI and script timeout"
   "MULTI-EXEC body and script timeout"
+  "EXEC with only read commands should not be rejected when OOM"
+  # a RESP3 invalidation Redis pushes while the block is queued comes at EXEC, after the
+  # QUEUED fencegate answered
+  "Regression test for #11715"
+  # a block refused while queued (an unknown command) never reaches Redis, so MONITOR does not
+  # show its MULTI and EXEC
+  "MONITOR correctly handles multi-exec cases"
 )
 
 usage() {

@@ -436,14 +436,30 @@ class Transactions(FencingCase):
                   + encode("EXEC") + encode("MULTI") + encode("SET", "plain:b", "1")
                   + encode("RESET") + encode("GET", "plain:b") + encode("MULTI")
                   + encode("SET", "plain:c", "1") + encode("QUIT"))
+        # SAVE is refused inside MULTI ("no_multi") and aborts the block.
+        no_multi = (encode("MULTI") + encode("SET", "plain:d", "1") + encode("SAVE")
+                    + encode("EXEC") + encode("EXISTS", "plain:d"))
         got = {}
         for port in (fg.resp_port, self.redis.port):
-            conn = self.raw(port)
-            conn.send(script)
-            got[port] = conn.read_available(wait=0.5)
-            self.direct.flushall()
-        self.assertEqual(got[fg.resp_port], got[self.redis.port])
-        self.assertIn(b"RESET", got[fg.resp_port])
+            for s in (script, no_multi):
+                conn = self.raw(port)
+                conn.send(s)
+                got[port, s] = conn.read_available(wait=0.5)
+                self.direct.flushall()
+        for s in (script, no_multi):
+            self.assertEqual(got[fg.resp_port, s], got[self.redis.port, s])
+        self.assertIn(b"RESET", got[fg.resp_port, script])
+        self.assertIn(b"not allowed inside a transaction", got[fg.resp_port, no_multi])
+        # The block goes to Redis with MULTI and EXEC as the client spelled them.
+        mon, stop = self.monitor()
+        conn = self.raw(fg.resp_port)
+        conn.send(encode("multi") + encode("SET", "plain:e", "1") + encode("eXeC"))
+        self.assertEqual(conn.read_reply(), "OK")
+        self.assertEqual(conn.read_reply(), "QUEUED")
+        self.assertEqual(conn.read_reply(), ["OK"])
+        seen = [s for s in stop() if "PING" not in s.upper() and "INFO" not in s.upper()]
+        self.assertEqual([s.split("] ", 1)[1] for s in seen[:3]],
+                         ['"multi"', '"SET" "plain:e" "1"', '"eXeC"'])
 
     def test_held_back_multi_refused_by_server_state_says_why(self):
         # A block held back until EXEC reaches Redis whole, so Redis refuses its commands at
