@@ -936,6 +936,28 @@ static int lk_deliver_group(struct ulink *lk, const char *r, size_t n, size_t k,
     return p == end ? 0 : -1;
 }
 
+/* The start of p as printable text (\xNN for other bytes), for a log line. */
+static const char *shown_bytes(const char *p, size_t n, char *out, size_t cap)
+{
+    size_t k = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < n && k + 5 < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, (p[i] >= 0x20 && p[i] < 0x7f) ? "%c" : "\\x%02x",
+                              (unsigned char)p[i]);
+    return out;
+}
+
+/* Why a reply stream was given up: what the scanner choked on, so the log shows it. */
+static const char *bad_reply_why(const char *reply, size_t at, size_t avail, char *out, size_t cap)
+{
+    char shown[64];
+
+    snprintf(out, cap, "protocol error in upstream reply (byte %zu of it, from: %s)", at,
+             shown_bytes(reply, avail, shown, sizeof(shown)));
+    return out;
+}
+
 /* Handles reply bytes src[0..len) (the first lk->rscan_off already scanned): each whole reply goes
  * to the client at the head of `who`. Returns the bytes handled, or -1 when the link failed. */
 static long lk_process(struct ulink *lk, const char *src, size_t len)
@@ -951,8 +973,9 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
         rc = resp_scan_reply(&lk->scan, src + scan, len - scan, &used);
         scan += used;
         if (rc == RESP_SCAN_INVALID) {
+            char why[160];
             lk_hand_over(&to, &sp);
-            lk_fail(lk, "protocol error in upstream reply");
+            lk_fail(lk, bad_reply_why(src + pos, scan - pos, len - pos, why, sizeof(why)));
             return -1;
         }
         if (lk->who_count == 0) {
@@ -1182,14 +1205,10 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
     }
     if (c->ops_count == 0 || op_at(c, 0)->kind == OP_LOCAL) {
         char shown[80];
-        size_t k = 0;
-        for (size_t i = 0; i < n && k + 4 < sizeof(shown); i++) /* its start, printable */
-            k += (size_t)snprintf(shown + k, sizeof(shown) - k,
-                                  (r[i] >= 0x20 && r[i] < 0x7f) ? "%c" : "\\x%02x",
-                                  (unsigned char)r[i]);
         log_error("client %" PRIu64 " %s: upstream sent a reply nobody asked for (%s%s, RESP%d); "
                   "closing",
-                  c->id, c->peer, shown, n > 16 ? "..." : "", c->resp3 ? 3 : 2);
+                  c->id, c->peer, shown_bytes(r, n, shown, sizeof(shown)), n > 16 ? "..." : "",
+                  c->resp3 ? 3 : 2);
         return -1;
     }
     o = op_at(c, 0);
@@ -1322,8 +1341,9 @@ static long rep_process(struct client *c, const char *src, size_t len)
         rc = resp_scan_reply(&c->scan, src + scan, len - scan, &used);
         scan += used;
         if (rc == RESP_SCAN_INVALID) {
+            char why[160];
             span_flush(c, &sp, 0);
-            up_drop(c, "protocol error in upstream reply");
+            up_drop(c, bad_reply_why(src + pos, scan - pos, len - pos, why, sizeof(why)));
             return -1;
         }
         if (rc == RESP_SCAN_MORE) {
