@@ -193,6 +193,16 @@ static inline int name_is(const char *p, size_t n, const char *lit)
     return n == l && strncasecmp(p, lit, l) == 0;
 }
 
+/* Whether an XREAD / XREADGROUP request m has BLOCK among its options (before STREAMS). Redis 7
+ * flags both "blocking" always; only BLOCK makes them wait. */
+static inline int xread_blocks(const char *m, const struct resp_request *r)
+{
+    for (size_t i = 1; i < r->argc && !name_is(m + r->argv[i].off, r->argv[i].len, "streams"); i++)
+        if (name_is(m + r->argv[i].off, r->argv[i].len, "block"))
+            return 1;
+    return 0;
+}
+
 /* Appends an op to the client's queue; NULL when out of memory (the client is then dead). */
 struct op *op_push(struct client *c, enum op_kind kind);
 struct op *op_at(struct client *c, size_t i);

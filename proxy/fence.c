@@ -696,10 +696,10 @@ static void fence_put_bulk_u64(struct fence_out *o, uint64_t v)
     fence_put_bulk(o, buf, fence_u64_dec(v, buf));
 }
 
-/* Marks are spelled out piece by piece rather than through fence_hwm_key() so no buffer limit
- * applies here; the layout is the same. */
 /* The write script's call: verb and its first argument (a SHA or the body), then the marks, then
- * the numbers in pre (leading ARGV), n, the tokens, the lock names and the command. */
+ * the numbers in pre (leading ARGV), n, the tokens, the lock names and the command. Marks are
+ * spelled out piece by piece rather than through fence_hwm_key() so no buffer limit applies
+ * here; the layout is the same. */
 static size_t fence_encode(const char *verb, const char *head, size_t hlen, const uint64_t *pre,
                            size_t npre, const struct fence_decision *d, const char *const *argv,
                            const size_t *lens, size_t argc, char *out, size_t cap,

@@ -442,16 +442,11 @@ static int fencing_is_script(const char *name, size_t n)
     return name_is(name, n, "eval") || name_is(name, n, "evalsha") || name_is(name, n, "fcall");
 }
 
-/* Whether a command COMMAND flags "blocking" may block. XREADGROUP carries the flag always,
- * but without BLOCK it never waits and runs inside a script just as it does outside. */
+/* Whether a command COMMAND flags "blocking" may block. XREADGROUP without BLOCK never waits
+ * and runs inside a script just as it does outside. */
 static int fencing_may_block(const char *m, const struct resp_request *r)
 {
-    if (!name_is(ARG(0), ALEN(0), "xreadgroup"))
-        return 1;
-    for (size_t i = 1; i < r->argc && !name_is(ARG(i), ALEN(i), "streams"); i++)
-        if (name_is(ARG(i), ALEN(i), "block"))
-            return 1;
-    return 0;
+    return !name_is(ARG(0), ALEN(0), "xreadgroup") || xread_blocks(m, r);
 }
 
 #define FENCING_MALFORMED (-2) /* Redis refuses the call before it runs: it gets Redis's error */
@@ -603,10 +598,11 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
     static const char load_head[] = "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n";
     const char *body = fence_write_script();
     unsigned sdb = (unsigned)c->srv->cfg->upstream.db, cdb = (unsigned)c->db;
+    int other_db = sdb != cdb; /* sent with its script's body: rare, and needs no script cache */
     struct fence_layout lay;
-    size_t need = sdb == cdb
-                      ? fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0, NULL)
-                      : fence_encode_write_db(sdb, cdb, d, argv, lens, argc, NULL, 0);
+    size_t need = other_db
+                      ? fence_encode_write_db(sdb, cdb, d, argv, lens, argc, NULL, 0)
+                      : fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0, NULL);
     char *out = malloc(need + 1);
     struct op *o;
 
@@ -614,48 +610,37 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         c->dead = 1;
         return;
     }
-    if (sdb != cdb) { /* sent with its body: this is rare, and needs no script cache */
+    if (other_db)
         fence_encode_write_db(sdb, cdb, d, argv, lens, argc, out, need + 1);
-        if (c->txn) {
-            fencing_txn_add(c, d, out, need, 1);
-            free(out);
-            return;
-        }
-        span_flush(c, sp, 1);
-        up_send(c, out, need);
-        free(out);
-        o = op_push(c, OP_FORWARD);
-        if (!o) {
-            c->dead = 1;
-            return;
-        }
-        o->flags |= OPF_FENCED;
-        o->t0_us = batch_now();
-        metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
-        return;
-    }
-    fence_encode_write(c->srv->write_sha, d, argv, lens, argc, out, need + 1, &lay);
+    else
+        fence_encode_write(c->srv->write_sha, d, argv, lens, argc, out, need + 1, &lay);
     if (c->txn) {
-        fencing_txn_add(c, d, out, need, 0);
+        fencing_txn_add(c, d, out, need, other_db);
         free(out);
         return;
     }
     span_flush(c, sp, 1);
-    if (!up_script_loaded(c)) {
-        char len[32];
-        int ln = snprintf(len, sizeof(len), "$%zu\r\n", strlen(body));
-        up_send(c, load_head, sizeof(load_head) - 1);
-        up_send(c, len, (size_t)ln);
-        up_send(c, body, strlen(body));
-        up_send(c, "\r\n", 2);
-        if (!op_push(c, OP_HIDDEN)) {
-            free(out);
-            c->dead = 1;
-            return;
+    if (other_db) {
+        up_send(c, out, need);
+        free(out);
+        out = NULL; /* an EVAL: no NOSCRIPT to send it again for */
+    } else {
+        if (!up_script_loaded(c)) {
+            char len[32];
+            int ln = snprintf(len, sizeof(len), "$%zu\r\n", strlen(body));
+            up_send(c, load_head, sizeof(load_head) - 1);
+            up_send(c, len, (size_t)ln);
+            up_send(c, body, strlen(body));
+            up_send(c, "\r\n", 2);
+            if (!op_push(c, OP_HIDDEN)) {
+                free(out);
+                c->dead = 1;
+                return;
+            }
+            up_set_script_loaded(c, 1);
         }
-        up_set_script_loaded(c, 1);
+        up_send_fenced(c, out, need, &lay);
     }
-    up_send_fenced(c, out, need, &lay);
     o = op_push(c, OP_FORWARD);
     if (!o) {
         free(out);
@@ -665,7 +650,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
     o->flags |= OPF_FENCED;
     o->t0_us = batch_now();
     o->reply = out; /* kept to send again after a NOSCRIPT */
-    o->reply_len = need;
+    o->reply_len = out ? need : 0;
     metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
 }
 
@@ -843,16 +828,12 @@ static void fencing_txn_add(struct client *c, const struct fence_decision *d, co
     char head[64];
     size_t hn = 0, skip = as_is ? 0 : fencing_eval_form(enc, len, head, &hn);
 
-    /* "EVALSHA <sha>" becomes "EVAL <body>": nothing may be loaded in the middle of a MULTI. */
-    if (as_is) {
-        if (buf_append(&t->cmds, enc, len) != FG_OK) {
-            c->dead = 1;
-            return;
-        }
-    } else if (skip == 0 || buf_append(&t->cmds, head, hn) != FG_OK ||
-               buf_append(&t->cmds, body, strlen(body)) != FG_OK ||
-               buf_append(&t->cmds, "\r\n", 2) != FG_OK ||
-               buf_append(&t->cmds, enc + skip, len - skip) != FG_OK) {
+    /* "EVALSHA <sha>" becomes "EVAL <body>": nothing may be loaded in the middle of a MULTI. An
+     * EVAL (as_is) goes as it is. */
+    if ((!as_is && (skip == 0 || buf_append(&t->cmds, head, hn) != FG_OK ||
+                    buf_append(&t->cmds, body, strlen(body)) != FG_OK ||
+                    buf_append(&t->cmds, "\r\n", 2) != FG_OK)) ||
+        buf_append(&t->cmds, enc + skip, len - skip) != FG_OK) {
         c->dead = 1;
         return;
     }

@@ -1508,9 +1508,8 @@ static int req_shareable(const struct client *c, const char *m, const struct res
         if (nlen == srv_pinning[i].n && strncasecmp(name, srv_pinning[i].s, nlen) == 0)
             return 0;
     if (name_is(name, nlen, "xread") || name_is(name, nlen, "xreadgroup")) {
-        for (size_t i = 1; i < r->argc; i++) /* Redis 7 flags them blocking; only BLOCK is */
-            if (name_is(m + r->argv[i].off, r->argv[i].len, "block"))
-                return 0;
+        if (xread_blocks(m, r))
+            return 0;
         blocking = 0;
     }
     if (t && r->argc >= 2) /* a container's subcommand carries the flags (Redis 7) */
