@@ -38,6 +38,11 @@ struct ulink;
  * most this many writes and bytes: Redis runs one script instead of one per write. */
 #define SRV_GROUP_MAX_WRITES 64
 #define SRV_GROUP_MAX_BYTES  (64 * 1024)
+/* At least this many of them in a row under the same locks go as one pipelined transaction
+ * (fence_encode_txn()) instead: Redis runs the writes natively, with one small script to check
+ * and one to raise the marks. It answers with this many replies more than there are writes. */
+#define SRV_TXN_MIN_WRITES    2
+#define SRV_TXN_EXTRA_REPLIES 5
 
 enum op_kind {
     OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
@@ -170,6 +175,7 @@ struct server {
     struct fence_rules *rules; /* protect rules for the upstream store */
     char write_sha[41];        /* SHA-1 of fence_write_script() */
     char group_sha[41];        /* SHA-1 of fence_group_script() */
+    char raise_sha[41];        /* SHA-1 of fence_txn_raise_script() */
 };
 
 /* What to do with one request. */

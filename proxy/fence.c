@@ -534,6 +534,57 @@ const char *fence_check_script(void)
     return fence_check_lua;
 }
 
+/* The pipelined transaction's check runs between WATCH and MULTI. It cannot stop what follows, so
+ * on any doubt it moves the mark away and back (RENAME works whatever the key holds, and leaves it
+ * as it was): the mark counts as modified, and EXEC, watching it, applies nothing. */
+static const char fence_txn_check_lua[] =
+    "-- fencegate pipelined writes, check: KEYS = marks; ARGV = n, tokens, lock names\n"
+    "local n = tonumber(ARGV[1])\n"
+    "for i = 1, n do\n"
+    "  local key, tok, name = KEYS[i], ARGV[1 + i], ARGV[n + 1 + i]\n"
+    "  local mark, why = redis.pcall('GET', key), nil\n"
+    "  if type(mark) == 'table' then\n"
+    "    why = 'ERR fencegate write check: mark ' .. key .. ' of lock ' .. name .. ': '\n"
+    "      .. tostring(mark.err) .. ' (delete or repair that key)'\n"
+    "  else\n"
+    "    mark = mark or '0'\n"
+    "    local t, h = tonumber(tok), tonumber(mark)\n"
+    "    if t == nil or h == nil then\n"
+    "      why = 'ERR fencegate write check: lock ' .. name .. ' token ' .. tok .. ' or mark '\n"
+    "        .. mark .. ' is not a number (check key ' .. key .. ')'\n"
+    "    elseif t < h then\n"
+    "      why = 'STALE lock ' .. name .. ' token ' .. tok .. ' < high-water mark ' .. mark\n"
+    "        .. ' (a newer holder exists; re-acquire)'\n"
+    "    end\n"
+    "  end\n"
+    "  if why then\n"
+    "    redis.call('RENAME', key, key .. ':moving')\n"
+    "    redis.call('RENAME', key .. ':moving', key)\n"
+    "    return redis.error_reply(why)\n"
+    "  end\n"
+    "end\n"
+    "return 0\n";
+
+/* The pipelined transaction's raise, queued in MULTI before the writes: the check and WATCH have
+ * made sure no mark is above its token. */
+static const char fence_txn_raise_lua[] =
+    "-- fencegate pipelined writes, raise: KEYS = marks; ARGV = n, tokens, lock names\n"
+    "for i = 1, tonumber(ARGV[1]) do\n"
+    "  local mark = tonumber(redis.call('GET', KEYS[i]) or '0')\n"
+    "  if tonumber(ARGV[1 + i]) > mark then redis.call('SET', KEYS[i], ARGV[1 + i]) end\n"
+    "end\n"
+    "return 0\n";
+
+const char *fence_txn_check_script(void)
+{
+    return fence_txn_check_lua;
+}
+
+const char *fence_txn_raise_script(void)
+{
+    return fence_txn_raise_lua;
+}
+
 /* ---- SHA-1 (FIPS 180-4), just enough to name a script the way SCRIPT LOAD does ------------- */
 
 struct fence_sha1 {
@@ -709,6 +760,8 @@ static size_t fence_encode(const char *verb, const char *head, size_t hlen, cons
     size_t n = d->nlocks;
     size_t plen = sizeof(FENCE_HWM_PREFIX) - 1;
 
+    if (lay)
+        lay->start = 0;
     fence_put_header(&o, '*', 4 + npre + 3 * n + argc);
     fence_put_bulk(&o, verb, strlen(verb));
     fence_put_bulk(&o, head, hlen);
@@ -733,6 +786,10 @@ static size_t fence_encode(const char *verb, const char *head, size_t hlen, cons
         fence_put_bulk_u64(&o, d->locks[i].token);
     for (size_t i = 0; i < n; i++)
         fence_put_bulk(&o, d->locks[i].name, d->locks[i].len);
+    if (lay) {
+        lay->cmd_off = o.len;
+        lay->argc = argc;
+    }
     for (size_t i = 0; i < argc; i++)
         fence_put_bulk(&o, argv[i], lens[i]);
     if (lay)
@@ -783,5 +840,50 @@ size_t fence_encode_group(const char sha[41], const char *reqs, const struct fen
         fence_put_bulk_u64(&o, lay[i].nargv);
         fence_put(&o, reqs + lay[i].argv_off, lay[i].end - lay[i].argv_off);
     }
+    return o.len;
+}
+
+int fence_same_locks(const char *reqs, const struct fence_layout *a, const struct fence_layout *b)
+{
+    size_t marks = a->argv_off - a->keys_off, locks = a->cmd_off - a->argv_off;
+
+    return b->argv_off - b->keys_off == marks && b->cmd_off - b->argv_off == locks &&
+           memcmp(reqs + a->keys_off, reqs + b->keys_off, marks) == 0 &&
+           memcmp(reqs + a->argv_off, reqs + b->argv_off, locks) == 0;
+}
+
+/* One of the transaction's scripts over the writes' shared locks: the verb and its first argument,
+ * then the marks and (n, tokens, names) exactly as the first write carries them. */
+static void fence_put_txn_script(struct fence_out *o, const char *verb, const char *head,
+                                 size_t hlen, const char *reqs, const struct fence_layout *l)
+{
+    fence_put_header(o, '*', 3 + l->nkeys + 1 + 2 * l->nkeys);
+    fence_put_bulk(o, verb, strlen(verb));
+    fence_put_bulk(o, head, hlen);
+    fence_put_bulk_u64(o, l->nkeys);
+    fence_put(o, reqs + l->keys_off, l->cmd_off - l->keys_off);
+}
+
+size_t fence_encode_txn(const char raise_sha[41], const char *reqs, const struct fence_layout *lay,
+                        size_t k, char *out, size_t cap)
+{
+    struct fence_out o = {out, cap, 0};
+
+    fence_put_header(&o, '*', 1 + lay[0].nkeys);
+    fence_put_bulk(&o, "WATCH", 5);
+    fence_put(&o, reqs + lay[0].keys_off, lay[0].argv_off - lay[0].keys_off);
+    fence_put_txn_script(&o, "EVAL", fence_txn_check_lua, sizeof(fence_txn_check_lua) - 1, reqs,
+                         &lay[0]);
+    fence_put(&o, "*1\r\n$5\r\nMULTI\r\n", 15);
+    if (raise_sha)
+        fence_put_txn_script(&o, "EVALSHA", raise_sha, 40, reqs, &lay[0]);
+    else
+        fence_put_txn_script(&o, "EVAL", fence_txn_raise_lua, sizeof(fence_txn_raise_lua) - 1, reqs,
+                             &lay[0]);
+    for (size_t i = 0; i < k; i++) {
+        fence_put_header(&o, '*', lay[i].argc);
+        fence_put(&o, reqs + lay[i].cmd_off, lay[i].end - lay[i].cmd_off);
+    }
+    fence_put(&o, "*1\r\n$4\r\nEXEC\r\n", 14);
     return o.len;
 }

@@ -111,12 +111,15 @@ void fence_script_sha(const char *script, char out[41]);
  * or FG_ERR_LIMIT. */
 int fence_hwm_key(const char *lock, size_t len, char *out, size_t cap);
 
-/* Where the parts of a fence_encode_write() request lie, as byte offsets into it. */
+/* Where the parts of a fence_encode_write() request lie, as byte offsets into it (or into a
+ * buffer of several, once the caller has added the request's own offset to each). */
 struct fence_layout {
+    size_t start;    /* the request: [start, end) */
     size_t keys_off; /* the marks' bulk strings: [keys_off, argv_off) */
-    size_t argv_off; /* ARGV's: [argv_off, end) */
+    size_t argv_off; /* ARGV's: [argv_off, end); its (n, tokens, lock names) end at cmd_off */
+    size_t cmd_off;  /* the command's own arguments: [cmd_off, end), argc of them */
     size_t end;
-    size_t nkeys, nargv;
+    size_t nkeys, nargv, argc;
 };
 
 /* Encodes "EVALSHA <sha> <nlocks> <marks...> <nlocks> <tokens...> <names...> <argv...>" as a RESP
@@ -140,5 +143,24 @@ size_t fence_encode_write_db(unsigned mark_db, unsigned cmd_db, const struct fen
  * Returns the length, or the length needed if > cap, like snprintf. */
 size_t fence_encode_group(const char sha[41], const char *reqs, const struct fence_layout *lay,
                           size_t k, char *out, size_t cap);
+
+/* Whether two fence_encode_write() requests in reqs are fenced by the same locks and tokens. */
+int fence_same_locks(const char *reqs, const struct fence_layout *a, const struct fence_layout *b);
+
+/* Writes under the same locks (fence_same_locks()) arriving back to back, as one pipelined
+ * transaction in place of script calls, so Redis runs them natively:
+ *   WATCH <marks>; EVAL <check> ...; MULTI; EVALSHA <raise> ...; <the k commands>; EXEC
+ * The check (fence_txn_check_script(), always sent with its body: a missing script must not skip
+ * it) refuses with the error the write script would give, and then touches the mark it refused
+ * on, so EXEC answers nil and nothing is applied; a newer holder raising a mark before EXEC does
+ * the same. The raise (fence_txn_raise_script(), by raise_sha, or with its body when raise_sha is
+ * NULL) lifts each mark to its token atomically with the writes. Replies: +OK, the check's (:0 or
+ * the refusal), +OK, k + 1 times +QUEUED (or a refusal of that command), then EXEC's: an array
+ * whose first element answers the raise and the rest the k writes, or nil. Returns the length, or
+ * the length needed if > cap, like snprintf. */
+size_t fence_encode_txn(const char raise_sha[41], const char *reqs, const struct fence_layout *lay,
+                        size_t k, char *out, size_t cap);
+const char *fence_txn_check_script(void);
+const char *fence_txn_raise_script(void);
 
 #endif

@@ -47,12 +47,14 @@
 /* One upstream connection that carries the requests of every unpinned client. Redis answers a
  * connection's requests in order, so `who` (a ring) names, for each reply still due, the client
  * it goes to: NULL for the link's own prelude (AUTH/SELECT) and for a client that has gone.
- * Fenced writes that arrive back to back are gathered in `g_reqs` and go out as one call of the
- * group script when anything else is sent or the link is flushed; the `who` entry of the
- * group's first write records how many writes the call's array reply answers. */
+ * Fenced writes that arrive back to back are gathered in `g_reqs` and go out when anything else
+ * is sent or the link is flushed: runs under the same locks as pipelined transactions, the rest
+ * as calls of the group script. The `who` entry of a call's first write records how many writes
+ * the call answers. */
 struct who_ent {
     struct client *c;
     uint32_t grp; /* > 1: this reply and the grp - 1 after it come as one array */
+    uint8_t txn;  /* this write and the grp - 1 after it went as a pipelined transaction */
 };
 
 struct ulink {
@@ -69,6 +71,8 @@ struct ulink {
     int prelude_left; /* replies to the link's own AUTH/SELECT still due */
     unsigned script_loaded : 1;
     unsigned group_loaded : 1; /* the group script is in Redis' cache (else it goes as EVAL) */
+    unsigned raise_loaded : 1; /* the same for the transactions' raise script */
+    unsigned no_txn : 1;       /* the upstream broke a transaction's rules: script calls only */
     unsigned failed : 1;       /* a write failed; lk_fail() is scheduled */
     unsigned flush_due : 1;    /* flush_ev is active */
     unsigned out_full : 1;     /* `out` passed max_pending_bytes: unpinned clients stop parsing */
@@ -82,6 +86,7 @@ struct ulink {
     struct fence_layout g_lay[SRV_GROUP_MAX_WRITES]; /* offsets into g_reqs */
     size_t g_count;
     uint64_t g_seq;
+    size_t txn_seen; /* replies of the transaction at the head of `who` scanned so far */
 };
 
 /* Scratch space for reads: a connection keeps a buffer only for bytes it could not handle yet. */
@@ -567,7 +572,7 @@ static int lk_push(struct ulink *lk, struct client *c)
         lk->who_cap = cap;
         lk->who_head = 0;
     }
-    lk->who[(lk->who_head + lk->who_count++) % lk->who_cap] = (struct who_ent){c, 0};
+    lk->who[(lk->who_head + lk->who_count++) % lk->who_cap] = (struct who_ent){c, 0, 0};
     lk->who_seq++;
     if (c)
         c->shared_pending++;
@@ -626,9 +631,10 @@ static void lk_close_fd(struct ulink *lk)
     resp_scanner_init(&lk->scan);
     lk->rscan_off = 0;
     lk->prelude_left = 0;
-    lk->script_loaded = lk->group_loaded = 0;
+    lk->script_loaded = lk->group_loaded = lk->raise_loaded = 0;
     buf_free(&lk->g_reqs);
     lk->g_count = 0;
+    lk->txn_seen = 0;
     lk->failed = 0;
     lk->out_full = 0;
 }
@@ -707,32 +713,71 @@ static void lk_want_flush(struct ulink *lk)
     }
 }
 
-/* Sends the open group: one write as it came, several as one call of the group script (encoded
- * straight into `out`). */
+/* Appends writes [a, b) of the open group to `out` (encoded straight into it): one write as it
+ * came, several as one call of the group script, or (txn) as one pipelined transaction. The `who`
+ * entry of write a (number g_seq + a) records how many writes the call answers. Returns -1 when
+ * out of memory. */
+static int lk_emit(struct ulink *lk, size_t a, size_t b, int txn)
+{
+    const struct server *s = lk->srv;
+    const struct fence_layout *lay = lk->g_lay + a;
+    const char *reqs = buf_head(&lk->g_reqs), *sha;
+    size_t k = b - a, need;
+    struct who_ent *w;
+
+    if (k == 0)
+        return 0;
+    sha = txn ? (lk->raise_loaded ? s->raise_sha : NULL) : (lk->group_loaded ? s->group_sha : NULL);
+    need = txn      ? fence_encode_txn(sha, reqs, lay, k, NULL, 0)
+           : k == 1 ? lay->end - lay->start
+                    : fence_encode_group(sha, reqs, lay, k, NULL, 0);
+    if (buf_reserve(&lk->out, need) != FG_OK)
+        return -1;
+    if (txn)
+        fence_encode_txn(sha, reqs, lay, k, lk->out.data + lk->out.end, need);
+    else if (k == 1)
+        memcpy(lk->out.data + lk->out.end, reqs + lay->start, need);
+    else
+        fence_encode_group(sha, reqs, lay, k, lk->out.data + lk->out.end, need);
+    lk->out.end += need;
+    if (txn || k > 1) { /* an EVAL, if it was one, put its script in the cache */
+        if (txn)
+            lk->raise_loaded = 1;
+        else
+            lk->group_loaded = 1;
+        w = lk_at(lk, lk->who_count - (size_t)(lk->who_seq - (lk->g_seq + a)));
+        w->grp = (uint32_t)k;
+        w->txn = txn != 0;
+    }
+    return 0;
+}
+
+/* Sends the open group: each run of at least SRV_TXN_MIN_WRITES writes under the same locks as a
+ * pipelined transaction, the writes between runs as they came or as a call of the group script. */
 static void lk_close_group(struct ulink *lk)
 {
-    size_t k = lk->g_count, need;
-    const char *sha = lk->group_loaded ? lk->srv->group_sha : NULL;
     const char *reqs = buf_head(&lk->g_reqs);
+    size_t k = lk->g_count, from = 0, i = 0, j;
 
     if (k == 0)
         return;
     lk->g_count = 0;
-    need = k == 1 ? buf_len(&lk->g_reqs) : fence_encode_group(sha, reqs, lk->g_lay, k, NULL, 0);
-    if (buf_reserve(&lk->out, need) != FG_OK) {
-        lk_schedule_fail(lk, "fencegate is out of memory");
-        return;
+    while (i < k) {
+        for (j = i + 1; j < k && fence_same_locks(reqs, &lk->g_lay[i], &lk->g_lay[j]); j++)
+            ;
+        if (j - i >= SRV_TXN_MIN_WRITES && !lk->no_txn) {
+            if (lk_emit(lk, from, i, 0) < 0 || lk_emit(lk, i, j, 1) < 0)
+                goto nomem;
+            from = j;
+        }
+        i = j;
     }
-    if (k == 1) {
-        memcpy(lk->out.data + lk->out.end, reqs, need);
-    } else {
-        fence_encode_group(sha, reqs, lk->g_lay, k, lk->out.data + lk->out.end, need);
-        /* The group's first `who` entry (number g_seq) records the size of the array reply. */
-        lk_at(lk, lk->who_count - (size_t)(lk->who_seq - lk->g_seq))->grp = (uint32_t)k;
-        lk->group_loaded = 1; /* EVAL, if it was one, put the script in the cache */
-    }
-    lk->out.end += need;
+    if (lk_emit(lk, from, k, 0) < 0)
+        goto nomem;
     buf_consume(&lk->g_reqs, buf_len(&lk->g_reqs));
+    return;
+nomem:
+    lk_schedule_fail(lk, "fencegate is out of memory");
 }
 
 /* Queues bytes for the link. They are written once the event loop has handled every event that
@@ -772,8 +817,10 @@ static void lk_send_fenced(struct ulink *lk, const char *p, size_t n,
     }
     g = &lk->g_lay[lk->g_count++];
     *g = *lay;
+    g->start += base;
     g->keys_off += base;
     g->argv_off += base;
+    g->cmd_off += base;
     g->end += base;
     lk_want_flush(lk);
 }
@@ -903,39 +950,6 @@ static void lk_deliver(struct ulink *lk, const char *r, size_t n, char type, str
     }
 }
 
-/* The reply to a group of k fenced writes: an array whose elements answer them in order, or one
- * error (NOSCRIPT, OOM, ...) that answers each of them. Returns -1 for anything else. */
-static int lk_deliver_group(struct ulink *lk, const char *r, size_t n, size_t k, struct client **to,
-                            struct span *sp)
-{
-    const char *p = r + 1, *end = r + n;
-    size_t count = 0, used;
-
-    if (r[0] == '-') {
-        if (n > 9 && memcmp(r, "-NOSCRIPT", 9) == 0)
-            lk->group_loaded = 0;
-        for (size_t i = 0; i < k; i++)
-            lk_deliver(lk, r, n, '-', to, sp);
-        return 0;
-    }
-    if (r[0] != '*')
-        return -1;
-    while (p < end && *p >= '0' && *p <= '9' && count <= k)
-        count = count * 10 + (size_t)(*p++ - '0');
-    if (count != k || end - p < 2 || p[0] != '\r')
-        return -1;
-    p += 2;
-    for (size_t i = 0; i < k; i++) {
-        struct resp_scanner sc;
-        resp_scanner_init(&sc);
-        if (resp_scan_reply(&sc, p, (size_t)(end - p), &used) != RESP_SCAN_DONE)
-            return -1;
-        lk_deliver(lk, p, used, sc.top_type, to, sp);
-        p += used;
-    }
-    return p == end ? 0 : -1;
-}
-
 /* The start of p as printable text (\xNN for other bytes), for a log line. */
 static const char *shown_bytes(const char *p, size_t n, char *out, size_t cap)
 {
@@ -946,6 +960,139 @@ static const char *shown_bytes(const char *p, size_t n, char *out, size_t cap)
         k += (size_t)snprintf(out + k, cap - k, (p[i] >= 0x20 && p[i] < 0x7f) ? "%c" : "\\x%02x",
                               (unsigned char)p[i]);
     return out;
+}
+
+/* One whole reply: where it lies and its type. */
+struct lk_reply {
+    const char *p;
+    size_t n;
+    char type;
+};
+
+/* Cuts `count` whole replies off the front of p[0..n) into out. Returns the bytes they take, or
+ * 0 when p does not start with that many. */
+static size_t lk_cut_replies(const char *p, size_t n, size_t count, struct lk_reply *out)
+{
+    size_t off = 0, used;
+
+    for (size_t i = 0; i < count; i++) {
+        struct resp_scanner sc;
+        resp_scanner_init(&sc);
+        if (resp_scan_reply(&sc, p + off, n - off, &used) != RESP_SCAN_DONE)
+            return 0;
+        out[i] = (struct lk_reply){p + off, used, sc.top_type};
+        off += used;
+    }
+    return off;
+}
+
+/* The elements of r, an array of exactly count whole replies. Returns 0, or -1 when r is not. */
+static int lk_elements(const struct lk_reply *r, size_t count, struct lk_reply *out)
+{
+    const char *p = r->p + 1, *end = r->p + r->n;
+    size_t got = 0;
+
+    if (r->type != '*')
+        return -1;
+    while (p < end && *p >= '0' && *p <= '9' && got <= count)
+        got = got * 10 + (size_t)(*p++ - '0');
+    if (got != count || end - p < 2 || p[0] != '\r')
+        return -1;
+    p += 2;
+    return lk_cut_replies(p, (size_t)(end - p), count, out) == (size_t)(end - p) ? 0 : -1;
+}
+
+/* The reply to a group of k fenced writes: an array whose elements answer them in order, or one
+ * error (NOSCRIPT, OOM, ...) that answers each of them. Returns -1 for anything else. */
+static int lk_deliver_group(struct ulink *lk, const char *r, size_t n, size_t k, struct client **to,
+                            struct span *sp)
+{
+    struct lk_reply whole = {r, n, r[0]}, el[SRV_GROUP_MAX_WRITES];
+
+    if (r[0] == '-') {
+        if (n > 9 && memcmp(r, "-NOSCRIPT", 9) == 0)
+            lk->group_loaded = 0;
+        for (size_t i = 0; i < k; i++)
+            lk_deliver(lk, r, n, '-', to, sp);
+        return 0;
+    }
+    if (lk_elements(&whole, k, el) < 0)
+        return -1;
+    for (size_t i = 0; i < k; i++)
+        lk_deliver(lk, el[i].p, el[i].n, el[i].type, to, sp);
+    return 0;
+}
+
+static int lk_is(const struct lk_reply *r, const char *text)
+{
+    return r->n == strlen(text) && memcmp(r->p, text, r->n) == 0;
+}
+
+/* The replies to a pipelined transaction of k fenced writes (fence_encode_txn()): WATCH's, the
+ * check's, MULTI's, the raise's and each write's queueing, then EXEC's. Each write gets its
+ * element of EXEC's array; when EXEC applied nothing, why: the check's refusal, or else the write's
+ * own refusal when queued. Returns -1 when the replies do not have the transaction's shape. */
+static int lk_deliver_txn(struct ulink *lk, const char *r, size_t n, size_t k, struct client **to,
+                          struct span *sp)
+{
+    static const char moved[] = "-STALE a lock of this write changed hands while it was in "
+                                "flight; it was not applied (re-acquire)\r\n";
+    struct lk_reply rep[SRV_TXN_EXTRA_REPLIES + SRV_GROUP_MAX_WRITES], el[1 + SRV_GROUP_MAX_WRITES];
+    struct lk_reply *check = &rep[1], *raise = &rep[3], *queued = &rep[4], *exec = &rep[4 + k];
+    int applied;
+
+    if (lk_cut_replies(r, n, SRV_TXN_EXTRA_REPLIES + k, rep) != n)
+        return -1;
+    applied = lk_elements(exec, 1 + k, el) == 0;
+    /* Applied with a check that did not pass, or with no transaction around it: the fence did
+     * not hold for these writes. Only an upstream that breaks WATCH/MULTI's rules, or refuses
+     * them to fencegate's user, gets here; from now on its writes go as script calls. */
+    if ((applied && !lk_is(check, ":0\r\n")) || !lk_is(&rep[0], "+OK\r\n") ||
+        !lk_is(&rep[2], "+OK\r\n")) {
+        char shown[64];
+        const struct lk_reply *bad = !lk_is(&rep[0], "+OK\r\n")   ? &rep[0]
+                                     : !lk_is(&rep[2], "+OK\r\n") ? &rep[2]
+                                                                  : check;
+        log_error("fenced writes in a pipelined transaction may have gone without the fence: the "
+                  "upstream answered %s; using script calls from now on",
+                  shown_bytes(bad->p, bad->n, shown, sizeof(shown)));
+        lk->no_txn = 1;
+        if (rep[2].type == '-') { /* no MULTI: the writes ran on their own */
+            for (size_t i = 0; i < k; i++)
+                lk_deliver(lk, queued[i].p, queued[i].n, queued[i].type, to, sp);
+            return 0;
+        }
+    }
+    if (applied) {
+        if (el[0].type == '-') {
+            char shown[64];
+            if (el[0].n > 9 && memcmp(el[0].p, "-NOSCRIPT", 9) == 0)
+                lk->raise_loaded = 0;
+            log_warn("fenced writes were applied but their marks not raised: %s",
+                     shown_bytes(el[0].p, el[0].n, shown, sizeof(shown)));
+        }
+        for (size_t i = 0; i < k; i++)
+            lk_deliver(lk, el[i + 1].p, el[i + 1].n, el[i + 1].type, to, sp);
+        return 0;
+    }
+    if (lk_is(exec, "*-1\r\n") || lk_is(exec, "_\r\n")) { /* WATCH saw a mark move */
+        for (size_t i = 0; i < k; i++) {
+            if (check->type == '-')
+                lk_deliver(lk, check->p, check->n, '-', to, sp);
+            else
+                lk_deliver(lk, moved, sizeof(moved) - 1, '-', to, sp);
+        }
+        return 0;
+    }
+    if (exec->type != '-')
+        return -1;
+    for (size_t i = 0; i < k; i++) { /* EXECABORT: say what was refused */
+        const struct lk_reply *why = queued[i].type == '-' ? &queued[i]
+                                     : raise->type == '-'  ? raise
+                                                           : exec;
+        lk_deliver(lk, why->p, why->n, '-', to, sp);
+    }
+    return 0;
 }
 
 /* Why a reply stream was given up: what the scanner choked on, so the log shows it. */
@@ -966,7 +1113,7 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
     struct span sp = {NULL, 0};
     struct client *to = NULL, *c;
     uint32_t grp;
-    int rc;
+    int rc, txn;
 
     batch_start();
     while (scan < len && !lk->failed) {
@@ -985,15 +1132,22 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
         }
         c = lk_head(lk);
         grp = lk_at(lk, 0)->grp;
+        txn = lk_at(lk, 0)->txn;
         if (c != to)
             lk_hand_over(&to, &sp);
-        if (grp > 1) { /* a group's array is split whole, never streamed */
+        if (grp > 1 || txn) { /* a call answering several writes is split whole, never streamed */
             if (rc == RESP_SCAN_MORE)
                 break;
-            if (lk_deliver_group(lk, src + pos, scan - pos, grp, &to, &sp) < 0) {
+            if (txn && ++lk->txn_seen < grp + SRV_TXN_EXTRA_REPLIES)
+                continue; /* the transaction's next reply */
+            lk->txn_seen = 0;
+            if ((txn ? lk_deliver_txn : lk_deliver_group)(lk, src + pos, scan - pos, grp, &to,
+                                                          &sp) < 0) {
                 lk_hand_over(&to, &sp);
-                lk_fail(lk, "the upstream's reply to a group of fenced writes is not one reply "
-                            "per write");
+                lk_fail(lk, txn ? "the upstream's replies to a pipelined transaction of fenced "
+                                  "writes are not those of a transaction"
+                                : "the upstream's reply to a group of fenced writes is not one "
+                                  "reply per write");
                 return -1;
             }
             pos = scan;
@@ -1125,8 +1279,9 @@ void up_set_script_loaded(struct client *c, int loaded)
         c->script_loaded = loaded != 0;
     else if (loaded)
         c->srv->shared->script_loaded = 1;
-    else /* a SCRIPT FLUSH took the group script too */
-        c->srv->shared->script_loaded = c->srv->shared->group_loaded = 0;
+    else /* a SCRIPT FLUSH took the group and raise scripts too */
+        c->srv->shared->script_loaded = c->srv->shared->group_loaded =
+            c->srv->shared->raise_loaded = 0;
 }
 
 /* ---- replies --------------------------------------------------------------------------------- */
@@ -2059,6 +2214,7 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     s->lfd = -1;
     fence_script_sha(fence_write_script(), s->write_sha);
     fence_script_sha(fence_group_script(), s->group_sha);
+    fence_script_sha(fence_txn_raise_script(), s->raise_sha);
     if (srv_load_rules(s, err, errlen) < 0) {
         free(s);
         return NULL;

@@ -9,8 +9,9 @@
 # connections, one thread each): plain SET straight at Redis vs fenced SET through fencegate,
 # unpipelined and with 16 in flight, and FENCE.ACQUIRE/RELEASE cycles vs the same acquire and
 # release scripts sent to Redis with EVAL. The fenced SETs are also sent straight to Redis as
-# fencegate's scripts: one call per write (script), and 16 writes per call (group, pipelined
-# row). Each cell is run 3 times, interleaved, median shown.
+# fencegate's scripts: one call per write (script), and, pipelined, 16 writes per transaction as
+# fencegate sends a run of writes under one lock (txn). Each cell is run 3 times, interleaved,
+# median shown.
 # Then a fresh fencegate for memory per held lock (10 x 1000 locks) and one with a 600 ms
 # session lease for renewal round trips (50 vs 5 locks held by one connection).
 #
@@ -135,15 +136,16 @@ CHECK_FILE="$TMPDIR_BENCH/check_failures"   # bench() runs in $(...) subshells: 
 # direct:    set -> fencebench --mode set at Redis;      cycle -> --mode acquire-script at Redis
 # fencegate: set -> fencebench --mode fenced-set;        cycle -> --mode acquire-release
 # script:    set -> fencebench --mode script-set at Redis (the fenced-write script, no proxy)
-# group:     set -> fencebench --mode group-set at Redis (PIPELINE writes per group-script call)
+# txn:       set -> fencebench --mode txn-set at Redis (PIPELINE writes per transaction)
 # Afterwards checks that the work really happened: fencegate's own counters for the fenced
 # runs, Redis' INFO commandstats for the direct ones, and fencebench's error count.
 bench() {
   local target=$1 work=$2 pipe=$3 secs=$4 mode port out ops errs rate
   local check_name before after need
   local -a extra=()
-  if [ "$target" = script ] || [ "$target" = group ]; then
+  if [ "$target" = script ] || [ "$target" = txn ]; then
     port=$REDIS_PORT; mode="$target-set"; check_name='evalsha'
+    [ "$target" = txn ] && check_name='exec'
     extra=(--ttl-ms $(( (secs + 60) * 1000 )))   # its lock must outlive the run
     before=$(redis_calls "$check_name")
   elif [ "$target" = direct ]; then
@@ -173,7 +175,7 @@ bench() {
   if [ "$target" != fencegate ]; then
     after=$(redis_calls "$check_name")
     need=$ops; [ "$work" = cycle ] && need=$((2 * ops))   # acquire + release script per cycle
-    [ "$target" = group ] && need=$((ops / pipe))          # one call carries $pipe writes
+    [ "$target" = txn ] && need=$((ops / pipe))            # one EXEC carries $pipe writes
   else
     after=$(metric "$MAIN_HTTP" "$check_name"); need=$ops
   fi
@@ -219,11 +221,11 @@ start_time=$SECONDS
 for w in "${WORKLOADS[@]}"; do
   read -r work pipe <<<"$w"
   # "script" (the fenced-write script sent straight to Redis) is an extra reference for SETs;
-  # "group" (the group script, as many writes per call as are in flight) for pipelined ones
+  # "txn" (fencegate's transaction, as many writes as are in flight) for pipelined ones
   TARGETS=(direct fencegate)
   [ "$work" = set ] && TARGETS+=(script)
-  [ "$work" = set ] && [ "$pipe" -gt 1 ] && TARGETS+=(group)
-  declare -A samples=([direct]="" [fencegate]="" [script]="" [group]="")
+  [ "$work" = set ] && [ "$pipe" -gt 1 ] && TARGETS+=(txn)
+  declare -A samples=([direct]="" [fencegate]="" [script]="" [txn]="")
   for ((r = 0; r < REPS; r++)); do
     # rotate which target goes first, so slow drift does not always hit the same one
     for ((i = 0; i < ${#TARGETS[@]}; i++)); do
@@ -303,7 +305,7 @@ stop_pid "$FG_PID"
 
 # ---------------------------------------------------------------- report
 printf '%-36s | %12s | %13s | %7s | %-14s | %12s | %10s | %s\n' "row" "direct ops/s" \
-  "fencegate o/s" "fg/dir" "target" "script ops/s" "script/dir" "group/dir"
+  "fencegate o/s" "fg/dir" "target" "script ops/s" "script/dir" "txn/dir"
 printf '%s\n' "-------------------------------------+--------------+---------------+---------+----------------+--------------+------------+----------"
 LABELS=("1 SET -c$CLIENTS unpipelined (fenced)" "2 SET -c$CLIENTS pipeline $PIPELINE (fenced)" "3 acquire+release cycles -c$CLIENTS")
 TARGET_MIN=(0.7 0.7 0.5)
@@ -318,15 +320,15 @@ for idx in 0 1 2; do
     sc=$(printf '%12s' -); rs=-
   fi
   rg=-
-  [ -n "${MED["$w/group"]:-}" ] && rg=$(ratio "${MED["$w/group"]}" "$d")
+  [ -n "${MED["$w/txn"]:-}" ] && rg=$(ratio "${MED["$w/txn"]}" "$d")
   printf '%-36s | %12.0f | %13.0f | %7s | >= %-3s %-7s | %s | %10s | %s\n' "${LABELS[$idx]}" "$d" \
     "$f" "$rf" "${TARGET_MIN[$idx]}" "${STATUS[$idx]}" "$sc" "$rs" "$rg"
 done
 echo "  script = each SET sent straight to Redis as EVALSHA of the fenced-write script (no proxy):"
 echo "  one script call per write. fencegate sends writes that meet on its shared connection as one"
-echo "  call, so it can pass this column. group = the same writes straight at Redis, $PIPELINE per call"
-echo "  of the group script, one call in flight per connection: what grouped Lua-checked writes cost"
-echo "  Redis (fencegate, grouping up to 64 writes of several clients, can pass it too)."
+echo "  call, so it can pass this column. txn = the same writes straight at Redis, $PIPELINE per"
+echo "  transaction as fencegate sends a run of writes under one lock (WATCH, check script, MULTI,"
+echo "  raise script, the SETs, EXEC): what the fence costs Redis for pipelined writes, no proxy."
 echo "  Row 3 direct = EVAL of the same acquire + release scripts; fencegate's acquire script also"
 echo "  raises the store's mark, in the same call."
 echo

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fence.h" /* fencegate's own fencing scripts, sent straight to Redis by script-set and
-                      group-set: built with proxy/fence.c */
+#include "fence.h" /* fencegate's own fencing scripts, sent straight to Redis by script-set,
+                      group-set and txn-set: built with proxy/fence.c */
 
 #define FB_MAX_CONNS     1000
 #define FB_MAX_PIPELINE  1024
@@ -28,8 +28,9 @@
 #define FB_MAX_SECONDS   3600
 #define FB_READ_BUF      65536                  /* one reply larger than this is refused */
 #define FB_CMD_MAX       2048                   /* upper bound of one encoded command */
-#define FB_MAX_ELEMS     16                     /* elements of a reply array we accept */
-#define FB_MAX_ARGS      (4 + 8 * FB_MAX_ELEMS) /* a group-set call of FB_MAX_ELEMS writes */
+#define FB_MAX_ELEMS     32                     /* elements of a reply array we accept */
+#define FB_MAX_GROUP     16                     /* writes of one group-set call */
+#define FB_MAX_ARGS      (4 + 8 * FB_MAX_GROUP) /* a group-set call of FB_MAX_GROUP writes */
 #define FB_MAX_DEPTH     4                      /* nesting of arrays in a reply */
 #define FB_IO_TIMEOUT_S  10 /* a send or receive that blocks longer is a failure */
 #define FB_NAME_MAX      160
@@ -69,13 +70,15 @@ enum fb_mode {
     FB_FENCED_SET,
     FB_SCRIPT_SET,
     FB_GROUP_SET,
+    FB_TXN_SET,
     FB_ACQUIRE_RELEASE,
     FB_ACQUIRE_SCRIPT,
     FB_HOLD
 };
 
 static const char *const fb_mode_names[] = {
-    "set", "fenced-set", "script-set", "group-set", "acquire-release", "acquire-script", "hold"};
+    "set",     "fenced-set",      "script-set",     "group-set",
+    "txn-set", "acquire-release", "acquire-script", "hold"};
 
 struct fb_opts {
     char host[64];
@@ -395,7 +398,7 @@ static int fb_push_set(struct fb_conn *c)
 /* group-set: one call of the group script carrying n SETs. */
 static int fb_push_group(struct fb_conn *c, int n)
 {
-    char keys[FB_MAX_ELEMS][64], count[16];
+    char keys[FB_MAX_GROUP][64], count[16];
     const char *argv[FB_MAX_ARGS];
     int argc = 0;
 
@@ -522,6 +525,50 @@ static int fb_read_batch(struct fb_conn *c, int cmds, int cycle, uint64_t cycle_
     return 0;
 }
 
+/* txn-set: n SETs as fencegate sends a run of writes under one lock: WATCH the mark, EVAL of the
+ * check script, MULTI, EVALSHA of the raise script (c->sha), the SETs, EXEC. */
+static int fb_push_txn(struct fb_conn *c, int n)
+{
+    const char *watch[2] = {"WATCH", c->hwm_key}, *multi[1] = {"MULTI"}, *exec[1] = {"EXEC"};
+    const char *check[7] = {"EVAL", fence_txn_check_script(), "1", c->hwm_key, "1", c->token,
+                            c->lock};
+    const char *raise[7] = {"EVALSHA", c->sha, "1", c->hwm_key, "1", c->token, c->lock};
+
+    if (fb_cmd(c, 2, watch) < 0 || fb_cmd(c, 7, check) < 0 || fb_cmd(c, 1, multi) < 0 ||
+        fb_cmd(c, 7, raise) < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (fb_push_set(c) < 0)
+            return -1;
+    return fb_cmd(c, 1, exec);
+}
+
+/* txn-set: +OK, :0, +OK, n + 1 times +QUEUED, then EXEC's array: :0 and n times +OK. */
+static int fb_read_txn(struct fb_conn *c, int n, uint64_t *ok)
+{
+    struct fb_reply r;
+    int good = 1;
+
+    for (int i = 0; i < 4 + n; i++) {
+        if (fb_read_reply(c, &r) < 0)
+            return -1;
+        if (i == 1 ? !(r.type == ':' && r.integer == 0) : r.type != '+') {
+            good = 0;
+            fb_note_reply(c, &r, i == 1 ? "transaction check" : "transaction step");
+        }
+    }
+    if (fb_read_reply(c, &r) < 0)
+        return -1;
+    if (good && r.type == '*' && r.nelem == n + 1 && r.nok == n) {
+        *ok += (uint64_t)n;
+    } else {
+        c->errors++;
+        if (good)
+            fb_note_reply(c, &r, "EXEC");
+    }
+    return 0;
+}
+
 /* group-set: the array reply of one call of n writes, each +OK. */
 static int fb_read_group(struct fb_conn *c, int n, uint64_t *ok)
 {
@@ -553,12 +600,13 @@ static int fb_fence_acquire(struct fb_conn *c, const char *name)
     return fb_check_token(c, &r, "FENCE.ACQUIRE");
 }
 
-/* script-set, group-set: loads the write (or group) script and takes the lock with the acquire
- * script, straight from Redis, so the writes carry a real token from the lock's counter. */
+/* script-set, group-set, txn-set: loads the write (group, raise) script and takes the lock with the
+ * acquire script, straight from Redis, so the writes carry a real token from the lock's counter. */
 static int fb_script_setup(struct fb_conn *c)
 {
     const char *load[3] = {"SCRIPT", "LOAD",
                            fb_opt.mode == FB_GROUP_SET ? fence_group_script()
+                           : fb_opt.mode == FB_TXN_SET ? fence_txn_raise_script()
                                                        : fence_write_script()};
     struct fb_reply r;
     uint64_t start = c->cmd_index, ok = 0;
@@ -599,7 +647,9 @@ static void *fb_setup(void *arg)
     }
     if (fb_opt.mode == FB_FENCED_SET && fb_fence_acquire(c, c->lock) < 0)
         c->failed = 1;
-    if ((fb_opt.mode == FB_SCRIPT_SET || fb_opt.mode == FB_GROUP_SET) && fb_script_setup(c) < 0)
+    if ((fb_opt.mode == FB_SCRIPT_SET || fb_opt.mode == FB_GROUP_SET ||
+         fb_opt.mode == FB_TXN_SET) &&
+        fb_script_setup(c) < 0)
         c->failed = 1;
     return NULL;
 }
@@ -664,6 +714,12 @@ static void *fb_load(void *arg)
                 c->failed = 1;
                 goto out;
             }
+        } else if (fb_opt.mode == FB_TXN_SET) {
+            if (fb_push_txn(c, fb_opt.pipeline) < 0 || fb_flush(c) < 0 ||
+                fb_read_txn(c, fb_opt.pipeline, &ok) < 0) {
+                c->failed = 1;
+                goto out;
+            }
         } else {
             for (int i = 0; i < fb_opt.pipeline; i++) {
                 if ((cycle ? fb_push_cycle(c) : fb_push_set(c)) < 0) {
@@ -690,7 +746,8 @@ out:
     if (c->failed)
         return NULL;
     /* Not measured: release what the loop or the setup left held. */
-    if ((cycle || fb_opt.mode == FB_SCRIPT_SET || fb_opt.mode == FB_GROUP_SET) &&
+    if ((cycle || fb_opt.mode == FB_SCRIPT_SET || fb_opt.mode == FB_GROUP_SET ||
+         fb_opt.mode == FB_TXN_SET) &&
         c->cmd_index % 2 == 1) {
         uint64_t start = c->cmd_index, ok = 0;
         if (fb_push_cycle(c) < 0 || fb_flush(c) < 0 || fb_read_batch(c, 1, 1, start, &ok) < 0)
@@ -794,7 +851,8 @@ static int fb_long(const char *s, long min, long max, long *out)
 static void fb_usage(FILE *f)
 {
     fputs("usage: fencebench --port P [--host 127.0.0.1] [--conns N] [--pipeline D] [--seconds S]\n"
-          "                  [--mode set|fenced-set|script-set|group-set|acquire-release|\n"
+          "                  [--mode set|fenced-set|script-set|group-set|txn-set|\n"
+          "                          acquire-release|\n"
           "                          acquire-script|hold]\n"
           "                  [--requests CAP] [--keyspace K] [--ttl-ms MS] [--prefix NAME]\n"
           "                  [--locks L] [--gate] [--latency]\n"
@@ -805,13 +863,17 @@ static void fb_usage(FILE *f)
           "                   Redis\n"
           "  group-set        the same, but each round is one EVALSHA of a group script carrying\n"
           "                   D SETs (as fencegate groups writes that meet); D <= 16\n"
+          "  txn-set          the same, but each round is one transaction of D SETs as fencegate\n"
+          "                   sends a run of writes under one lock (WATCH, check, MULTI, raise,\n"
+          "                   the SETs, EXEC); D <= 31\n"
           "  acquire-release  FENCE.ACQUIRE / FENCE.RELEASE <prefix>:<conn>, alternating\n"
           "  acquire-script   the same via EVAL of fencegate's Redis acquire/release scripts\n"
           "  hold             acquire --locks L locks <prefix>:<conn>:<i> per connection, print\n"
           "                   'held', keep them until SIGTERM or --seconds; with --gate, print\n"
           "                   'connected' first and wait for SIGUSR1 before acquiring\n"
           "Pipeline D = commands in flight per connection (in cycle modes an acquire and a\n"
-          "release are two commands; in group-set, the writes of one call). Output: one line\n"
+          "release are two commands; in group-set and txn-set, the writes of one call). Output:\n"
+          "one line\n"
           "of key=value pairs on stdout; with --latency (cycle modes, pipeline 1) a second\n"
           "line with the acquires' p50 and p99.\n"
           "Exit: 0 measured (see errors=), 1 usage, 2 connection/setup failure.\n",
@@ -899,9 +961,16 @@ static int fb_parse_opts(int argc, char **argv)
         fprintf(stderr, "fencebench: --port is required\n");
         return -1;
     }
-    if (fb_opt.mode == FB_GROUP_SET && fb_opt.pipeline > FB_MAX_ELEMS) {
+    if (fb_opt.mode == FB_GROUP_SET && fb_opt.pipeline > FB_MAX_GROUP) {
         fprintf(stderr, "fencebench: group-set carries at most %d writes per call (--pipeline)\n",
-                FB_MAX_ELEMS);
+                FB_MAX_GROUP);
+        return -1;
+    }
+    if (fb_opt.mode == FB_TXN_SET && fb_opt.pipeline >= FB_MAX_ELEMS) {
+        fprintf(stderr,
+                "fencebench: txn-set carries at most %d writes per transaction "
+                "(--pipeline)\n",
+                FB_MAX_ELEMS - 1);
         return -1;
     }
     return 0;

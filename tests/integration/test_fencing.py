@@ -6,6 +6,7 @@ a lost lease never let a write through unfenced."""
 
 import random
 import signal
+import threading
 import time
 import unittest
 
@@ -626,20 +627,27 @@ class Pipelines(FencingCase):
             self.assertEqual(calls, writes)
 
     def test_a_write_the_script_cannot_run_fails_alone(self):
-        # 8500 arguments are more than Lua's unpack() takes: that write fails inside the script,
-        # the writes around it (which may share its script call) are applied and answered.
+        # 8500 arguments are more than Lua's unpack() takes. Between writes under another lock
+        # the big one goes in a script call, where it fails; the writes around it (which may
+        # share its call) are applied and answered.
         fg = self.fencegate()
         c = self.raw(fg.resp_port)
-        self.acquire(c, "wallet:9")
-        c.send(encode("SET", "wallet:9", "before") + encode("RPUSH", "big", *["x"] * 8500) +
-               encode("SET", "after", "1"))
+        self.acquire(c, "a")
+        self.acquire(c, "b", "WAIT", 0)
+        c.send(encode("SET", "{a}1", "before") + encode("RPUSH", "{b}big", *["x"] * 8500) +
+               encode("SET", "{a}2", "after"))
         self.assertEqual(c.read_reply(), "OK")
         got = c.read_reply()
         self.assertIsInstance(got, Err)
         self.assertIn("unpack", got)
         self.assertEqual(c.read_reply(), "OK")
-        self.assertEqual(self.direct.mget("wallet:9", "after"), [b"before", b"1"])
-        self.assertEqual(self.direct.exists("big"), 0)
+        self.assertEqual(self.direct.mget("{a}1", "{a}2"), [b"before", b"after"])
+        self.assertEqual(self.direct.exists("{b}big"), 0)
+        # Pipelined among writes under its own lock it goes in a transaction, natively: applied.
+        c.send(encode("SET", "{b}1", "before") + encode("RPUSH", "{b}big", *["x"] * 8500) +
+               encode("SET", "{b}2", "after"))
+        self.assertEqual([c.read_reply() for _ in range(3)], ["OK", 8500, "OK"])
+        self.assertEqual(self.direct.llen("{b}big"), 8500)
 
     def test_maxmemory_refuses_every_pipelined_write_as_redis_would(self):
         # Redis checks maxmemory only before a script's first write: with a limit that can refuse
@@ -679,6 +687,138 @@ class Pipelines(FencingCase):
         self.assertEqual(self.direct.exists("{old}l"), 0)
         self.assertEqual(self.hwm("old"), old + 1)
         self.assertEqual(metric(fg, "fencegate_stale_writes_refused_total") - stale_before, 10)
+
+
+class PipelinedTransactions(FencingCase):
+    """Fenced writes under the same lock that reach the shared connection back to back go as one
+    transaction (README, "Fenced writes"): WATCH the mark, a check that touches it when the token
+    is stale, MULTI, the raise, the writes themselves, EXEC."""
+
+    def setUp(self):
+        super().setUp()
+        if not harness.multiplexed():
+            self.skipTest("pipelined transactions are a shared-connection path")
+
+    def calls(self, *names):
+        stats = self.direct.info("commandstats")
+        return sum(stats.get("cmdstat_" + n, {}).get("calls", 0) for n in names)
+
+    def pipeline(self, conn, cmds):
+        conn.send(b"".join(encode(*cmd) for cmd in cmds))
+        return [conn.read_raw_reply() for _ in cmds]
+
+    def test_writes_run_natively_and_answer_byte_for_byte_as_redis(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        token = self.acquire(c, "t")
+        prog = [("SET", "%ss", "1"), ("INCR", "%ss"), ("LPUSH", "%ss", "x"),
+                ("INCRBYFLOAT", "%sf", "1.5"), ("SET", "%sb", "2", "XX", "NX"),
+                ("HSET", "%sh", "f", "v"), ("SET", "%snx", "1", "NX", "GET"),
+                ("GETDEL", "%snx"), ("BITFIELD", "%sbf", "OVERFLOW", "FAIL", "INCRBY", "u2", "0",
+                                     "5", "GET", "u2", "0"),
+                ("ZADD", "%sz", "1", "a", "2", "b"), ("ZPOPMIN", "%sz", "5"), ("DEL", "%szz")]
+        before = self.calls("exec", "eval", "evalsha")
+        via = self.pipeline(c, [tuple(a % "{t}" if "%s" in a else a for a in cmd)
+                                for cmd in prog])
+        self.assertEqual(self.calls("exec", "eval", "evalsha") - before, 3,
+                         "one transaction: EXEC, the check and the raise")
+        straight = self.pipeline(self.raw(self.redis.port),
+                                 [tuple(a % "{d}" if "%s" in a else a for a in cmd)
+                                  for cmd in prog])
+        self.assertEqual(via, straight)
+        for key in ("s", "f", "h", "bf", "z"):
+            self.assertEqual(self.direct.dump("{t}" + key), self.direct.dump("{d}" + key), key)
+        self.assertEqual(self.hwm("t"), token)
+
+    def test_stale_token_refuses_every_write_and_leaves_the_mark_as_it_was(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        token = self.acquire(c, "s")
+        self.direct.set(hwm_key("s"), token + 1)  # a newer holder's fence on acquire
+        stale = metric(fg, "fencegate_stale_writes_refused_total")
+        replies = self.pipeline(c, [("RPUSH", "{s}l", i) for i in range(10)])
+        want = ("-STALE lock s token %d < high-water mark %d (a newer holder exists; "
+                "re-acquire)\r\n" % (token, token + 1)).encode()
+        self.assertEqual(replies, [want] * 10)
+        self.assertEqual(self.direct.exists("{s}l"), 0)
+        self.assertEqual(self.hwm("s"), token + 1)
+        self.assertEqual(self.direct.keys("fencegate:hwm:*"), [hwm_key("s").encode()])
+        self.assertEqual(metric(fg, "fencegate_stale_writes_refused_total") - stale, 10)
+
+    def test_a_mark_that_is_not_a_number_refuses_and_is_left_for_repair(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "w")
+        for bad in (lambda: self.direct.rpush(hwm_key("w"), "x"),
+                    lambda: self.direct.set(hwm_key("w"), "seven")):
+            self.direct.delete(hwm_key("w"))
+            bad()
+            dump = self.direct.dump(hwm_key("w"))
+            for r in self.pipeline(c, [("SET", "{w}k%d" % i, "v") for i in range(4)]):
+                self.assertTrue(r.startswith(b"-ERR fencegate write check: "), r)
+                self.assertRegex(r, rb"WRONGTYPE .*\(delete or repair that key\)|is not a number")
+            self.assertEqual(self.direct.keys("{w}*"), [])
+            self.assertEqual(self.direct.dump(hwm_key("w")), dump)
+
+    def test_a_lost_mark_is_raised_with_the_writes(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        token = self.acquire(c, "m")
+        self.direct.delete(hwm_key("m"))  # e.g. a failover to a replica that missed it
+        self.assertEqual(self.pipeline(c, [("SET", "{m}%d" % i, i) for i in range(5)]),
+                         [b"+OK\r\n"] * 5)
+        self.assertEqual(self.hwm("m"), token)
+
+    def test_queue_time_refusals_answer_each_write_as_redis_does(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "q")
+        self.direct.config_set("min-replicas-to-write", 1)
+        self.addCleanup(self.direct.config_set, "min-replicas-to-write", 0)
+        cmds = [("SET", "%s1", "a"), ("INCR", "%s2"), ("DEL", "%s3")]
+        via = self.pipeline(c, [(cmd[0], cmd[1] % "{q}") + cmd[2:] for cmd in cmds])
+        straight = self.pipeline(self.raw(self.redis.port),
+                                 [(cmd[0], cmd[1] % "{d}") + cmd[2:] for cmd in cmds])
+        self.assertEqual(via, straight)
+        self.assertTrue(all(r.startswith(b"-NOREPLICAS") for r in via), via)
+        self.assertEqual(self.direct.keys("{q}*"), [])
+
+    def test_a_newer_holder_cuts_in_and_no_older_write_lands_after_it(self):
+        # The newer holder raises the mark and writes in one transaction, at a moment of its own
+        # while the old holder pipelines. Every old write is either applied before the newer
+        # holder's write, with an OK, or refused with STALE and absent: never after it.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        token = self.acquire(c, "r")
+        newer = self.raw(self.redis.port)
+        batches, per = 400, 8
+        cut_in = threading.Event()
+
+        def cut():
+            wait_until = time.monotonic() + 10
+            while self.direct.llen("{r}log") < 50 and time.monotonic() < wait_until:
+                time.sleep(0.001)
+            newer.send(encode("MULTI") + encode("SET", hwm_key("r"), token + 1) +
+                       encode("RPUSH", "{r}log", "new") + encode("EXEC"))
+            cut_in.set()
+
+        t = threading.Thread(target=cut)
+        t.start()
+        replies = []
+        for b in range(batches):
+            replies += self.pipeline(c, [("RPUSH", "{r}log", "old%d" % (b * per + i))
+                                         for i in range(per)])
+            if cut_in.is_set() and replies[-1].startswith(b"-STALE"):
+                break
+        t.join()
+        log = [v.decode() for v in self.direct.lrange("{r}log", 0, -1)]
+        self.assertIn("new", log)
+        applied = [i for i, r in enumerate(replies) if r.startswith(b":")]
+        refused = [i for i, r in enumerate(replies) if r.startswith(b"-STALE")]
+        self.assertEqual(len(applied) + len(refused), len(replies), replies[:3])
+        self.assertTrue(applied and refused, "the newer holder never cut in mid-run")
+        self.assertEqual(log, ["old%d" % i for i in applied] + ["new"])
+        self.assertLess(max(applied), min(refused))
 
 
 class ScriptCache(FencingCase):

@@ -712,23 +712,42 @@ struct arg {
     size_t n;
 };
 
+static void assert_arg(const struct arg *a, const char *want, size_t wlen);
+
+/* Parses the RESP multibulk of bulk strings at *pos, moving *pos past it. */
+static size_t parse_next(const char *buf, size_t len, size_t *pos, struct arg *args, size_t max)
+{
+    size_t count = parse_header(buf, len, pos, '*');
+    assert_true(count <= max);
+    for (size_t i = 0; i < count; i++) {
+        size_t n = parse_header(buf, len, pos, '$');
+        assert_true(*pos + n + 2 <= len);
+        args[i].p = buf + *pos;
+        args[i].n = n;
+        *pos += n;
+        assert_memory_equal(buf + *pos, "\r\n", 2);
+        *pos += 2;
+    }
+    return count;
+}
+
 /* Parses a whole RESP multibulk of bulk strings; fails unless it uses exactly len bytes. */
 static size_t parse_multibulk(const char *buf, size_t len, struct arg *args, size_t max)
 {
     size_t pos = 0;
-    size_t count = parse_header(buf, len, &pos, '*');
-    assert_true(count <= max);
-    for (size_t i = 0; i < count; i++) {
-        size_t n = parse_header(buf, len, &pos, '$');
-        assert_true(pos + n + 2 <= len);
-        args[i].p = buf + pos;
-        args[i].n = n;
-        pos += n;
-        assert_memory_equal(buf + pos, "\r\n", 2);
-        pos += 2;
-    }
+    size_t count = parse_next(buf, len, &pos, args, max);
     assert_int_equal(pos, len);
     return count;
+}
+
+/* Checks that the command at *pos is exactly want[0..n). */
+static void assert_command(const char *buf, size_t len, size_t *pos, const char *const *want,
+                           size_t n)
+{
+    struct arg args[16];
+    assert_int_equal(parse_next(buf, len, pos, args, ARRAY_LEN(args)), n);
+    for (size_t i = 0; i < n; i++)
+        assert_arg(&args[i], want[i], strlen(want[i]));
 }
 
 static void assert_arg(const struct arg *a, const char *want, size_t wlen)
@@ -942,6 +961,77 @@ static void test_encode_group(void **state)
     assert_int_equal(big[10], '#');
 }
 
+/* Writes under the same locks and tokens go as one transaction: WATCH on the marks, the check
+ * (always with its body), MULTI, the raise, the commands as the client sent them, EXEC. */
+static void test_encode_txn(void **state)
+{
+    (void)state;
+    const char sha[41] = "0123456789012345678901234567890123456789";
+    /* A SET under a (token 7), an INCR under a (7), then under b (7), then under a (8). */
+    struct fence_decision d[4];
+    memset(d, 0, sizeof(d));
+    for (int i = 0; i < 4; i++) {
+        d[i].nlocks = 1;
+        memcpy(d[i].locks[0].name, i == 2 ? "b" : "a", 1);
+        d[i].locks[0].len = 1;
+        d[i].locks[0].token = i == 3 ? 8 : 7;
+    }
+    const char *argv[4][3] = {{"SET", "k", ""}, {"INCR", "n"}, {"INCR", "n"}, {"INCR", "n"}};
+    size_t lens[4][3] = {{3, 1, 0}, {4, 1}, {4, 1}, {4, 1}}, argc[4] = {3, 2, 2, 2};
+    char enc[1024];
+    struct fence_layout lay[4];
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t n = fence_encode_write(sha, &d[i], argv[i], lens[i], argc[i], enc + off,
+                                      sizeof(enc) - off, &lay[i]);
+        assert_int_equal(lay[i].start, 0);
+        assert_int_equal(lay[i].argc, argc[i]);
+        lay[i].start += off; /* as the caller rebases them */
+        lay[i].keys_off += off;
+        lay[i].argv_off += off;
+        lay[i].cmd_off += off;
+        lay[i].end += off;
+        off += n;
+    }
+    assert_true(fence_same_locks(enc, &lay[0], &lay[1]));
+    assert_false(fence_same_locks(enc, &lay[0], &lay[2])); /* another lock */
+    assert_false(fence_same_locks(enc, &lay[0], &lay[3])); /* another token */
+
+    char buf[4096];
+    size_t n = fence_encode_txn(sha, enc, lay, 2, buf, sizeof(buf)), pos = 0;
+    assert_true(n > 0 && n < sizeof(buf));
+    const char *watch[] = {"WATCH", "fencegate:hwm:{a}"};
+    const char *check[] = {"EVAL", fence_txn_check_script(), "1", "fencegate:hwm:{a}", "1", "7",
+                           "a"};
+    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
+    const char *raise[] = {"EVALSHA", sha, "1", "fencegate:hwm:{a}", "1", "7", "a"};
+    const char *set[] = {"SET", "k", ""}, *incr[] = {"INCR", "n"};
+    assert_command(buf, n, &pos, watch, ARRAY_LEN(watch));
+    assert_command(buf, n, &pos, check, ARRAY_LEN(check));
+    assert_command(buf, n, &pos, multi, ARRAY_LEN(multi));
+    assert_command(buf, n, &pos, raise, ARRAY_LEN(raise));
+    assert_command(buf, n, &pos, set, ARRAY_LEN(set));
+    assert_command(buf, n, &pos, incr, ARRAY_LEN(incr));
+    assert_command(buf, n, &pos, exec, ARRAY_LEN(exec));
+    assert_int_equal(pos, n);
+
+    /* Without a SHA the raise goes with its body. */
+    n = fence_encode_txn(NULL, enc, lay, 2, buf, sizeof(buf));
+    pos = 0;
+    raise[0] = "EVAL";
+    raise[1] = fence_txn_raise_script();
+    assert_command(buf, n, &pos, watch, ARRAY_LEN(watch));
+    assert_command(buf, n, &pos, check, ARRAY_LEN(check));
+    assert_command(buf, n, &pos, multi, ARRAY_LEN(multi));
+    assert_command(buf, n, &pos, raise, ARRAY_LEN(raise));
+
+    /* Too small a buffer: the needed length, nothing past cap. */
+    memset(buf, '#', sizeof(buf));
+    assert_int_equal(fence_encode_txn(sha, enc, lay, 2, buf, 10),
+                     fence_encode_txn(sha, enc, lay, 2, NULL, 0));
+    assert_int_equal(buf[10], '#');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -960,6 +1050,7 @@ int main(void)
         cmocka_unit_test(test_encode_write_db),
         cmocka_unit_test(test_encode_write_token_zero_and_no_locks),
         cmocka_unit_test(test_encode_group),
+        cmocka_unit_test(test_encode_txn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
