@@ -68,10 +68,12 @@ enum op_flag {
 struct op {
     uint16_t flags;
     uint8_t kind;
-    uint8_t txn_exec;  /* EXEC of a fenced transaction: a null reply means a mark moved */
-    uint32_t nreplies; /* replies still expected (UNSUBSCRIBE a b c expects three) */
-    uint64_t t0_us;    /* when it was forwarded, for the latency histogram */
-    char *reply;       /* OP_LOCAL: the reply; OPF_FENCED: the request sent */
+    uint8_t txn_exec : 1; /* EXEC of a fenced transaction: a null reply means a mark moved */
+    uint8_t txn_run : 7;  /* > 0: this fenced write and the txn_run - 1 after it went as one
+                             pipelined transaction (fence_encode_txn()) on a pinned connection */
+    uint32_t nreplies;    /* replies still expected (UNSUBSCRIBE a b c expects three) */
+    uint64_t t0_us;       /* when it was forwarded, for the latency histogram */
+    char *reply;          /* OP_LOCAL: the reply; OPF_FENCED: the request sent */
     size_t reply_len;
 };
 
@@ -135,6 +137,7 @@ struct client {
     unsigned dead : 1;
     unsigned processing : 1;    /* inside req_process: callbacks must not re-enter it */
     unsigned script_loaded : 1; /* the fence script was loaded on this upstream connection */
+    unsigned raise_loaded : 1;  /* the same for the pipelined transactions' raise script */
     unsigned pinned : 1;        /* has (or is about to get) an upstream connection of its own */
     unsigned pin_pending : 1;   /* pins at its next request, once no reply is due to it */
     unsigned slow_reader : 1;   /* left max_pending_bytes of replies unread: pins next time */
@@ -151,6 +154,10 @@ struct client {
     struct fencing_txn *txn_checking; /* its check is in flight */
     char *txn_err; /* the first error Redis gave a held-back block's queued command: EXEC's */
     unsigned client_watched : 1; /* the application's own WATCH is active */
+
+    uint64_t ops_pushed; /* ops ever pushed: names an op while it is queued */
+    struct srv_run *run; /* pinned: fenced writes under the same locks not sent yet */
+    size_t txn_seen;     /* pinned: replies of the transaction at the head scanned so far */
 };
 
 struct server {
@@ -176,6 +183,7 @@ struct server {
     char write_sha[41];        /* SHA-1 of fence_write_script() */
     char group_sha[41];        /* SHA-1 of fence_group_script() */
     char raise_sha[41];        /* SHA-1 of fence_txn_raise_script() */
+    unsigned no_txn : 1; /* the upstream broke a pipelined transaction's rules: scripts only */
 };
 
 /* What to do with one request. */

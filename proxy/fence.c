@@ -843,13 +843,14 @@ size_t fence_encode_group(const char sha[41], const char *reqs, const struct fen
     return o.len;
 }
 
-int fence_same_locks(const char *reqs, const struct fence_layout *a, const struct fence_layout *b)
+int fence_same_locks(const char *ra, const struct fence_layout *a, const char *rb,
+                     const struct fence_layout *b)
 {
     size_t marks = a->argv_off - a->keys_off, locks = a->cmd_off - a->argv_off;
 
     return b->argv_off - b->keys_off == marks && b->cmd_off - b->argv_off == locks &&
-           memcmp(reqs + a->keys_off, reqs + b->keys_off, marks) == 0 &&
-           memcmp(reqs + a->argv_off, reqs + b->argv_off, locks) == 0;
+           memcmp(ra + a->keys_off, rb + b->keys_off, marks) == 0 &&
+           memcmp(ra + a->argv_off, rb + b->argv_off, locks) == 0;
 }
 
 /* One of the transaction's scripts over the writes' shared locks: the verb and its first argument,

@@ -144,8 +144,10 @@ size_t fence_encode_write_db(unsigned mark_db, unsigned cmd_db, const struct fen
 size_t fence_encode_group(const char sha[41], const char *reqs, const struct fence_layout *lay,
                           size_t k, char *out, size_t cap);
 
-/* Whether two fence_encode_write() requests in reqs are fenced by the same locks and tokens. */
-int fence_same_locks(const char *reqs, const struct fence_layout *a, const struct fence_layout *b);
+/* Whether two fence_encode_write() requests (a in ra, b in rb) are fenced by the same locks and
+ * tokens. */
+int fence_same_locks(const char *ra, const struct fence_layout *a, const char *rb,
+                     const struct fence_layout *b);
 
 /* Writes under the same locks (fence_same_locks()) arriving back to back, as one pipelined
  * transaction in place of script calls, so Redis runs them natively:

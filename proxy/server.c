@@ -72,7 +72,6 @@ struct ulink {
     unsigned script_loaded : 1;
     unsigned group_loaded : 1; /* the group script is in Redis' cache (else it goes as EVAL) */
     unsigned raise_loaded : 1; /* the same for the transactions' raise script */
-    unsigned no_txn : 1;       /* the upstream broke a transaction's rules: script calls only */
     unsigned failed : 1;       /* a write failed; lk_fail() is scheduled */
     unsigned flush_due : 1;    /* flush_ev is active */
     unsigned out_full : 1;     /* `out` passed max_pending_bytes: unpinned clients stop parsing */
@@ -229,6 +228,7 @@ struct op *op_push(struct client *c, enum op_kind kind)
         return NULL;
     }
     o = op_at(c, c->ops_count++);
+    c->ops_pushed++;
     memset(o, 0, sizeof(*o));
     o->kind = (uint8_t)kind;
     o->nreplies = 1;
@@ -283,8 +283,91 @@ static void cl_send(struct client *c, const char *p, size_t n)
 
 static void up_drop(struct client *c, const char *why);
 
-/* Writes bytes to the upstream (or queues them while it connects). */
+/* A pinned client's fenced writes under the same locks, gathered while its requests are parsed
+ * and sent when anything else goes upstream or parsing stops: as one pipelined transaction when
+ * there are several, as they came when there is one. */
+struct srv_run {
+    struct buf reqs;
+    struct fence_layout lay[SRV_GROUP_MAX_WRITES]; /* offsets into reqs */
+    size_t count;
+    uint64_t first_op; /* the number (ops_pushed) of the first write's op */
+};
+
+static void up_write(struct client *c, const char *p, size_t n);
+
+static void up_run_flush(struct client *c)
+{
+    struct srv_run *u = c->run;
+    const char *reqs = buf_head(&u->reqs);
+    const char *sha = c->raise_loaded ? c->srv->raise_sha : NULL;
+    size_t k = u->count, need;
+    char *enc;
+
+    u->count = 0;
+    if (k < SRV_TXN_MIN_WRITES || c->srv->no_txn) {
+        for (size_t i = 0; i < k; i++)
+            up_write(c, reqs + u->lay[i].start, u->lay[i].end - u->lay[i].start);
+    } else if (!(enc = malloc(need = fence_encode_txn(sha, reqs, u->lay, k, NULL, 0)))) {
+        c->dead = 1;
+    } else {
+        fence_encode_txn(sha, reqs, u->lay, k, enc, need);
+        up_write(c, enc, need);
+        free(enc);
+        c->raise_loaded = 1; /* an EVAL, if it was one, put the raise script in the cache */
+        op_at(c, c->ops_count - (size_t)(c->ops_pushed - u->first_op))->txn_run = (uint8_t)k;
+    }
+    buf_free(&u->reqs); /* an idle connection keeps no buffer */
+}
+
+/* Adds a fenced write (p, n bytes laid out as lay says) to `g`, whose requests are in b. */
+static int run_append(struct buf *b, struct fence_layout *g, const char *p, size_t n,
+                      const struct fence_layout *lay)
+{
+    size_t base = buf_len(b);
+
+    if (buf_append(b, p, n) != FG_OK)
+        return -1;
+    *g = *lay;
+    g->start += base;
+    g->keys_off += base;
+    g->argv_off += base;
+    g->cmd_off += base;
+    g->end += base;
+    return 0;
+}
+
+/* Gathers a pinned client's fenced write; its op is pushed next. */
+static void up_run_add(struct client *c, const char *p, size_t n, const struct fence_layout *lay)
+{
+    struct srv_run *u = c->run;
+
+    if (!u && !(u = c->run = calloc(1, sizeof(*u)))) {
+        c->dead = 1;
+        return;
+    }
+    if (u->count > 0 &&
+        (u->count == SRV_GROUP_MAX_WRITES || buf_len(&u->reqs) + n > SRV_GROUP_MAX_BYTES ||
+         !fence_same_locks(buf_head(&u->reqs), &u->lay[0], p, lay)))
+        up_run_flush(c);
+    if (u->count == 0)
+        u->first_op = c->ops_pushed;
+    if (run_append(&u->reqs, &u->lay[u->count], p, n, lay) < 0) {
+        c->dead = 1;
+        return;
+    }
+    u->count++;
+}
+
+/* Sends bytes to the upstream, after the fenced writes gathered before them. */
 void up_send(struct client *c, const char *p, size_t n)
+{
+    if (c->run && c->run->count)
+        up_run_flush(c);
+    up_write(c, p, n);
+}
+
+/* Writes bytes to the upstream (or queues them while it connects). */
+static void up_write(struct client *c, const char *p, size_t n)
 {
     if (n == 0)
         return;
@@ -313,8 +396,17 @@ void up_send(struct client *c, const char *p, size_t n)
 
 void up_send_fenced(struct client *c, const char *p, size_t n, const struct fence_layout *lay)
 {
-    if (c->pinned || upstream_oom_possible(c->srv->up)) {
+    if (upstream_oom_possible(c->srv->up)) {
         up_send(c, p, n);
+        return;
+    }
+    if (c->pinned) {
+        /* Not where a transaction of fencegate's own would mix with the application's (its WATCH
+         * or MULTI), nor where replies do not come one per request (RESP3 pushes, pub/sub). */
+        if (c->in_multi || c->client_watched || c->resp3 || c->mode != MODE_NORMAL)
+            up_send(c, p, n);
+        else
+            up_run_add(c, p, n, lay);
         return;
     }
     metrics_inc(&fg_metrics, M_BYTES_TO_UPSTREAM, n);
@@ -430,7 +522,12 @@ static void up_close_fd(struct client *c)
     buf_free(&c->uout);
     resp_scanner_init(&c->scan);
     c->rscan_off = 0;
-    c->script_loaded = 0;
+    c->script_loaded = c->raise_loaded = 0;
+    c->txn_seen = 0;
+    if (c->run) { /* its writes fail with the connection */
+        c->run->count = 0;
+        buf_free(&c->run->reqs);
+    }
 }
 
 /* Every op that waited for the upstream gets -UNAVAILABLE instead, in order. */
@@ -763,9 +860,9 @@ static void lk_close_group(struct ulink *lk)
         return;
     lk->g_count = 0;
     while (i < k) {
-        for (j = i + 1; j < k && fence_same_locks(reqs, &lk->g_lay[i], &lk->g_lay[j]); j++)
+        for (j = i + 1; j < k && fence_same_locks(reqs, &lk->g_lay[i], reqs, &lk->g_lay[j]); j++)
             ;
-        if (j - i >= SRV_TXN_MIN_WRITES && !lk->no_txn) {
+        if (j - i >= SRV_TXN_MIN_WRITES && !lk->srv->no_txn) {
             if (lk_emit(lk, from, i, 0) < 0 || lk_emit(lk, i, j, 1) < 0)
                 goto nomem;
             from = j;
@@ -799,9 +896,6 @@ static void lk_send(struct ulink *lk, const char *p, size_t n)
 static void lk_send_fenced(struct ulink *lk, const char *p, size_t n,
                            const struct fence_layout *lay)
 {
-    size_t base;
-    struct fence_layout *g;
-
     if (lk->failed)
         return;
     if (lk->g_count > 0 &&
@@ -810,18 +904,11 @@ static void lk_send_fenced(struct ulink *lk, const char *p, size_t n,
         lk_close_group(lk);
     if (lk->g_count == 0)
         lk->g_seq = lk->who_seq;
-    base = buf_len(&lk->g_reqs);
-    if (buf_append(&lk->g_reqs, p, n) != FG_OK) {
+    if (run_append(&lk->g_reqs, &lk->g_lay[lk->g_count], p, n, lay) < 0) {
         lk_schedule_fail(lk, "fencegate is out of memory");
         return;
     }
-    g = &lk->g_lay[lk->g_count++];
-    *g = *lay;
-    g->start += base;
-    g->keys_off += base;
-    g->argv_off += base;
-    g->cmd_off += base;
-    g->end += base;
+    lk->g_count++;
     lk_want_flush(lk);
 }
 
@@ -963,7 +1050,7 @@ static const char *shown_bytes(const char *p, size_t n, char *out, size_t cap)
 }
 
 /* One whole reply: where it lies and its type. */
-struct lk_reply {
+struct srv_reply {
     const char *p;
     size_t n;
     char type;
@@ -971,7 +1058,7 @@ struct lk_reply {
 
 /* Cuts `count` whole replies off the front of p[0..n) into out. Returns the bytes they take, or
  * 0 when p does not start with that many. */
-static size_t lk_cut_replies(const char *p, size_t n, size_t count, struct lk_reply *out)
+static size_t replies_cut(const char *p, size_t n, size_t count, struct srv_reply *out)
 {
     size_t off = 0, used;
 
@@ -980,14 +1067,14 @@ static size_t lk_cut_replies(const char *p, size_t n, size_t count, struct lk_re
         resp_scanner_init(&sc);
         if (resp_scan_reply(&sc, p + off, n - off, &used) != RESP_SCAN_DONE)
             return 0;
-        out[i] = (struct lk_reply){p + off, used, sc.top_type};
+        out[i] = (struct srv_reply){p + off, used, sc.top_type};
         off += used;
     }
     return off;
 }
 
 /* The elements of r, an array of exactly count whole replies. Returns 0, or -1 when r is not. */
-static int lk_elements(const struct lk_reply *r, size_t count, struct lk_reply *out)
+static int reply_elements(const struct srv_reply *r, size_t count, struct srv_reply *out)
 {
     const char *p = r->p + 1, *end = r->p + r->n;
     size_t got = 0;
@@ -999,7 +1086,7 @@ static int lk_elements(const struct lk_reply *r, size_t count, struct lk_reply *
     if (got != count || end - p < 2 || p[0] != '\r')
         return -1;
     p += 2;
-    return lk_cut_replies(p, (size_t)(end - p), count, out) == (size_t)(end - p) ? 0 : -1;
+    return replies_cut(p, (size_t)(end - p), count, out) == (size_t)(end - p) ? 0 : -1;
 }
 
 /* The reply to a group of k fenced writes: an array whose elements answer them in order, or one
@@ -1007,7 +1094,7 @@ static int lk_elements(const struct lk_reply *r, size_t count, struct lk_reply *
 static int lk_deliver_group(struct ulink *lk, const char *r, size_t n, size_t k, struct client **to,
                             struct span *sp)
 {
-    struct lk_reply whole = {r, n, r[0]}, el[SRV_GROUP_MAX_WRITES];
+    struct srv_reply whole = {r, n, r[0]}, el[SRV_GROUP_MAX_WRITES];
 
     if (r[0] == '-') {
         if (n > 9 && memcmp(r, "-NOSCRIPT", 9) == 0)
@@ -1016,82 +1103,131 @@ static int lk_deliver_group(struct ulink *lk, const char *r, size_t n, size_t k,
             lk_deliver(lk, r, n, '-', to, sp);
         return 0;
     }
-    if (lk_elements(&whole, k, el) < 0)
+    if (reply_elements(&whole, k, el) < 0)
         return -1;
     for (size_t i = 0; i < k; i++)
         lk_deliver(lk, el[i].p, el[i].n, el[i].type, to, sp);
     return 0;
 }
 
-static int lk_is(const struct lk_reply *r, const char *text)
+static int reply_is(const struct srv_reply *r, const char *text)
 {
     return r->n == strlen(text) && memcmp(r->p, text, r->n) == 0;
 }
 
-/* The replies to a pipelined transaction of k fenced writes (fence_encode_txn()): WATCH's, the
- * check's, MULTI's, the raise's and each write's queueing, then EXEC's. Each write gets its
- * element of EXEC's array; when EXEC applied nothing, why: the check's refusal, or else the write's
- * own refusal when queued. Returns -1 when the replies do not have the transaction's shape. */
+/* What a pipelined transaction's replies say beyond each write's own reply. */
+enum {
+    TXN_RAISE_NOSCRIPT = 1, /* applied, but the raise script was not in Redis' cache */
+    TXN_RAISE_FAILED = 2,   /* applied, but the raise failed otherwise */
+    TXN_UNFENCED = 4,       /* applied without a check that passed, or outside MULTI */
+};
+
+/* Splits the replies to a pipelined transaction of k fenced writes (fence_encode_txn()), r[0..n):
+ * WATCH's, the check's, MULTI's, the raise's and each write's queueing, then EXEC's. out[0..k)
+ * gets the reply for each write: its element of EXEC's array; when EXEC applied nothing, why (the
+ * check's refusal, else the write's own refusal when queued, else EXEC's error). Returns TXN_*
+ * flags, *odd being the reply they are about, or -1 when the replies are not a transaction's. */
+static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
+                     struct srv_reply *odd)
+{
+    static const struct srv_reply moved = {
+        "-STALE a lock of this write changed hands while it was in flight; it was not applied "
+        "(re-acquire)\r\n",
+        sizeof("-STALE a lock of this write changed hands while it was in flight; it was not "
+               "applied (re-acquire)\r\n") -
+            1,
+        '-'};
+    struct srv_reply rep[SRV_TXN_EXTRA_REPLIES + SRV_GROUP_MAX_WRITES],
+        el[1 + SRV_GROUP_MAX_WRITES];
+    const struct srv_reply *check = &rep[1], *raise = &rep[3], *queued = &rep[4], *exec;
+    int applied, flags = 0, watch_ok, multi_ok;
+
+    if (k == 0 || k > SRV_GROUP_MAX_WRITES ||
+        replies_cut(r, n, SRV_TXN_EXTRA_REPLIES + k, rep) != n)
+        return -1;
+    exec = &rep[4 + k];
+    applied = reply_elements(exec, 1 + k, el) == 0;
+    watch_ok = reply_is(&rep[0], "+OK\r\n");
+    multi_ok = reply_is(&rep[2], "+OK\r\n");
+    if (!multi_ok) { /* the writes ran on their own, as the queue replies show */
+        *odd = rep[2];
+        memcpy(out, queued, k * sizeof(*out));
+        return TXN_UNFENCED;
+    }
+    if (applied) {
+        if (!watch_ok || !reply_is(check, ":0\r\n")) {
+            *odd = watch_ok ? *check : rep[0];
+            flags |= TXN_UNFENCED;
+        } else if (el[0].type == '-') {
+            *odd = el[0];
+            flags |= el[0].n > 9 && memcmp(el[0].p, "-NOSCRIPT", 9) == 0 ? TXN_RAISE_NOSCRIPT
+                                                                         : TXN_RAISE_FAILED;
+        }
+        memcpy(out, el + 1, k * sizeof(*out));
+        return flags;
+    }
+    for (size_t i = 0; i < k; i++) {
+        if (reply_is(exec, "*-1\r\n") || reply_is(exec, "_\r\n")) /* WATCH saw a mark move */
+            out[i] = check->type == '-' ? *check : moved;
+        else if (exec->type == '-') /* EXECABORT: say what was refused */
+            out[i] = queued[i].type == '-' ? queued[i] : raise->type == '-' ? *raise : *exec;
+        else
+            return -1;
+    }
+    return 0;
+}
+
+/* Acts on txn_split()'s flags for the server: logs, and after writes that went unfenced uses
+ * script calls only from then on. The caller forgets its raise script on TXN_RAISE_NOSCRIPT. */
+static void txn_note(struct server *s, int flags, const struct srv_reply *odd)
+{
+    char shown[64];
+
+    if (flags & TXN_UNFENCED) {
+        log_error("fenced writes in a pipelined transaction may have gone without the fence: the "
+                  "upstream answered %s; fenced writes go as script calls from now on",
+                  shown_bytes(odd->p, odd->n, shown, sizeof(shown)));
+        s->no_txn = 1;
+    } else if (flags) {
+        log_warn("fenced writes were applied but their marks not raised: %s",
+                 shown_bytes(odd->p, odd->n, shown, sizeof(shown)));
+    }
+}
+
+/* Gives each of the k writes of a pipelined transaction its reply (txn_split()), on a pinned
+ * connection. Returns -1 when they cannot be paired. */
+static int up_deliver_txn(struct client *c, const char *r, size_t n, size_t k, struct span *sp)
+{
+    struct srv_reply out[SRV_GROUP_MAX_WRITES], odd;
+    int flags = txn_split(r, n, k, out, &odd);
+
+    if (flags < 0)
+        return -1;
+    txn_note(c->srv, flags, &odd);
+    if (flags & TXN_RAISE_NOSCRIPT)
+        c->raise_loaded = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (rep_normal(c, out[i].p, out[i].n, out[i].type, sp) < 0)
+            return -1;
+        c->reply_partial = 0;
+    }
+    return 0;
+}
+
+/* Gives each of the k writes of a pipelined transaction its reply (txn_split()). */
 static int lk_deliver_txn(struct ulink *lk, const char *r, size_t n, size_t k, struct client **to,
                           struct span *sp)
 {
-    static const char moved[] = "-STALE a lock of this write changed hands while it was in "
-                                "flight; it was not applied (re-acquire)\r\n";
-    struct lk_reply rep[SRV_TXN_EXTRA_REPLIES + SRV_GROUP_MAX_WRITES], el[1 + SRV_GROUP_MAX_WRITES];
-    struct lk_reply *check = &rep[1], *raise = &rep[3], *queued = &rep[4], *exec = &rep[4 + k];
-    int applied;
+    struct srv_reply out[SRV_GROUP_MAX_WRITES], odd;
+    int flags = txn_split(r, n, k, out, &odd);
 
-    if (lk_cut_replies(r, n, SRV_TXN_EXTRA_REPLIES + k, rep) != n)
+    if (flags < 0)
         return -1;
-    applied = lk_elements(exec, 1 + k, el) == 0;
-    /* Applied with a check that did not pass, or with no transaction around it: the fence did
-     * not hold for these writes. Only an upstream that breaks WATCH/MULTI's rules, or refuses
-     * them to fencegate's user, gets here; from now on its writes go as script calls. */
-    if ((applied && !lk_is(check, ":0\r\n")) || !lk_is(&rep[0], "+OK\r\n") ||
-        !lk_is(&rep[2], "+OK\r\n")) {
-        char shown[64];
-        const struct lk_reply *bad = !lk_is(&rep[0], "+OK\r\n")   ? &rep[0]
-                                     : !lk_is(&rep[2], "+OK\r\n") ? &rep[2]
-                                                                  : check;
-        log_error("fenced writes in a pipelined transaction may have gone without the fence: the "
-                  "upstream answered %s; using script calls from now on",
-                  shown_bytes(bad->p, bad->n, shown, sizeof(shown)));
-        lk->no_txn = 1;
-        if (rep[2].type == '-') { /* no MULTI: the writes ran on their own */
-            for (size_t i = 0; i < k; i++)
-                lk_deliver(lk, queued[i].p, queued[i].n, queued[i].type, to, sp);
-            return 0;
-        }
-    }
-    if (applied) {
-        if (el[0].type == '-') {
-            char shown[64];
-            if (el[0].n > 9 && memcmp(el[0].p, "-NOSCRIPT", 9) == 0)
-                lk->raise_loaded = 0;
-            log_warn("fenced writes were applied but their marks not raised: %s",
-                     shown_bytes(el[0].p, el[0].n, shown, sizeof(shown)));
-        }
-        for (size_t i = 0; i < k; i++)
-            lk_deliver(lk, el[i + 1].p, el[i + 1].n, el[i + 1].type, to, sp);
-        return 0;
-    }
-    if (lk_is(exec, "*-1\r\n") || lk_is(exec, "_\r\n")) { /* WATCH saw a mark move */
-        for (size_t i = 0; i < k; i++) {
-            if (check->type == '-')
-                lk_deliver(lk, check->p, check->n, '-', to, sp);
-            else
-                lk_deliver(lk, moved, sizeof(moved) - 1, '-', to, sp);
-        }
-        return 0;
-    }
-    if (exec->type != '-')
-        return -1;
-    for (size_t i = 0; i < k; i++) { /* EXECABORT: say what was refused */
-        const struct lk_reply *why = queued[i].type == '-' ? &queued[i]
-                                     : raise->type == '-'  ? raise
-                                                           : exec;
-        lk_deliver(lk, why->p, why->n, '-', to, sp);
-    }
+    txn_note(lk->srv, flags, &odd);
+    if (flags & TXN_RAISE_NOSCRIPT)
+        lk->raise_loaded = 0;
+    for (size_t i = 0; i < k; i++)
+        lk_deliver(lk, out[i].p, out[i].n, out[i].type, to, sp);
     return 0;
 }
 
@@ -1275,9 +1411,11 @@ int up_script_loaded(const struct client *c)
 
 void up_set_script_loaded(struct client *c, int loaded)
 {
-    if (c->pinned)
+    if (c->pinned) {
         c->script_loaded = loaded != 0;
-    else if (loaded)
+        if (!loaded) /* a SCRIPT FLUSH took the raise script too */
+            c->raise_loaded = 0;
+    } else if (loaded)
         c->srv->shared->script_loaded = 1;
     else /* a SCRIPT FLUSH took the group and raise scripts too */
         c->srv->shared->script_loaded = c->srv->shared->group_loaded =
@@ -1500,6 +1638,23 @@ static long rep_process(struct client *c, const char *src, size_t len)
             span_flush(c, &sp, 0);
             up_drop(c, bad_reply_why(src + pos, scan - pos, len - pos, why, sizeof(why)));
             return -1;
+        }
+        if (c->mode == MODE_NORMAL && c->ops_count && op_at(c, 0)->txn_run) {
+            size_t k = op_at(c, 0)->txn_run;
+            if (rc == RESP_SCAN_MORE)
+                break; /* a transaction's replies are split whole, never streamed */
+            if (++c->txn_seen < k + SRV_TXN_EXTRA_REPLIES)
+                continue; /* the transaction's next reply */
+            c->txn_seen = 0;
+            if (up_deliver_txn(c, src + pos, scan - pos, k, &sp) < 0) {
+                span_flush(c, &sp, 0);
+                if (!c->dead)
+                    up_drop(c, "the upstream's replies to a pipelined transaction of fenced "
+                               "writes are not those of a transaction");
+                return -1;
+            }
+            pos = scan;
+            continue;
         }
         if (rc == RESP_SCAN_MORE) {
             if (scan > pos && rep_may_stream(c, c->scan.top_type)) {
@@ -1944,6 +2099,8 @@ static size_t req_process(struct client *c, const char *src, size_t len)
         pos += r.len;
     }
     span_flush(c, &sp, 1);
+    if (c->run && c->run->count)
+        up_run_flush(c);
     c->processing = 0;
     cl_flush(c); /* replies fencegate wrote itself go out together, as Redis sends a pipeline's */
     return pos;
@@ -2064,6 +2221,7 @@ static void cl_close(struct client *c)
     if (!c->pinned)
         lk_forget(s->shared, c);
     up_close_fd(c);
+    free(c->run);
     close(c->fd);
     buf_free(&c->in);
     buf_free(&c->out);

@@ -621,10 +621,7 @@ class Pipelines(FencingCase):
                     self.assertEqual(self.direct.get(a), self.direct.get(b), a)
             self.assertEqual(self.hwm("p%d" % i), tokens[i])
         writes = sum(len(p) for p in progs)
-        if harness.multiplexed():
-            self.assertLess(calls, writes / 2, "pipelined fenced writes were not grouped")
-        else:
-            self.assertEqual(calls, writes)
+        self.assertLess(calls, writes / 2, "pipelined fenced writes were not grouped")
 
     def test_a_write_the_script_cannot_run_fails_alone(self):
         # 8500 arguments are more than Lua's unpack() takes. Between writes under another lock
@@ -690,14 +687,18 @@ class Pipelines(FencingCase):
 
 
 class PipelinedTransactions(FencingCase):
-    """Fenced writes under the same lock that reach the shared connection back to back go as one
-    transaction (README, "Fenced writes"): WATCH the mark, a check that touches it when the token
-    is stale, MULTI, the raise, the writes themselves, EXEC."""
+    """Pipelined fenced writes under the same lock go as one transaction (README, "Pipelined
+    fenced writes"): WATCH the mark, a check that touches it when the token is stale, MULTI, the
+    raise, the writes themselves, EXEC. On the shared upstream connection, and (PINNED) on a
+    connection of the client's own."""
 
-    def setUp(self):
-        super().setUp()
-        if not harness.multiplexed():
-            self.skipTest("pipelined transactions are a shared-connection path")
+    PINNED = False
+
+    def conn(self, fg):
+        c = self.raw(fg.resp_port)
+        if self.PINNED:  # CLIENT SETNAME is connection state: the client gets its own upstream
+            self.assertEqual(c.call("CLIENT", "SETNAME", "pinned"), "OK")
+        return c
 
     def calls(self, *names):
         stats = self.direct.info("commandstats")
@@ -709,7 +710,7 @@ class PipelinedTransactions(FencingCase):
 
     def test_writes_run_natively_and_answer_byte_for_byte_as_redis(self):
         fg = self.fencegate()
-        c = self.raw(fg.resp_port)
+        c = self.conn(fg)
         token = self.acquire(c, "t")
         prog = [("SET", "%ss", "1"), ("INCR", "%ss"), ("LPUSH", "%ss", "x"),
                 ("INCRBYFLOAT", "%sf", "1.5"), ("SET", "%sb", "2", "XX", "NX"),
@@ -732,7 +733,7 @@ class PipelinedTransactions(FencingCase):
 
     def test_stale_token_refuses_every_write_and_leaves_the_mark_as_it_was(self):
         fg = self.fencegate()
-        c = self.raw(fg.resp_port)
+        c = self.conn(fg)
         token = self.acquire(c, "s")
         self.direct.set(hwm_key("s"), token + 1)  # a newer holder's fence on acquire
         stale = metric(fg, "fencegate_stale_writes_refused_total")
@@ -747,7 +748,7 @@ class PipelinedTransactions(FencingCase):
 
     def test_a_mark_that_is_not_a_number_refuses_and_is_left_for_repair(self):
         fg = self.fencegate()
-        c = self.raw(fg.resp_port)
+        c = self.conn(fg)
         self.acquire(c, "w")
         for bad in (lambda: self.direct.rpush(hwm_key("w"), "x"),
                     lambda: self.direct.set(hwm_key("w"), "seven")):
@@ -762,16 +763,33 @@ class PipelinedTransactions(FencingCase):
 
     def test_a_lost_mark_is_raised_with_the_writes(self):
         fg = self.fencegate()
-        c = self.raw(fg.resp_port)
+        c = self.conn(fg)
         token = self.acquire(c, "m")
         self.direct.delete(hwm_key("m"))  # e.g. a failover to a replica that missed it
         self.assertEqual(self.pipeline(c, [("SET", "{m}%d" % i, i) for i in range(5)]),
                          [b"+OK\r\n"] * 5)
         self.assertEqual(self.hwm("m"), token)
 
+    def test_a_flushed_raise_script_goes_again_with_its_body(self):
+        # After a SCRIPT FLUSH from elsewhere, the next run's raise finds no script: its writes
+        # are applied (their check passed) and the run after it sends the raise with its body.
+        fg = self.fencegate()
+        c = self.conn(fg)
+        token = self.acquire(c, "f")
+        self.assertEqual(self.pipeline(c, [("SET", "{f}a", 1), ("SET", "{f}b", 2)]),
+                         [b"+OK\r\n"] * 2)
+        self.direct.script_flush()
+        self.direct.delete(hwm_key("f"))
+        for _ in range(2):
+            self.assertEqual(self.pipeline(c, [("INCR", "{f}a"), ("INCR", "{f}b")]),
+                             [b":2\r\n", b":3\r\n"] if _ == 0 else [b":3\r\n", b":4\r\n"])
+        self.assertEqual(self.hwm("f"), token)
+        with open(fg.stderr_path, encoding="utf-8", errors="replace") as f:
+            self.assertIn("marks not raised: -NOSCRIPT", f.read())
+
     def test_queue_time_refusals_answer_each_write_as_redis_does(self):
         fg = self.fencegate()
-        c = self.raw(fg.resp_port)
+        c = self.conn(fg)
         self.acquire(c, "q")
         self.direct.config_set("min-replicas-to-write", 1)
         self.addCleanup(self.direct.config_set, "min-replicas-to-write", 0)
@@ -788,7 +806,7 @@ class PipelinedTransactions(FencingCase):
         # while the old holder pipelines. Every old write is either applied before the newer
         # holder's write, with an OK, or refused with STALE and absent: never after it.
         fg = self.fencegate()
-        c = self.raw(fg.resp_port)
+        c = self.conn(fg)
         token = self.acquire(c, "r")
         newer = self.raw(self.redis.port)
         batches, per = 400, 8
@@ -819,6 +837,10 @@ class PipelinedTransactions(FencingCase):
         self.assertTrue(applied and refused, "the newer holder never cut in mid-run")
         self.assertEqual(log, ["old%d" % i for i in applied] + ["new"])
         self.assertLess(max(applied), min(refused))
+
+
+class PinnedPipelinedTransactions(PipelinedTransactions):
+    PINNED = True
 
 
 class ScriptCache(FencingCase):

@@ -993,9 +993,9 @@ static void test_encode_txn(void **state)
         lay[i].end += off;
         off += n;
     }
-    assert_true(fence_same_locks(enc, &lay[0], &lay[1]));
-    assert_false(fence_same_locks(enc, &lay[0], &lay[2])); /* another lock */
-    assert_false(fence_same_locks(enc, &lay[0], &lay[3])); /* another token */
+    assert_true(fence_same_locks(enc, &lay[0], enc, &lay[1]));
+    assert_false(fence_same_locks(enc, &lay[0], enc, &lay[2])); /* another lock */
+    assert_false(fence_same_locks(enc, &lay[0], enc, &lay[3])); /* another token */
 
     char buf[4096];
     size_t n = fence_encode_txn(sha, enc, lay, 2, buf, sizeof(buf)), pos = 0;
