@@ -1130,13 +1130,11 @@ enum {
 static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
                      struct srv_reply *odd)
 {
-    static const struct srv_reply moved = {
-        "-STALE a lock of this write changed hands while it was in flight; it was not applied "
-        "(re-acquire)\r\n",
-        sizeof("-STALE a lock of this write changed hands while it was in flight; it was not "
-               "applied (re-acquire)\r\n") -
-            1,
-        '-'};
+#define TXN_MOVED                                                                                  \
+    "-STALE a lock of this write changed hands while it was in flight; it was not applied "        \
+    "(re-acquire)\r\n"
+    static const struct srv_reply moved = {TXN_MOVED, sizeof(TXN_MOVED) - 1, '-'};
+#undef TXN_MOVED
     struct srv_reply rep[SRV_TXN_EXTRA_REPLIES + SRV_GROUP_MAX_WRITES],
         el[1 + SRV_GROUP_MAX_WRITES];
     const struct srv_reply *check = &rep[1], *raise = &rep[3], *queued = &rep[4], *exec;
