@@ -63,6 +63,8 @@ enum op_flag {
     OPF_SILENT = 1 << 9,        /* CLIENT REPLY OFF / SKIP: its reply is read and dropped */
     OPF_UNWRAP = 1 << 10,       /* EXEC of a script sent alone: its one element is the reply */
     OPF_TXN_QUEUED = 1 << 11,   /* OP_HIDDEN MULTI/QUEUED of a held-back block: an error is kept */
+    OPF_SCRIPT_LOAD = 1 << 12,  /* OP_HIDDEN SCRIPT LOAD of the fence script: an error (-BUSY)
+                                   means it is not loaded after all */
 };
 
 struct op {

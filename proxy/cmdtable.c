@@ -422,3 +422,10 @@ size_t cmd_keys(const struct cmd_info *ci, size_t argc, size_t *idx, size_t max)
         idx[i] = first + i * step;
     return count;
 }
+
+int cmd_table_has_subcommands(const struct cmd_table *t)
+{
+    const struct cmd_info *ci = t ? cmd_lookup(t, "client", 6, "list", 4) : NULL;
+
+    return ci && strchr(ci->name, '|') != NULL;
+}

@@ -46,6 +46,9 @@ size_t cmd_table_count(const struct cmd_table *t);
 const struct cmd_info *cmd_lookup(const struct cmd_table *t, const char *name, size_t name_len,
                                   const char *sub, size_t sub_len);
 
+/* Whether the table lists subcommands ("client|list"), as Redis 7 and later's does. */
+int cmd_table_has_subcommands(const struct cmd_table *t);
+
 /* Key argument indexes of a call with argc arguments, from the legacy key range (does not handle
  * CMD_MOVABLEKEYS: the caller must treat those as "keys unknown"). Writes at most max indexes
  * into idx and returns how many keys the call has (may exceed max). */

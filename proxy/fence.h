@@ -158,8 +158,10 @@ int fence_same_locks(const char *ra, const struct fence_layout *a, const char *r
  * the same. The raise (fence_txn_raise_script(), by raise_sha, or with its body when raise_sha is
  * NULL) lifts each mark to its token atomically with the writes. Replies: +OK, the check's (:0 or
  * the refusal), +OK, k + 1 times +QUEUED (or a refusal of that command), then EXEC's: an array
- * whose first element answers the raise and the rest the k writes, or nil. Returns the length, or
- * the length needed if > cap, like snprintf. */
+ * whose first element answers the raise and the rest the k writes, or nil. Redis 7 ends the
+ * transaction even when it refuses EXEC itself (-BUSY: a script past its time limit); Redis 6.0
+ * leaves the connection inside MULTI then, so this needs Redis 7. Returns the length, or the
+ * length needed if > cap, like snprintf. */
 size_t fence_encode_txn(const char raise_sha[41], const char *reqs, const struct fence_layout *lay,
                         size_t k, char *out, size_t cap);
 const char *fence_txn_check_script(void);

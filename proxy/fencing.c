@@ -632,11 +632,13 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
             up_send(c, len, (size_t)ln);
             up_send(c, body, strlen(body));
             up_send(c, "\r\n", 2);
-            if (!op_push(c, OP_HIDDEN)) {
+            o = op_push(c, OP_HIDDEN);
+            if (!o) {
                 free(out);
                 c->dead = 1;
                 return;
             }
+            o->flags |= OPF_SCRIPT_LOAD;
             up_set_script_loaded(c, 1);
         }
         up_send_fenced(c, out, need, &lay);

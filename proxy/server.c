@@ -283,6 +283,13 @@ static void cl_send(struct client *c, const char *p, size_t n)
 
 static void up_drop(struct client *c, const char *why);
 
+/* Whether fenced writes under the same locks may go as pipelined transactions: not after the
+ * upstream broke a transaction's rules, and only with Redis 7 or later (fence_encode_txn()). */
+static int srv_txn_ok(const struct server *s)
+{
+    return !s->no_txn && cmd_table_has_subcommands(upstream_commands(s->up));
+}
+
 /* A pinned client's fenced writes under the same locks, gathered while its requests are parsed
  * and sent when anything else goes upstream or parsing stops: as one pipelined transaction when
  * there are several, as they came when there is one. */
@@ -304,7 +311,7 @@ static void up_run_flush(struct client *c)
     char *enc;
 
     u->count = 0;
-    if (k < SRV_TXN_MIN_WRITES || c->srv->no_txn) {
+    if (k < SRV_TXN_MIN_WRITES || !srv_txn_ok(c->srv)) {
         for (size_t i = 0; i < k; i++)
             up_write(c, reqs + u->lay[i].start, u->lay[i].end - u->lay[i].start);
     } else if (!(enc = malloc(need = fence_encode_txn(sha, reqs, u->lay, k, NULL, 0)))) {
@@ -862,7 +869,7 @@ static void lk_close_group(struct ulink *lk)
     while (i < k) {
         for (j = i + 1; j < k && fence_same_locks(reqs, &lk->g_lay[i], reqs, &lk->g_lay[j]); j++)
             ;
-        if (j - i >= SRV_TXN_MIN_WRITES && !lk->srv->no_txn) {
+        if (j - i >= SRV_TXN_MIN_WRITES && srv_txn_ok(lk->srv)) {
             if (lk_emit(lk, from, i, 0) < 0 || lk_emit(lk, i, j, 1) < 0)
                 goto nomem;
             from = j;
@@ -1120,6 +1127,7 @@ enum {
     TXN_RAISE_NOSCRIPT = 1, /* applied, but the raise script was not in Redis' cache */
     TXN_RAISE_FAILED = 2,   /* applied, but the raise failed otherwise */
     TXN_UNFENCED = 4,       /* applied without a check that passed, or outside MULTI */
+    TXN_RAISE_RAN = 8,      /* the raise script ran: it is in Redis' cache */
 };
 
 /* Splits the replies to a pipelined transaction of k fenced writes (fence_encode_txn()), r[0..n):
@@ -1160,6 +1168,8 @@ static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
             *odd = el[0];
             flags |= el[0].n > 9 && memcmp(el[0].p, "-NOSCRIPT", 9) == 0 ? TXN_RAISE_NOSCRIPT
                                                                          : TXN_RAISE_FAILED;
+        } else {
+            flags |= TXN_RAISE_RAN;
         }
         memcpy(out, el + 1, k * sizeof(*out));
         return flags;
@@ -1176,7 +1186,8 @@ static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
 }
 
 /* Acts on txn_split()'s flags for the server: logs, and after writes that went unfenced uses
- * script calls only from then on. The caller forgets its raise script on TXN_RAISE_NOSCRIPT. */
+ * script calls only from then on. Unless TXN_RAISE_RAN, the caller sends its raise script with
+ * its body next time: it may not be in Redis' cache (NOSCRIPT, or the run was refused whole). */
 static void txn_note(struct server *s, int flags, const struct srv_reply *odd)
 {
     char shown[64];
@@ -1186,7 +1197,7 @@ static void txn_note(struct server *s, int flags, const struct srv_reply *odd)
                   "upstream answered %s; fenced writes go as script calls from now on",
                   shown_bytes(odd->p, odd->n, shown, sizeof(shown)));
         s->no_txn = 1;
-    } else if (flags) {
+    } else if (flags & (TXN_RAISE_NOSCRIPT | TXN_RAISE_FAILED)) {
         log_warn("fenced writes were applied but their marks not raised: %s",
                  shown_bytes(odd->p, odd->n, shown, sizeof(shown)));
     }
@@ -1202,7 +1213,7 @@ static int up_deliver_txn(struct client *c, const char *r, size_t n, size_t k, s
     if (flags < 0)
         return -1;
     txn_note(c->srv, flags, &odd);
-    if (flags & TXN_RAISE_NOSCRIPT)
+    if (!(flags & TXN_RAISE_RAN))
         c->raise_loaded = 0;
     for (size_t i = 0; i < k; i++) {
         if (rep_normal(c, out[i].p, out[i].n, out[i].type, sp) < 0)
@@ -1222,7 +1233,7 @@ static int lk_deliver_txn(struct ulink *lk, const char *r, size_t n, size_t k, s
     if (flags < 0)
         return -1;
     txn_note(lk->srv, flags, &odd);
-    if (flags & TXN_RAISE_NOSCRIPT)
+    if (!(flags & TXN_RAISE_RAN))
         lk->raise_loaded = 0;
     for (size_t i = 0; i < k; i++)
         lk_deliver(lk, out[i].p, out[i].n, out[i].type, to, sp);
@@ -1514,6 +1525,8 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             ops_fail_upstream(c);
             return 0;
         }
+        if (type == '-' && (o->flags & OPF_SCRIPT_LOAD))
+            up_set_script_loaded(c, 0); /* refused (-BUSY, say): load it again next time */
         if (type == '-' && (o->flags & OPF_TXN_QUEUED) && !c->txn_err) {
             c->txn_err = malloc(n - 2); /* without '-' and CRLF, plus a NUL */
             if (c->txn_err) {
@@ -1788,10 +1801,9 @@ static const struct {
  * subcommands (Redis 7) can tell; with Redis 6 the answer is no. */
 static int req_unknown_client_sub(const struct cmd_table *t, const char *sub, size_t len)
 {
-    const struct cmd_info *known = cmd_lookup(t, "client", 6, "list", 4);
     const struct cmd_info *ci = cmd_lookup(t, "client", 6, sub, len);
 
-    return known && strchr(known->name, '|') && ci && !strchr(ci->name, '|');
+    return cmd_table_has_subcommands(t) && ci && !strchr(ci->name, '|');
 }
 
 /* Whether a request of an unpinned client may travel on the shared upstream connection: it

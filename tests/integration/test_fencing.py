@@ -801,6 +801,32 @@ class PipelinedTransactions(FencingCase):
         self.assertTrue(all(r.startswith(b"-NOREPLICAS") for r in via), via)
         self.assertEqual(self.direct.keys("{q}*"), [])
 
+    def test_a_busy_redis_refuses_the_run_and_leaves_no_transaction_open(self):
+        # While a script runs past busy-reply-threshold, Redis answers -BUSY to everything but
+        # WATCH and MULTI, EXEC included: the run must not leave the connection inside a MULTI
+        # that would swallow the commands after it.
+        fg = self.fencegate()
+        c = self.conn(fg)
+        other = self.raw(fg.resp_port)
+        self.acquire(c, "b")
+        self.assertEqual(other.call("SET", "plain", "before"), "OK")
+        self.direct.config_set("busy-reply-threshold", 100)
+        self.addCleanup(self.direct.config_set, "busy-reply-threshold", 5000)
+        slow = self.raw(self.redis.port)
+        slow.cmd("EVAL", "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] "
+                 "while true do local n = redis.call('TIME') "
+                 "if n[1] * 1000000 + n[2] - s > 1500000 then break end end return 1", 0)
+        time.sleep(0.4)  # past the threshold: Redis answers BUSY now
+        replies = self.pipeline(c, [("SET", "{b}%d" % i, i) for i in range(4)])
+        for r in replies:
+            self.assertTrue(r.startswith(b"-BUSY"), replies)
+        self.assertEqual(slow.read_reply(timeout=10), 1)
+        self.assertEqual(other.call("SET", "plain", "after"), "OK")
+        self.assertEqual(other.call("GET", "plain"), b"after")
+        self.assertEqual(self.pipeline(c, [("SET", "{b}%d" % i, i) for i in range(4)]),
+                         [b"+OK\r\n"] * 4)
+        self.assertEqual(self.direct.get("{b}3"), b"3")
+
     def test_a_newer_holder_cuts_in_and_no_older_write_lands_after_it(self):
         # The newer holder raises the mark and writes in one transaction, at a moment of its own
         # while the old holder pipelines. Every old write is either applied before the newer

@@ -127,6 +127,8 @@ static void test_redis7_fixture(void **state)
     assert_true(kill->flags & CMD_STALE);
     assert_ptr_equal(kill, lookup(t, "Client|Kill", NULL));
 
+    assert_true(cmd_table_has_subcommands(t));
+
     /* An unknown subcommand falls back to the container; so does a missing one. */
     const struct cmd_info *client = lookup(t, "client", NULL);
     assert_non_null(client);
@@ -192,6 +194,8 @@ static void test_redis6_fixture(void **state)
                      CMD_ADMIN | CMD_NOSCRIPT | CMD_LOADING | CMD_STALE);
     /* No subcommands in Redis 6: CLIENT KILL is CLIENT. */
     assert_ptr_equal(lookup(t, "client", "kill"), lookup(t, "client", NULL));
+    assert_false(cmd_table_has_subcommands(t));
+    assert_false(cmd_table_has_subcommands(NULL));
     /* last_key -2: BLPOP a b 0 has keys 1 and 2. */
     assert_keys(lookup(t, "blpop", NULL), 4, (size_t[]){1, 2}, 2);
     /* A six-field entry (Redis 5 and older) parses too. */
