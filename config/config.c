@@ -76,6 +76,8 @@ static const struct cfg_setting cfg_settings[] = {
      CFG_K_FILE, offsetof(struct cfg, backend_password_file), 0, 0},
     {"upstream_multiplex", "FENCEGATE_UPSTREAM_MULTIPLEX", "upstream-multiplex", CFG_K_BOOL,
      offsetof(struct cfg, upstream_multiplex), 0, 0},
+    {"fenced_transactions", "FENCEGATE_FENCED_TRANSACTIONS", "fenced-transactions", CFG_K_BOOL,
+     offsetof(struct cfg, fenced_transactions), 0, 0},
     {"limits.max_clients", "FENCEGATE_MAX_CLIENTS", "max-clients", CFG_K_INT,
      offsetof(struct cfg, max_clients), 1, 1000000},
     {"limits.max_request_bytes", "FENCEGATE_MAX_REQUEST_BYTES", "max-request-bytes", CFG_K_LLONG,
@@ -101,9 +103,18 @@ static const struct cfg_setting cfg_settings[] = {
 
 #define CFG_NSETTINGS (sizeof cfg_settings / sizeof cfg_settings[0])
 
-static const char *const cfg_top_keys[] = {
-    "listen", "upstream", "upstream_multiplex", "backend",    "stores", "protect",
-    "limits", "log",      "shutdown_grace_ms",  "app_health", NULL};
+static const char *const cfg_top_keys[] = {"listen",
+                                           "upstream",
+                                           "upstream_multiplex",
+                                           "fenced_transactions",
+                                           "backend",
+                                           "stores",
+                                           "protect",
+                                           "limits",
+                                           "log",
+                                           "shutdown_grace_ms",
+                                           "app_health",
+                                           NULL};
 static const char *const cfg_listen_keys[] = {"resp", "http", NULL};
 static const char *const cfg_backend_keys[] = {
     "url",          "prefix",          "session_ttl_ms", "tls_ca_file", "tls_cert_file",
@@ -1700,6 +1711,7 @@ void cfg_defaults(struct cfg *cfg)
     cfg->max_request_bytes = 512LL * 1024 * 1024 + 64 * 1024;
     cfg->max_pending_bytes = 1024 * 1024;
     cfg->upstream_multiplex = 1;
+    cfg->fenced_transactions = 1;
     cfg->max_args = 8LL * 1024 * 1024;
     cfg->shutdown_grace_ms = 10000;
     cfg->log_level = CFG_LOG_INFO;
@@ -1923,6 +1935,9 @@ const char *cfg_usage(void)
            "(default 10000)\n"
            "  --upstream-multiplex B    FENCEGATE_UPSTREAM_MULTIPLEX clients share one upstream "
            "connection until one needs its own, true or false (default true)\n"
+           "  --fenced-transactions B   FENCEGATE_FENCED_TRANSACTIONS pipelined fenced writes "
+           "under one lock go as one transaction (Redis 7+), true or false (default true; false: "
+           "a script call each)\n"
            "  --max-clients N           FENCEGATE_MAX_CLIENTS        client connections, "
            "1..1000000 (default 10000)\n"
            "  --max-request-bytes N     FENCEGATE_MAX_REQUEST_BYTES  largest request, "

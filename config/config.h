@@ -63,6 +63,8 @@ struct cfg {
     struct cfg_url upstream;     /* the RESP endpoint's upstream: --upstream, else the first redis
                                   * store, else redis://127.0.0.1:6379 */
     int upstream_multiplex;      /* default 1: unpinned clients share one upstream connection */
+    int fenced_transactions;     /* default 1: pipelined fenced writes under one lock go as one
+                                  * transaction (Redis 7+); 0: every fenced write is a script call */
     struct cfg_url backend;      /* default redis://127.0.0.1:6379 */
     char backend_prefix[256];    /* default "/fencegate/locks/" */
     /* etcds:// backends: PEM files (CA, client certificate and key) and the name the server's

@@ -283,11 +283,13 @@ static void cl_send(struct client *c, const char *p, size_t n)
 
 static void up_drop(struct client *c, const char *why);
 
-/* Whether fenced writes under the same locks may go as pipelined transactions: not after the
- * upstream broke a transaction's rules, and only with Redis 7 or later (fence_encode_txn()). */
+/* Whether fenced writes under the same locks may go as pipelined transactions: when configured,
+ * not after the upstream broke a transaction's rules, and only with Redis 7 (fence_encode_txn()).
+ */
 static int srv_txn_ok(const struct server *s)
 {
-    return !s->no_txn && cmd_table_has_subcommands(upstream_commands(s->up));
+    return s->cfg->fenced_transactions && !s->no_txn &&
+           cmd_table_has_subcommands(upstream_commands(s->up));
 }
 
 /* A pinned client's fenced writes under the same locks, gathered while its requests are parsed

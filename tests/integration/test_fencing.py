@@ -731,6 +731,16 @@ class PipelinedTransactions(FencingCase):
             self.assertEqual(self.direct.dump("{t}" + key), self.direct.dump("{d}" + key), key)
         self.assertEqual(self.hwm("t"), token)
 
+    def test_turned_off_every_write_is_a_script_call(self):
+        fg = self.fencegate("--fenced-transactions", "false")
+        c = self.conn(fg)
+        self.acquire(c, "o")
+        execs, scripts = self.calls("exec"), self.calls("evalsha", "eval")
+        self.assertEqual(self.pipeline(c, [("SET", "{o}%d" % i, i) for i in range(6)]),
+                         [b"+OK\r\n"] * 6)
+        self.assertEqual(self.calls("exec"), execs)
+        self.assertGreater(self.calls("evalsha", "eval"), scripts)
+
     def test_stale_token_refuses_every_write_and_leaves_the_mark_as_it_was(self):
         fg = self.fencegate()
         c = self.conn(fg)

@@ -144,6 +144,7 @@ static void test_defaults_without_any_config(void **state)
     assert_int_equal(c->max_request_bytes, 512LL * 1024 * 1024 + 64 * 1024);
     assert_int_equal(c->max_pending_bytes, 1024 * 1024);
     assert_int_equal(c->upstream_multiplex, 1);
+    assert_int_equal(c->fenced_transactions, 1);
     assert_int_equal(c->max_args, 8388608);
     assert_int_equal(c->shutdown_grace_ms, 10000);
     assert_int_equal(c->log_level, CFG_LOG_INFO);
@@ -285,8 +286,8 @@ static void test_unknown_keys(void **state)
 {
     expect_yaml_msg("lisen: {}\n",
                     "t.yaml:1:1: unknown key 'lisen' (expected one of: listen, upstream, "
-                    "upstream_multiplex, backend, stores, protect, limits, log, "
-                    "shutdown_grace_ms, app_health)");
+                    "upstream_multiplex, fenced_transactions, backend, stores, protect, "
+                    "limits, log, shutdown_grace_ms, app_health)");
     expect_yaml_msg("listen:\n  resp: 1234\n  rsp: 1\n",
                     "t.yaml:3:3: listen: unknown key 'rsp' (expected one of: resp, http)");
     expect_yaml_err("backend: { url: redis://h, ttl: 5 }\n", "t.yaml:1:28: backend: ",
@@ -712,6 +713,10 @@ static void chk_mux(const struct cfg *c)
 {
     assert_int_equal(c->upstream_multiplex, 0);
 }
+static void chk_txn(const struct cfg *c)
+{
+    assert_int_equal(c->fenced_transactions, 0);
+}
 static void chk_grace(const struct cfg *c)
 {
     assert_int_equal(c->shutdown_grace_ms, 0);
@@ -769,6 +774,7 @@ static const struct setting_case settings[] = {
     {"FENCEGATE_LOG_LEVEL", "log-level", "warn", chk_log},
     {"FENCEGATE_SHUTDOWN_GRACE_MS", "shutdown-grace-ms", "0", chk_grace},
     {"FENCEGATE_UPSTREAM_MULTIPLEX", "upstream-multiplex", "off", chk_mux},
+    {"FENCEGATE_FENCED_TRANSACTIONS", "fenced-transactions", "false", chk_txn},
     {"FENCEGATE_BACKEND_TLS_CA_FILE", "backend-tls-ca-file", "/dev/null", chk_tls_ca},
     {"FENCEGATE_BACKEND_TLS_CERT_FILE", "backend-tls-cert-file", "/dev/null", chk_tls_cert},
     {"FENCEGATE_BACKEND_TLS_KEY_FILE", "backend-tls-key-file", "/dev/null", chk_tls_key},
@@ -1624,6 +1630,7 @@ static void test_example_files_parse(void **state)
                                        "prefix:",
                                        "session_ttl_ms:",
                                        "upstream_multiplex:",
+                                       "fenced_transactions:",
                                        "stores:",
                                        "name:",
                                        "protect:",
