@@ -1187,35 +1187,41 @@ static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
     return 0;
 }
 
-/* Acts on txn_split()'s flags for the server: logs, and after writes that went unfenced uses
- * script calls only from then on. Unless TXN_RAISE_RAN, the caller sends its raise script with
- * its body next time: it may not be in Redis' cache (NOSCRIPT, or the run was refused whole). */
-static void txn_note(struct server *s, int flags, const struct srv_reply *odd)
+/* The reply for each of the k writes of a pipelined transaction, into out (txn_split()). Logs
+ * what went wrong beyond that, and after writes that went unfenced has fenced writes go as script
+ * calls from then on. Returns 1 when the raise script ran (it is in Redis' cache), 0 when the
+ * caller should send it with its body next time (NOSCRIPT, or the run was refused whole), -1 when
+ * the replies are not a transaction's. */
+static int txn_replies(struct server *s, const char *r, size_t n, size_t k, struct srv_reply *out)
 {
-    char shown[64];
-
-    if (flags & TXN_UNFENCED) {
-        log_error("fenced writes in a pipelined transaction may have gone without the fence: the "
-                  "upstream answered %s; fenced writes go as script calls from now on",
-                  shown_bytes(odd->p, odd->n, shown, sizeof(shown)));
-        s->no_txn = 1;
-    } else if (flags & (TXN_RAISE_NOSCRIPT | TXN_RAISE_FAILED)) {
-        log_warn("fenced writes were applied but their marks not raised: %s",
-                 shown_bytes(odd->p, odd->n, shown, sizeof(shown)));
-    }
-}
-
-/* Gives each of the k writes of a pipelined transaction its reply (txn_split()), on a pinned
- * connection. Returns -1 when they cannot be paired. */
-static int up_deliver_txn(struct client *c, const char *r, size_t n, size_t k, struct span *sp)
-{
-    struct srv_reply out[SRV_GROUP_MAX_WRITES], odd;
+    struct srv_reply odd;
     int flags = txn_split(r, n, k, out, &odd);
+    char shown[64];
 
     if (flags < 0)
         return -1;
-    txn_note(c->srv, flags, &odd);
-    if (!(flags & TXN_RAISE_RAN))
+    if (flags & TXN_UNFENCED) {
+        log_error("fenced writes in a pipelined transaction may have gone without the fence: the "
+                  "upstream answered %s; fenced writes go as script calls from now on",
+                  shown_bytes(odd.p, odd.n, shown, sizeof(shown)));
+        s->no_txn = 1;
+    } else if (flags & (TXN_RAISE_NOSCRIPT | TXN_RAISE_FAILED)) {
+        log_warn("fenced writes were applied but their marks not raised: %s",
+                 shown_bytes(odd.p, odd.n, shown, sizeof(shown)));
+    }
+    return (flags & TXN_RAISE_RAN) != 0;
+}
+
+/* Gives each of the k writes of a pipelined transaction its reply, on a pinned connection.
+ * Returns -1 when they cannot be paired. */
+static int up_deliver_txn(struct client *c, const char *r, size_t n, size_t k, struct span *sp)
+{
+    struct srv_reply out[SRV_GROUP_MAX_WRITES];
+    int ran = txn_replies(c->srv, r, n, k, out);
+
+    if (ran < 0)
+        return -1;
+    if (!ran)
         c->raise_loaded = 0;
     for (size_t i = 0; i < k; i++) {
         if (rep_normal(c, out[i].p, out[i].n, out[i].type, sp) < 0)
@@ -1225,17 +1231,16 @@ static int up_deliver_txn(struct client *c, const char *r, size_t n, size_t k, s
     return 0;
 }
 
-/* Gives each of the k writes of a pipelined transaction its reply (txn_split()). */
+/* Gives each of the k writes of a pipelined transaction its reply, on the shared connection. */
 static int lk_deliver_txn(struct ulink *lk, const char *r, size_t n, size_t k, struct client **to,
                           struct span *sp)
 {
-    struct srv_reply out[SRV_GROUP_MAX_WRITES], odd;
-    int flags = txn_split(r, n, k, out, &odd);
+    struct srv_reply out[SRV_GROUP_MAX_WRITES];
+    int ran = txn_replies(lk->srv, r, n, k, out);
 
-    if (flags < 0)
+    if (ran < 0)
         return -1;
-    txn_note(lk->srv, flags, &odd);
-    if (!(flags & TXN_RAISE_RAN))
+    if (!ran)
         lk->raise_loaded = 0;
     for (size_t i = 0; i < k; i++)
         lk_deliver(lk, out[i].p, out[i].n, out[i].type, to, sp);
