@@ -756,6 +756,19 @@ class PipelinedTransactions(FencingCase):
         self.assertEqual(self.direct.keys("fencegate:hwm:*"), [hwm_key("s").encode()])
         self.assertEqual(metric(fg, "fencegate_stale_writes_refused_total") - stale, 10)
 
+    def test_writes_under_two_locks_are_checked_against_both_marks(self):
+        fg = self.fencegate()
+        c = self.conn(fg)
+        ta, tb = self.acquire(c, "a2"), self.acquire(c, "b2", "WAIT", 0)
+        mset = [("MSET", "{a2}k", i, "{b2}k", i) for i in range(3)]
+        self.assertEqual(self.pipeline(c, mset), [b"+OK\r\n"] * 3)
+        self.assertEqual((self.hwm("a2"), self.hwm("b2")), (ta, tb))
+        self.direct.set(hwm_key("b2"), tb + 1)
+        for r in self.pipeline(c, [("MSET", "{a2}k", "x", "{b2}k", "x")] * 3):
+            self.assertTrue(r.startswith(b"-STALE lock b2 token %d < high-water mark %d"
+                                         % (tb, tb + 1)), r)
+        self.assertEqual(self.direct.mget("{a2}k", "{b2}k"), [b"2", b"2"])
+
     def test_a_mark_that_is_not_a_number_refuses_and_is_left_for_repair(self):
         fg = self.fencegate()
         c = self.conn(fg)
