@@ -158,7 +158,7 @@ struct client {
     unsigned client_watched : 1; /* the application's own WATCH is active */
 
     uint64_t ops_pushed; /* ops ever pushed: names an op while it is queued */
-    struct srv_run *run; /* pinned: fenced writes under the same locks not sent yet */
+    struct srv_run *run; /* pinned: fenced writes under the same locks not sent yet (or NULL) */
     size_t txn_seen;     /* pinned: replies of the transaction at the head scanned so far */
 };
 

@@ -312,9 +312,9 @@ static void up_run_flush(struct client *c)
     size_t k = u->count, need;
     char *enc;
 
-    u->count = 0;
+    c->run = NULL; /* taken: a write below that fails drops the upstream, and its ops */
     if (k < SRV_TXN_MIN_WRITES || !srv_txn_ok(c->srv)) {
-        for (size_t i = 0; i < k; i++)
+        for (size_t i = 0; i < k && c->ufd >= 0; i++)
             up_write(c, reqs + u->lay[i].start, u->lay[i].end - u->lay[i].start);
     } else if (!(enc = malloc(need = fence_encode_txn(sha, reqs, u->lay, k, NULL, 0)))) {
         c->dead = 1;
@@ -322,10 +322,13 @@ static void up_run_flush(struct client *c)
         fence_encode_txn(sha, reqs, u->lay, k, enc, need);
         up_write(c, enc, need);
         free(enc);
-        c->raise_loaded = 1; /* an EVAL, if it was one, put the raise script in the cache */
-        op_at(c, c->ops_count - (size_t)(c->ops_pushed - u->first_op))->txn_run = (uint8_t)k;
+        if (c->ufd >= 0) {       /* still up: the run's first op is where it was pushed */
+            c->raise_loaded = 1; /* an EVAL, if it was one, put the raise script in the cache */
+            op_at(c, c->ops_count - (size_t)(c->ops_pushed - u->first_op))->txn_run = (uint8_t)k;
+        }
     }
-    buf_free(&u->reqs); /* an idle connection keeps no buffer */
+    buf_free(&u->reqs);
+    free(u); /* an idle connection keeps none of it */
 }
 
 /* Adds a fenced write (p, n bytes laid out as lay says) to `g`, whose requests are in b. */
@@ -350,16 +353,17 @@ static void up_run_add(struct client *c, const char *p, size_t n, const struct f
 {
     struct srv_run *u = c->run;
 
-    if (!u && !(u = c->run = calloc(1, sizeof(*u)))) {
-        c->dead = 1;
-        return;
-    }
-    if (u->count > 0 &&
-        (u->count == SRV_GROUP_MAX_WRITES || buf_len(&u->reqs) + n > SRV_GROUP_MAX_BYTES ||
-         !fence_same_locks(buf_head(&u->reqs), &u->lay[0], p, lay)))
+    if (u && (u->count == SRV_GROUP_MAX_WRITES || buf_len(&u->reqs) + n > SRV_GROUP_MAX_BYTES ||
+              !fence_same_locks(buf_head(&u->reqs), &u->lay[0], p, lay)))
         up_run_flush(c);
-    if (u->count == 0)
-        u->first_op = c->ops_pushed;
+    if (!c->run) {
+        if (!(c->run = calloc(1, sizeof(*c->run)))) {
+            c->dead = 1;
+            return;
+        }
+        c->run->first_op = c->ops_pushed;
+    }
+    u = c->run;
     if (run_append(&u->reqs, &u->lay[u->count], p, n, lay) < 0) {
         c->dead = 1;
         return;
@@ -370,7 +374,7 @@ static void up_run_add(struct client *c, const char *p, size_t n, const struct f
 /* Sends bytes to the upstream, after the fenced writes gathered before them. */
 void up_send(struct client *c, const char *p, size_t n)
 {
-    if (c->run && c->run->count)
+    if (c->run)
         up_run_flush(c);
     up_write(c, p, n);
 }
@@ -534,8 +538,9 @@ static void up_close_fd(struct client *c)
     c->script_loaded = c->raise_loaded = 0;
     c->txn_seen = 0;
     if (c->run) { /* its writes fail with the connection */
-        c->run->count = 0;
         buf_free(&c->run->reqs);
+        free(c->run);
+        c->run = NULL;
     }
 }
 
@@ -2116,7 +2121,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
         pos += r.len;
     }
     span_flush(c, &sp, 1);
-    if (c->run && c->run->count)
+    if (c->run)
         up_run_flush(c);
     c->processing = 0;
     cl_flush(c); /* replies fencegate wrote itself go out together, as Redis sends a pipeline's */
@@ -2238,7 +2243,6 @@ static void cl_close(struct client *c)
     if (!c->pinned)
         lk_forget(s->shared, c);
     up_close_fd(c);
-    free(c->run);
     close(c->fd);
     buf_free(&c->in);
     buf_free(&c->out);
