@@ -61,7 +61,7 @@ enum op_flag {
     OPF_TXN_CHECK = 1 << 7,     /* the fence check before a transaction: it decides the commit */
     OPF_ENTER_REPLICA = 1 << 8, /* SYNC / PSYNC: its reply starts a replication stream */
     OPF_SILENT = 1 << 9,        /* CLIENT REPLY OFF / SKIP: its reply is read and dropped */
-    OPF_UNWRAP = 1 << 10,       /* EXEC of a script sent alone: its one element is the reply */
+    OPF_UNWRAP = 1 << 10,       /* EXEC of a script sent alone: after the raise's, its reply */
     OPF_TXN_QUEUED = 1 << 11,   /* OP_HIDDEN MULTI/QUEUED of a held-back block: an error is kept */
     OPF_SCRIPT_LOAD = 1 << 12,  /* OP_HIDDEN SCRIPT LOAD of the fence script: an error (-BUSY)
                                    means it is not loaded after all */

@@ -565,11 +565,14 @@ static const char fence_txn_check_lua[] =
     "end\n"
     "return 0\n";
 
-/* The pipelined transaction's raise, queued in MULTI before the writes: the check and WATCH have
- * made sure no mark is above its token. */
+/* The raise queued in MULTI before the writes of a pipelined transaction (or a fenced script):
+ * the check and WATCH have made sure no mark is above its token. With a database after the lock
+ * names it selects it first (for the script only: Redis 7 restores the caller's). */
 static const char fence_txn_raise_lua[] =
-    "-- fencegate pipelined writes, raise: KEYS = marks; ARGV = n, tokens, lock names\n"
-    "for i = 1, tonumber(ARGV[1]) do\n"
+    "-- fencegate raise: KEYS = marks; ARGV = n, tokens, lock names[, the marks' database]\n"
+    "local n = tonumber(ARGV[1])\n"
+    "if ARGV[2 * n + 2] then redis.call('SELECT', ARGV[2 * n + 2]) end\n"
+    "for i = 1, n do\n"
     "  local mark = tonumber(redis.call('GET', KEYS[i]) or '0')\n"
     "  if tonumber(ARGV[1 + i]) > mark then redis.call('SET', KEYS[i], ARGV[1 + i]) end\n"
     "end\n"

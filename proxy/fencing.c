@@ -910,21 +910,64 @@ static int fencing_put_count(struct buf *b, size_t n)
 }
 
 /* Sends MULTI, the commands and EXEC; the application sees only EXEC's reply. */
+/* "EVAL <script> n <marks> n <tokens> <lock names> [extra]" over the block's locks. */
+static int fencing_put_script(struct buf *b, const char *script, const struct fencing_txn *t,
+                              const char *extra)
+{
+    char tok[32], key[FENCE_MAX_LOCK + 64];
+
+    if (fencing_put_count(b, 3 + 3 * t->nlocks + 1 + (extra != NULL)) < 0 ||
+        fencing_put(b, "EVAL", 4) < 0 || fencing_put(b, script, strlen(script)) < 0)
+        return -1;
+    snprintf(tok, sizeof(tok), "%zu", t->nlocks);
+    if (fencing_put(b, tok, strlen(tok)) < 0)
+        return -1;
+    for (size_t i = 0; i < t->nlocks; i++) {
+        int kl = fence_hwm_key(t->locks[i].name, t->locks[i].len, key, sizeof(key));
+        if (kl < 0 || fencing_put(b, key, (size_t)kl) < 0)
+            return -1;
+    }
+    if (fencing_put(b, tok, strlen(tok)) < 0)
+        return -1;
+    for (size_t i = 0; i < t->nlocks; i++) {
+        snprintf(tok, sizeof(tok), "%" PRIu64, t->locks[i].token);
+        if (fencing_put(b, tok, strlen(tok)) < 0)
+            return -1;
+    }
+    for (size_t i = 0; i < t->nlocks; i++)
+        if (fencing_put(b, t->locks[i].name, t->locks[i].len) < 0)
+            return -1;
+    return extra ? fencing_put(b, extra, strlen(extra)) : 0;
+}
+
 static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
 {
     static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
     struct op *o;
+    int raise = t->unwrap && t->nlocks > 0;
 
     if (buf_len(&t->multi))
         up_send(c, buf_head(&t->multi), buf_len(&t->multi));
     else
         up_send(c, multi, sizeof(multi) - 1);
+    if (raise) { /* a script raises no mark itself: raise them first, in the marks' database */
+        struct buf b = {0};
+        char db[16];
+        snprintf(db, sizeof(db), "%d", c->srv->cfg->upstream.db);
+        if (fencing_put_script(&b, fence_txn_raise_script(), t, db) < 0) {
+            buf_free(&b);
+            c->dead = 1;
+            return;
+        }
+        up_send(c, buf_head(&b), buf_len(&b));
+        buf_free(&b);
+    }
     up_send(c, buf_head(&t->cmds), buf_len(&t->cmds));
     if (buf_len(&t->exec))
         up_send(c, buf_head(&t->exec), buf_len(&t->exec));
     else
         up_send(c, exec, sizeof(exec) - 1);
-    for (size_t i = 0; i < t->count + 1; i++) {
+    for (size_t i = 0; i < t->count + 1 + (size_t)raise; i++) {
         o = op_push(c, OP_HIDDEN);
         if (!o) {
             c->dead = 1;
@@ -1101,7 +1144,6 @@ static void fencing_script_alone(struct client *c, const struct fence_decision *
 static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span *sp)
 {
     struct buf b = {0};
-    char tok[32];
     char key[FENCE_MAX_LOCK + 64];
     struct op *o;
     int ok = 0;
@@ -1133,27 +1175,8 @@ static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span
         if (kl < 0 || fencing_put(&b, key, (size_t)kl) < 0)
             goto out;
     }
-    if (fencing_put_count(&b, 3 + 3 * t->nlocks + 1) < 0 || fencing_put(&b, "EVAL", 4) < 0 ||
-        fencing_put(&b, fence_check_script(), strlen(fence_check_script())) < 0)
+    if (fencing_put_script(&b, fence_check_script(), t, NULL) < 0)
         goto out;
-    snprintf(tok, sizeof(tok), "%zu", t->nlocks);
-    if (fencing_put(&b, tok, strlen(tok)) < 0)
-        goto out;
-    for (size_t i = 0; i < t->nlocks; i++) {
-        int kl = fence_hwm_key(t->locks[i].name, t->locks[i].len, key, sizeof(key));
-        if (kl < 0 || fencing_put(&b, key, (size_t)kl) < 0)
-            goto out;
-    }
-    if (fencing_put(&b, tok, strlen(tok)) < 0)
-        goto out;
-    for (size_t i = 0; i < t->nlocks; i++) {
-        snprintf(tok, sizeof(tok), "%" PRIu64, t->locks[i].token);
-        if (fencing_put(&b, tok, strlen(tok)) < 0)
-            goto out;
-    }
-    for (size_t i = 0; i < t->nlocks; i++)
-        if (fencing_put(&b, t->locks[i].name, t->locks[i].len) < 0)
-            goto out;
     up_send(c, buf_head(&b), buf_len(&b));
     if (!op_push(c, OP_HIDDEN)) /* WATCH's +OK */
         goto out;

@@ -1595,9 +1595,18 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             fencing_on_reply(c, r, n);
         }
     }
-    if (r && (o->flags & OPF_UNWRAP) && n > 4 && memcmp(r, "*1\r\n", 4) == 0) {
-        r += 4; /* never streamed (rep_may_stream), so the header is here */
-        n -= 4;
+    if (r && (o->flags & OPF_UNWRAP) && n > 4 && memcmp(r, "*2\r\n", 4) == 0) {
+        struct srv_reply el[2], whole = {r, n, '*'};
+        if (reply_elements(&whole, 2, el) == 0) { /* the raise's reply, then the script's */
+            if (el[0].type == '-') {
+                char shown[64];
+                log_warn("client %" PRIu64 " %s: a fenced script ran but its marks were not "
+                         "raised: %s",
+                         c->id, c->peer, shown_bytes(el[0].p, el[0].n, shown, sizeof(shown)));
+            }
+            r = el[1].p; /* never streamed (rep_may_stream), so the whole array is here */
+            n = el[1].n;
+        }
     }
     if (r && !(o->flags & OPF_SILENT))
         span_add(c, sp, r, n, 0);

@@ -285,6 +285,22 @@ class WhichWrites(FencingCase):
                                     "plain:s"), "OK")
         self.assertEqual(other.call("EVAL", "return 7", 0), 7)
 
+    def test_a_fenced_script_raises_the_marks_in_the_stores_database(self):
+        # A script cannot raise the mark itself (it may not declare it): fencegate raises it in
+        # the same transaction, before the script runs, in the marks' database even when the
+        # connection SELECTed another.
+        c = self.c
+        t = self.acquire(c, "wallet:8")
+        incr = "return redis.call('INCR', KEYS[1])"
+        for db in (0, 3):
+            self.assertEqual(c.call("SELECT", db), "OK")
+            self.direct.delete(hwm_key("wallet:8"))  # lost, say, in a failover
+            self.assertEqual(c.call("EVAL", incr, 1, "wallet:8"), 1)
+            self.assertEqual(self.hwm("wallet:8"), t, "database %d" % db)
+        self.assertEqual(self.redis.client(db=3).get("wallet:8"), b"1")
+        self.assertEqual(self.direct.get("wallet:8"), b"1")
+        self.assertFalse(self.redis.client(db=3).exists(hwm_key("wallet:8")))
+
     def test_one_lock_rule_covers_scripts_and_keyless_writes(self):
         # A connection holding one lock writes under it: scripts and keyless writes (FLUSHDB,
         # SWAPDB) are fenced, and after the lease ran out all of them are LOCKLOST, not sent.
