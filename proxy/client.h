@@ -235,6 +235,8 @@ void up_send(struct client *c, const char *p, size_t n);
  * connection it may join the writes sent just before it in one script call. */
 struct fence_layout;
 void up_send_fenced(struct client *c, const char *p, size_t n, const struct fence_layout *lay);
+/* Whether fenced writes may go as pipelined transactions (fenced_transactions, Redis 7). */
+int up_txn_ok(const struct client *c);
 /* Tells the shared connection that one more reply is due to c, for a request sent again without
  * a new op (NOSCRIPT); a no-op for a pinned client. */
 void up_expect_again(struct client *c);

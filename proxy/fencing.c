@@ -1146,7 +1146,7 @@ static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span
     struct buf b = {0};
     char key[FENCE_MAX_LOCK + 64];
     struct op *o;
-    int ok = 0;
+    int ok = 0, piped = t->unwrap && up_txn_ok(c); /* a script alone: no wait for the check */
 
     /* A lease that ran out while the block was queued (or the sidecar was frozen) refuses it
      * here, as it refuses a single write. */
@@ -1175,11 +1175,28 @@ static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span
         if (kl < 0 || fencing_put(&b, key, (size_t)kl) < 0)
             goto out;
     }
-    if (fencing_put_script(&b, fence_check_script(), t, NULL) < 0)
+    if (fencing_put_script(&b, piped ? fence_txn_check_script() : fence_check_script(), t, NULL) <
+        0)
         goto out;
     up_send(c, buf_head(&b), buf_len(&b));
     if (!op_push(c, OP_HIDDEN)) /* WATCH's +OK */
         goto out;
+    if (piped) {
+        /* As a pipelined transaction (fence_encode_txn()): the check touches a mark it refuses,
+         * so EXEC applies nothing, and its refusal (kept as txn_err) answers the nil EXEC. */
+        o = op_push(c, OP_HIDDEN);
+        if (!o)
+            goto out;
+        o->flags |= OPF_TXN_QUEUED;
+        buf_consume(&b, buf_len(&b));
+        if (fencing_select(c, &b, t->db, c->srv->cfg->upstream.db) < 0)
+            goto out;
+        up_send(c, buf_head(&b), buf_len(&b));
+        fencing_txn_commit(c, t);
+        c->client_watched = 0;
+        ok = 1;
+        goto out;
+    }
     o = op_push(c, OP_FORWARD);
     if (!o)
         goto out;

@@ -292,6 +292,11 @@ static int srv_txn_ok(const struct server *s)
            cmd_table_has_subcommands(upstream_commands(s->up));
 }
 
+int up_txn_ok(const struct client *c)
+{
+    return srv_txn_ok(c->srv);
+}
+
 /* A pinned client's fenced writes under the same locks, gathered while its requests are parsed
  * and sent when anything else goes upstream or parsing stops: as one pipelined transaction when
  * there are several, as they came when there is one. */
@@ -1512,6 +1517,7 @@ static void rep_pop(struct client *c, struct span *sp)
 static int rep_normal(struct client *c, const char *r, size_t n, char type, struct span *sp)
 {
     struct op *o;
+    char *why;
 
     if (type == '>') { /* RESP3 push: out of band */
         span_add(c, sp, r, n, 0);
@@ -1549,23 +1555,22 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         rep_pop(c, sp);
         return 0;
     }
-    if (c->txn_err) { /* the EXEC of a held-back block whose command Redis refused */
+    why = c->txn_err; /* the first refusal in a held-back block (or a script's check) */
+    c->txn_err = NULL;
+    if (why) {
         static const char generic[] =
             "-EXECABORT Transaction discarded because of previous errors.\r\n";
         if (r && n == sizeof(generic) - 1 && memcmp(r, generic, n) == 0) {
             /* Redis refused it at queue time, not (as it would have, had the block reached it
              * as it was typed) at EXEC: say why, as Redis's EXEC does. */
             char msg[1024];
-            int ml =
-                snprintf(msg, sizeof(msg),
-                         "-EXECABORT Transaction discarded because of: %.960s\r\n", c->txn_err);
+            int ml = snprintf(msg, sizeof(msg),
+                              "-EXECABORT Transaction discarded because of: %.960s\r\n", why);
             span_flush(c, sp, 0);
             if (ml > 0 && !(o->flags & OPF_SILENT))
                 cl_send(c, msg, (size_t)ml);
             r = NULL;
         }
-        free(c->txn_err);
-        c->txn_err = NULL;
     }
     if ((o->flags & OPF_TXN_CHECK) && fencing_txn_checked(c, r, n))
         r = NULL; /* the block went out; EXEC's own reply will answer the application */
@@ -1574,12 +1579,15 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         static const char moved[] =
             "-STALE a lock of this transaction changed hands before EXEC; nothing was applied "
             "(re-acquire)\r\n";
+        char msg[1024];
+        int ml = why ? snprintf(msg, sizeof(msg), "-%.1000s\r\n", why) : 0;
         metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
         span_flush(c, sp, 0);
         if (!(o->flags & OPF_SILENT))
-            cl_send(c, moved, sizeof(moved) - 1);
+            cl_send(c, ml > 0 ? msg : moved, ml > 0 ? (size_t)ml : sizeof(moved) - 1);
         r = NULL;
     }
+    free(why);
     if (r && (o->flags & OPF_FENCED) && !c->reply_partial) {
         if (n > 9 && memcmp(r, "-NOSCRIPT", 9) == 0) {
             if (fencing_noscript(c, o))

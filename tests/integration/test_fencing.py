@@ -264,6 +264,8 @@ class WhichWrites(FencingCase):
         self.direct.set(hwm_key("wallet:1"), t + 1)
         r = c.call("EVAL", decr, 1, "wallet:1", 50)
         self.assert_refused(r, "STALE")
+        self.assertIn("token %d < high-water mark %d" % (t, t + 1), r)
+        self.assertEqual(self.hwm("wallet:1"), t + 1)
         self.assertEqual(c.call("MULTI"), "OK")
         self.assertEqual(c.call("EVALSHA", sha, 1, "wallet:1", 50), "QUEUED")
         self.assert_refused(c.call("EXEC"), "STALE")
