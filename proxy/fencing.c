@@ -909,7 +909,6 @@ static int fencing_put_count(struct buf *b, size_t n)
     return buf_append(b, head, (size_t)hn) == FG_OK ? 0 : -1;
 }
 
-/* Sends MULTI, the commands and EXEC; the application sees only EXEC's reply. */
 /* "EVAL <script> n <marks> n <tokens> <lock names> [extra]" over the block's locks. */
 static int fencing_put_script(struct buf *b, const char *script, const struct fencing_txn *t,
                               const char *extra)
@@ -940,6 +939,8 @@ static int fencing_put_script(struct buf *b, const char *script, const struct fe
     return extra ? fencing_put(b, extra, strlen(extra)) : 0;
 }
 
+/* Sends MULTI, the commands and EXEC (and, before a script alone, the raise of the marks); the
+ * application sees only EXEC's reply. */
 static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
 {
     static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
