@@ -868,6 +868,37 @@ class PipelinedTransactions(FencingCase):
                          [b"+OK\r\n"] * 4)
         self.assertEqual(self.direct.get("{b}3"), b"3")
 
+    def test_a_check_that_cannot_touch_the_mark_is_noticed_and_scripts_take_over(self):
+        # An upstream user denied RENAME lets a refusing check fail without touching the mark,
+        # so that run is applied (README: an ACL is one of the cases the check relies on).
+        # fencegate must notice it from the replies, log it, and send fenced writes and scripts
+        # as script calls from then on, which refuse.
+        self.direct.execute_command("ACL", "SETUSER", "fg", "on", ">pw", "~*", "&*", "+@all",
+                                    "-rename")
+        fg = self.start_fencegate("redis://fg:pw@127.0.0.1:%d" % self.redis.port)
+        c = self.conn(fg)
+        token = self.acquire(c, "n")
+        self.direct.set(hwm_key("n"), token + 1)
+        self.pipeline(c, [("SET", "{n}a", i) for i in range(3)])  # applied: the hazard
+        with open(fg.stderr_path, encoding="utf-8", errors="replace") as f:
+            self.assertIn("may have gone without the fence", f.read())
+        for r in self.pipeline(c, [("SET", "{n}b", i) for i in range(3)]):
+            self.assertTrue(r.startswith(b"-STALE lock n"), r)
+        self.assertTrue(c.call("EVAL", "return redis.call('SET', KEYS[1], 1)", 1, "{n}c")
+                        .startswith("STALE lock n"))
+        self.assertEqual(self.direct.exists("{n}b", "{n}c"), 0)
+        # The same for a script sent alone, on a fresh sidecar.
+        fg2 = self.start_fencegate("redis://fg:pw@127.0.0.1:%d" % self.redis.port)
+        c2 = self.conn(fg2)
+        token = self.acquire(c2, "s2")
+        self.direct.set(hwm_key("s2"), token + 1)
+        c2.call("EVAL", "return redis.call('SET', KEYS[1], 1)", 1, "{s2}a")  # the hazard
+        with open(fg2.stderr_path, encoding="utf-8", errors="replace") as f:
+            self.assertIn("a fenced script may have run without the fence", f.read())
+        self.assertTrue(c2.call("EVAL", "return redis.call('SET', KEYS[1], 1)", 1, "{s2}b")
+                        .startswith("STALE lock s2"))
+        self.assertEqual(self.direct.exists("{s2}b"), 0)
+
     def test_a_newer_holder_cuts_in_and_no_older_write_lands_after_it(self):
         # The newer holder raises the mark and writes in one transaction, at a moment of its own
         # while the old holder pipelines. Every old write is either applied before the newer
