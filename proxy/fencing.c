@@ -1147,7 +1147,9 @@ static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span
     struct buf b = {0};
     char key[FENCE_MAX_LOCK + 64];
     struct op *o;
-    int ok = 0, piped = t->unwrap && up_txn_ok(c); /* a script alone: no wait for the check */
+    /* No wait for the check, unless the application WATCHes keys of its own: a nil EXEC must then
+     * still tell it that its own keys moved, not that the check refused (sent apart, below). */
+    int ok = 0, piped = !c->client_watched && up_txn_ok(c);
 
     /* A lease that ran out while the block was queued (or the sidecar was frozen) refuses it
      * here, as it refuses a single write. */

@@ -1580,7 +1580,9 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             "-STALE a lock of this transaction changed hands before EXEC; nothing was applied "
             "(re-acquire)\r\n";
         char msg[1024];
-        int ml = why ? snprintf(msg, sizeof(msg), "-%.1000s\r\n", why) : 0;
+        int ml = why ? snprintf(msg, sizeof(msg), "-%.960s%s\r\n", why,
+                                (o->flags & OPF_UNWRAP) ? "" : "; the transaction was not applied")
+                     : 0;
         metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
         span_flush(c, sp, 0);
         if (!(o->flags & OPF_SILENT))

@@ -541,7 +541,9 @@ class Transactions(FencingCase):
                       % (wallet, count, log, reply))
         self.assertEqual(applied, (False, False, False),
                          "a stale transaction applied: EXEC -> %r" % (reply,))
-        self.assertIn("STALE", repr(reply), "EXEC must say why: %r" % (reply,))
+        self.assert_refused(reply, "STALE")
+        self.assertIn("token %d < high-water mark %d" % (ta, tb), reply)
+        self.assertTrue(reply.endswith("the transaction was not applied"), reply)
         self.assertEqual(self.hwm("wallet:4"), tb)
         self.assertEqual(ca.call("PING"), "PONG", "the connection must stay usable")
 
