@@ -1588,11 +1588,13 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         if (!(o->flags & OPF_SILENT))
             cl_send(c, ml > 0 ? msg : moved, ml > 0 ? (size_t)ml : sizeof(moved) - 1);
         r = NULL;
-    } else if (o->txn_exec && why && r && type == '*' && (o->flags & OPF_UNWRAP)) {
-        /* A script alone went in one round trip and was applied although its check did not
-         * pass (see txn_replies() for runs of writes). */
-        log_error("client %" PRIu64 " %s: a fenced script may have run without the fence: its "
-                  "check was answered '%.200s'; fenced writes go as script calls from now on",
+    } else if (o->txn_exec && why && r && type == '*') {
+        /* A script alone or a MULTI block went in one round trip and was applied although its
+         * check did not pass (a refusal while queueing would have aborted it; see
+         * txn_replies() for runs of writes). */
+        log_error("client %" PRIu64 " %s: a fenced script or MULTI block may have run without "
+                  "the fence: its check was answered '%.200s'; fenced writes go as script calls "
+                  "from now on",
                   c->id, c->peer, why);
         c->srv->no_txn = 1;
     }

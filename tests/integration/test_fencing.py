@@ -896,10 +896,30 @@ class PipelinedTransactions(FencingCase):
         self.direct.set(hwm_key("s2"), token + 1)
         c2.call("EVAL", "return redis.call('SET', KEYS[1], 1)", 1, "{s2}a")  # the hazard
         with open(fg2.stderr_path, encoding="utf-8", errors="replace") as f:
-            self.assertIn("a fenced script may have run without the fence", f.read())
+            self.assertIn("a fenced script or MULTI block may have run without the fence",
+                          f.read())
         self.assertTrue(c2.call("EVAL", "return redis.call('SET', KEYS[1], 1)", 1, "{s2}b")
                         .startswith("STALE lock s2"))
         self.assertEqual(self.direct.exists("{s2}b"), 0)
+        # And for a MULTI block. Its fenced writes are fence scripts inside the block, which
+        # still refuse one by one; the block's other commands would be applied.
+        fg3 = self.start_fencegate("redis://fg:pw@127.0.0.1:%d" % self.redis.port)
+        c3 = self.conn(fg3)
+        token = self.acquire(c3, "m3")
+        self.direct.set(hwm_key("m3"), token + 1)
+        block = encode("MULTI") + encode("SET", "{m3}a", 1) + encode("EXEC")
+        c3.send(block)
+        replies = [c3.read_reply() for _ in range(3)]
+        self.assertEqual(replies[:2], ["OK", "QUEUED"])
+        self.assertEqual(len(replies[2]), 1)
+        self.assert_refused(replies[2][0], "STALE")
+        with open(fg3.stderr_path, encoding="utf-8", errors="replace") as f:
+            self.assertIn("a fenced script or MULTI block may have run without the fence",
+                          f.read())
+        c3.send(block.replace(b"{m3}a", b"{m3}b"))
+        replies = [c3.read_reply() for _ in range(3)]
+        self.assert_refused(replies[2], "STALE")
+        self.assertEqual(self.direct.exists("{m3}b"), 0)
 
     def test_a_newer_holder_cuts_in_and_no_older_write_lands_after_it(self):
         # The newer holder raises the mark and writes in one transaction, at a moment of its own
