@@ -1136,10 +1136,9 @@ static int reply_is(const struct srv_reply *r, const char *text)
 
 /* What a pipelined transaction's replies say beyond each write's own reply. */
 enum {
-    TXN_RAISE_NOSCRIPT = 1, /* applied, but the raise script was not in Redis' cache */
-    TXN_RAISE_FAILED = 2,   /* applied, but the raise failed otherwise */
-    TXN_UNFENCED = 4,       /* applied without a check that passed, or outside MULTI */
-    TXN_RAISE_RAN = 8,      /* the raise script ran: it is in Redis' cache */
+    TXN_RAISE_FAILED = 1, /* applied, but the raise failed (NOSCRIPT, say) */
+    TXN_UNFENCED = 2,     /* applied without a check that passed, or outside MULTI */
+    TXN_RAISE_RAN = 4,    /* the raise script ran: it is in Redis' cache */
 };
 
 /* Splits the replies to a pipelined transaction of k fenced writes (fence_encode_txn()), r[0..n):
@@ -1178,8 +1177,7 @@ static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
             flags |= TXN_UNFENCED;
         } else if (el[0].type == '-') {
             *odd = el[0];
-            flags |= el[0].n > 9 && memcmp(el[0].p, "-NOSCRIPT", 9) == 0 ? TXN_RAISE_NOSCRIPT
-                                                                         : TXN_RAISE_FAILED;
+            flags |= TXN_RAISE_FAILED;
         } else {
             flags |= TXN_RAISE_RAN;
         }
@@ -1215,7 +1213,7 @@ static int txn_replies(struct server *s, const char *r, size_t n, size_t k, stru
                   "upstream answered %s; fenced writes go as script calls from now on",
                   shown_bytes(odd.p, odd.n, shown, sizeof(shown)));
         s->no_txn = 1;
-    } else if (flags & (TXN_RAISE_NOSCRIPT | TXN_RAISE_FAILED)) {
+    } else if (flags & TXN_RAISE_FAILED) {
         log_warn("fenced writes were applied but their marks not raised: %s",
                  shown_bytes(odd.p, odd.n, shown, sizeof(shown)));
     }
