@@ -873,9 +873,9 @@ static void fb_usage(FILE *f)
           "                   'connected' first and wait for SIGUSR1 before acquiring\n"
           "Pipeline D = commands in flight per connection (in cycle modes an acquire and a\n"
           "release are two commands; in group-set and txn-set, the writes of one call). Output:\n"
-          "one line\n"
-          "of key=value pairs on stdout; with --latency (cycle modes, pipeline 1) a second\n"
-          "line with the acquires' p50 and p99.\n"
+          "one line of key=value pairs on stdout, where ops counts the SETs answered OK, or in\n"
+          "cycle modes the acquires answered with a token (one per cycle); with --latency\n"
+          "(cycle modes, pipeline 1) a second line with the acquires' p50 and p99.\n"
           "Exit: 0 measured (see errors=), 1 usage, 2 connection/setup failure.\n",
           f);
 }
