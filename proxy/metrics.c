@@ -61,7 +61,10 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
          "Renewal round trips to the lock backend (one per session per TTL/3)."},
     [M_TOKEN_REPAIRS] = {"fencegate_token_repairs_total",
                          "Token counters raised past a store's high-water mark."},
-    [M_FENCED_WRITES] = {"fencegate_fenced_writes_total", "Writes sent as fenced scripts."},
+    [M_FENCED_WRITES] = {"fencegate_fenced_writes_total",
+                         "Fenced writes sent to Redis: as scripts, or in a fenced transaction."},
+    [M_FENCED_TXNS] = {"fencegate_fenced_transactions_total",
+                       "Runs of pipelined fenced writes sent to Redis as one transaction."},
     [M_STALE_REFUSED] =
         {"fencegate_stale_writes_refused_total",
          "Fenced writes refused by the store: token older than its high-water mark."},

@@ -28,7 +28,8 @@ enum metric_counter {
     M_LOCK_RENEWALS,      /* lock leases extended (from the lock client) */
     M_LOCK_RENEWAL_TRIPS, /* renewal round trips (one per session per TTL/3) */
     M_TOKEN_REPAIRS,      /* token counters raised past a store's mark */
-    M_FENCED_WRITES,      /* writes sent as fenced scripts */
+    M_FENCED_WRITES,      /* fenced writes sent to Redis (scripts, or in a transaction) */
+    M_FENCED_TXNS,        /* runs of pipelined fenced writes sent as one transaction */
     M_STALE_REFUSED,      /* fenced writes the store refused: token older than its mark */
     M_NOLOCK_REFUSED,     /* writes to protected keys without their lock */
     M_LOCKLOST_REFUSED,   /* writes under a lock the session lost */

@@ -327,6 +327,7 @@ static void up_run_flush(struct client *c)
         fence_encode_txn(sha, reqs, u->lay, k, enc, need);
         up_write(c, enc, need);
         free(enc);
+        metrics_inc(&fg_metrics, M_FENCED_TXNS, 1);
         if (c->ufd >= 0) {       /* still up: the run's first op is where it was pushed */
             c->raise_loaded = 1; /* an EVAL, if it was one, put the raise script in the cache */
             op_at(c, c->ops_count - (size_t)(c->ops_pushed - u->first_op))->txn_run = (uint8_t)k;
@@ -849,9 +850,10 @@ static int lk_emit(struct ulink *lk, size_t a, size_t b, int txn)
                     : fence_encode_group(sha, reqs, lay, k, NULL, 0);
     if (buf_reserve(&lk->out, need) != FG_OK)
         return -1;
-    if (txn)
+    if (txn) {
         fence_encode_txn(sha, reqs, lay, k, lk->out.data + lk->out.end, need);
-    else if (k == 1)
+        metrics_inc(&fg_metrics, M_FENCED_TXNS, 1);
+    } else if (k == 1)
         memcpy(lk->out.data + lk->out.end, reqs + lay->start, need);
     else
         fence_encode_group(sha, reqs, lay, k, lk->out.data + lk->out.end, need);

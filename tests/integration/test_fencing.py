@@ -739,10 +739,14 @@ class PipelinedTransactions(FencingCase):
                                      "5", "GET", "u2", "0"),
                 ("ZADD", "%sz", "1", "a", "2", "b"), ("ZPOPMIN", "%sz", "5"), ("DEL", "%szz")]
         before = self.calls("exec", "eval", "evalsha")
+        txns, writes = (metric(fg, "fencegate_fenced_transactions_total"),
+                        metric(fg, "fencegate_fenced_writes_total"))
         via = self.pipeline(c, [tuple(a % "{t}" if "%s" in a else a for a in cmd)
                                 for cmd in prog])
         self.assertEqual(self.calls("exec", "eval", "evalsha") - before, 3,
                          "one transaction: EXEC, the check and the raise")
+        self.assertEqual(metric(fg, "fencegate_fenced_transactions_total"), txns + 1)
+        self.assertEqual(metric(fg, "fencegate_fenced_writes_total"), writes + len(prog))
         straight = self.pipeline(self.raw(self.redis.port),
                                  [tuple(a % "{d}" if "%s" in a else a for a in cmd)
                                   for cmd in prog])
@@ -760,6 +764,7 @@ class PipelinedTransactions(FencingCase):
                          [b"+OK\r\n"] * 6)
         self.assertEqual(self.calls("exec"), execs)
         self.assertGreater(self.calls("evalsha", "eval"), scripts)
+        self.assertEqual(metric(fg, "fencegate_fenced_transactions_total"), 0)
 
     def test_stale_token_refuses_every_write_and_leaves_the_mark_as_it_was(self):
         fg = self.fencegate()
