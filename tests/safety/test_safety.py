@@ -1,8 +1,9 @@
 """The safety suite, short form (CTest label `safety`): one test per nemesis and one mixed, each
 a workload.py run of FG_SAFETY_SECONDS (default 14; mixed 1.5 times that) against one Redis (AOF,
-fsync always) and two sidecars. Every test fails on any violation found by workload.check() and on a vacuous run: fewer
-than 3 faults, no write refused (STALE or LOCKLOST), no fault of the test's own kind that bit, or
-no acknowledged write after the last fault (no recovery)."""
+fsync always) and two sidecars. Every test fails on any violation found by workload.check() and
+on a vacuous run: fewer than 3 faults, no write refused (STALE or LOCKLOST), no fault of the
+test's own kind that bit, no acknowledged write after the last fault (no recovery), or no
+pipelined run that went as a fenced transaction (the sidecars' /metrics)."""
 
 import os
 import sys
@@ -55,6 +56,8 @@ class Safety(unittest.TestCase):
         self.assertGreaterEqual(res["acknowledged"], 50, "hardly any progress:\n" + card)
         self.assertGreaterEqual(res["acked_after_last_fault"], 1,
                                 "no acknowledged write after the last fault:\n" + card)
+        self.assertGreaterEqual(res["fenced_txns"], 1,
+                                "no pipelined run went as a fenced transaction:\n" + card)
         return res
 
     def test_etcd_freeze_sidecar(self):

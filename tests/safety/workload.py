@@ -2,7 +2,7 @@
 """workload.py — fencegate's safety workload (Jepsen's lock-set shape) with fault injection.
 
 One redis-server (AOF, fsync always, restartable on the same port with its data), two fencegate
-sidecars in front of it (both use it as upstream and lock backend, leases of 600 ms), and four
+sidecars in front of it (both use it as upstream and lock backend, leases of 600 ms), and six
 worker threads per sidecar, each with its own RESP connection. Every worker loops:
 
     FENCE.ACQUIRE L WAIT 2000 [TTL 500 NORENEW]  -> token T
@@ -12,8 +12,9 @@ worker threads per sidecar, each with its own RESP connection. Every worker loop
     RPUSH counter:log "T:v+1"                    sidecar a, by the one-lock rule on sidecar b
     FENCE.RELEASE L
 
-Worker i of a sidecar has role ROLES[i % 4]: a NORENEW lease or a renewed one, and plain writes
-or MULTI / SET / RPUSH / (stall point) / EXEC, whose two writes share EXEC's outcome. Every step is
+Worker i of a sidecar has role ROLES[i % 6]: a NORENEW lease or a renewed one, and plain writes,
+MULTI / SET / RPUSH / (stall point) / EXEC, whose two writes share EXEC's outcome, or SET and RPUSH
+pipelined in one send (fencegate sends such a run as one transaction). Every step is
 recorded with monotonic timestamps and its outcome: ok, stale, locklost, failed (an error saying
 nothing was applied) or unknown (connection lost, or -UNAVAILABLE for a command in flight). The
 checker then reads the final counter and log straight from Redis and checks the whole history
@@ -74,8 +75,11 @@ CALL_TIMEOUT = 15.0         # no command waits this long unless something is wed
 PROTECT = 'protect:\n  - { store: redis, keys: "counter*", lock: "L" }\n'
 REFUSED = ("stale", "locklost")
 MAX_WORKER_ITERATIONS = 1000000
-# (NORENEW lease, MULTI/EXEC) of worker i of a sidecar, cyclically.
-ROLES = ((True, False), (False, False), (False, True), (True, True))
+# How a worker sends its SET and RPUSH: one after the other ("plain"), in MULTI/EXEC ("multi"),
+# or both in one send ("pipe": a run of fenced writes, which fencegate sends as one transaction).
+# (NORENEW lease, write mode) of worker i of a sidecar, cyclically.
+ROLES = ((True, "plain"), (False, "pipe"), (False, "multi"), (True, "pipe"), (False, "plain"),
+         (True, "multi"))
 
 FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1") +
                        glob.glob("/usr/lib/faketime/libfaketime.so.1"))
@@ -391,6 +395,17 @@ class Sidecar:
             self.fg.proc.wait(15)
         self.fg._collect()
 
+    def metric(self, name):
+        """One counter of the running incarnation's /metrics (0 when it cannot be read)."""
+        c = http.client.HTTPConnection(self.host, self.http_port, timeout=5)
+        try:
+            c.request("GET", "/metrics")
+            return harness.parse_metrics(c.getresponse().read().decode()).get(name, 0)
+        except (OSError, http.client.HTTPException):
+            return 0
+        finally:
+            c.close()
+
     def stop(self):
         """SIGTERM and wait (SIGKILL after 15 s). Returns the exit code."""
         self.thaw()
@@ -469,13 +484,13 @@ class Arm:
 
 class Worker(threading.Thread):
 
-    def __init__(self, wl, wid, sidecar, norenew, txn):
+    def __init__(self, wl, wid, sidecar, norenew, mode):
         super().__init__(name="worker-%s" % wid, daemon=True)
         self.wl = wl
         self.wid = wid
         self.sidecar = sidecar
         self.norenew = norenew
-        self.txn = txn
+        self.mode = mode
         self.conn = None
         self.arm = None
         self.iterations = 0
@@ -556,8 +571,11 @@ class Worker(threading.Thread):
             return
         v = int(r) if r is not None else 0
         self.rec(op="get", t0=t0, t1=t1, token=token, out="ok", value=v)
-        if self.txn:
+        if self.mode == "multi":
             if not self.transaction(token, v + 1):
+                return
+        elif self.mode == "pipe":
+            if not self.pipelined(token, v + 1):
                 return
         else:
             self.stall_point(token)
@@ -597,6 +615,34 @@ class Worker(threading.Thread):
                       msg=None if out == "ok" else str(r)[:200])
         self.note_arm(kind, ev)
         if out == "unknown":
+            self.drop()
+            return False
+        return True
+
+    def pipelined(self, token, value):
+        """SET and RPUSH in one send, after the stall point; each is recorded with its own reply.
+        Returns False when the connection is gone."""
+        writes = (("set", "SET", COUNTER, str(value)),
+                  ("rpush", "RPUSH", LOG, "%d:%d" % (token, value)))
+        self.stall_point(token)
+        t0 = now()
+        replies = []
+        try:
+            self.conn.send(b"".join(harness.encode(*w[1:]) for w in writes))
+            if self.arm is not None:
+                self.arm.sent.set()   # a nemesis may strike now: both writes are in flight
+            for _ in writes:
+                replies.append((self.conn.read_reply(CALL_TIMEOUT), now()))
+        except (OSError, EOFError, ValueError) as e:
+            replies += [(e, now())] * (len(writes) - len(replies))
+        gone = False
+        for w, (r, t1) in zip(writes, replies):
+            out = classify(r)
+            ev = self.rec(op=w[0], t0=t0, t1=t1, token=token, value=value, out=out,
+                          msg=None if out == "ok" else repr(r)[:200], pipe=True)
+            self.note_arm(w[0], ev)
+            gone = gone or out == "unknown"
+        if gone:
             self.drop()
             return False
         return True
@@ -688,7 +734,7 @@ class Workload:
     """The cluster, its workers, its nemeses and its history. Use as a context manager:
     __exit__ tears everything down even when a check failed."""
 
-    def __init__(self, workers_per_sidecar=4, netns=False, seed=None, think_ms=0,
+    def __init__(self, workers_per_sidecar=6, netns=False, seed=None, think_ms=0,
                  log=None, hard_seconds=3600, fast_clock_b=None, backend="redis"):
         self.seed = seed if seed is not None else random.randrange(1 << 30)
         self.rng = random.Random(self.seed)
@@ -753,10 +799,10 @@ class Workload:
             s.wait_ready()
         for s in self.sidecars:
             for i in range(self.workers_per_sidecar):
-                norenew, txn = ROLES[i % len(ROLES)]
+                norenew, mode = ROLES[i % len(ROLES)]
+                tag = {"multi": "t", "pipe": "p"}.get(mode, "")
                 self.workers.append(Worker(self, "%s%d%s%s" % (s.name, i, "n" if norenew else "",
-                                                             "t" if txn else ""),
-                                           s, norenew=norenew, txn=txn))
+                                                             tag), s, norenew=norenew, mode=mode))
 
     def start_workers(self):
         for w in self.workers:
@@ -811,6 +857,7 @@ class Workload:
                 w.conn.abort()
                 w.join(5)
         stuck = [w.wid for w in self.workers if w.is_alive()]
+        txns = sum(s.metric("fencegate_fenced_transactions_total") for s in self.sidecars)
         for s in self.sidecars:
             s.stop()
         time.sleep(0.2)
@@ -823,7 +870,8 @@ class Workload:
         finally:
             c.close()
         self.final = dict(counter=int(counter or 0), log=[x.decode() for x in log],
-                          hwm=int(hwm or 0), token_counter=int(tok or 0), stuck_workers=stuck)
+                          hwm=int(hwm or 0), token_counter=int(tok or 0), stuck_workers=stuck,
+                          fenced_txns=int(txns))
         return self.final
 
     # -- arms --
@@ -1300,6 +1348,7 @@ def check(wl):
         redis_starts=wl.redis.starts,
         sidecar_starts={s.name: len(s.incarnations) for s in wl.sidecars},
         stuck_workers=fin["stuck_workers"],
+        fenced_txns=fin["fenced_txns"],
         acked_after_last_fault=wl.acked_since(getattr(wl, "t_quiet", now())),
         violations=V,
     )
@@ -1326,6 +1375,8 @@ def scorecard(res):
         "sidecars %s" % (res["final_counter"], res["log_length"], res["hwm"],
                          res["redis_starts"], res["sidecar_starts"]),
         "  acknowledged after the last fault: %d" % res["acked_after_last_fault"],
+        "  pipelined runs sent as transactions: %d (the sidecars' last incarnations)"
+        % res["fenced_txns"],
         "  violations           %d" % len(res["violations"]),
     ]
     for v in res["violations"][:30]:
@@ -1340,7 +1391,7 @@ def main(argv=None):
     ap.add_argument("--nemesis", default="mixed", choices=list(NEMESES) + ["mixed"])
     ap.add_argument("--faults", type=int, default=200, help="stop after this many faults")
     ap.add_argument("--seconds", type=float, default=None, help="or after this many seconds")
-    ap.add_argument("--workers", type=int, default=4, help="workers per sidecar")
+    ap.add_argument("--workers", type=int, default=6, help="workers per sidecar")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--backend", default="redis", choices=["redis", "etcd"],
                     help="lock backend: the store's Redis, or an etcd started for the run")
