@@ -68,6 +68,12 @@ static void put_bytes(struct etcdpb_buf *b, const void *p, size_t n)
     b->len += n;
 }
 
+int etcdpb_buf_append(struct etcdpb_buf *b, const void *p, size_t n)
+{
+    put_bytes(b, p, n);
+    return b->oom ? -1 : 0;
+}
+
 static size_t varint_size(uint64_t v)
 {
     size_t n = 1;
@@ -326,6 +332,28 @@ int etcdpb_txn_req_encode(struct etcdpb_buf *b, const struct etcdpb_compare *cmp
     if (!bad)
         bad = ops_fields(b, 3, failure, nfailure) < 0;
     return enc_finish(b, start, bad);
+}
+
+int etcdpb_txn_resp_slice_encode(struct etcdpb_buf *b, const struct etcdpb_txn_resp *t, size_t from,
+                                 size_t count)
+{
+    size_t start = b->len, mark;
+
+    if (from > t->nresponses || count > t->nresponses - from)
+        return enc_finish(b, start, 1);
+    mark = nested_begin(b, 1);
+    put_int(b, 1, (int64_t)t->header.cluster_id);
+    put_int(b, 2, (int64_t)t->header.member_id);
+    put_int(b, 3, t->header.revision);
+    put_int(b, 4, (int64_t)t->header.raft_term);
+    nested_end(b, mark);
+    put_bool(b, 2, t->succeeded);
+    for (size_t i = from; i < from + count; i++) {
+        mark = nested_begin(b, 3);
+        put_slice_always(b, (unsigned)t->responses[i].kind, t->responses[i].body);
+        nested_end(b, mark);
+    }
+    return enc_finish(b, start, 0);
 }
 
 int etcdpb_lease_grant_req_encode(struct etcdpb_buf *b, int64_t ttl_s, int64_t id)

@@ -30,6 +30,9 @@ struct etcdpb_buf {
 };
 void etcdpb_buf_free(struct etcdpb_buf *b);
 void etcdpb_buf_reset(struct etcdpb_buf *b); /* len = 0, keeps the memory, clears oom */
+/* Appends n raw bytes (encoded fields: messages of one type concatenate into one). -1 when out
+ * of memory. */
+int etcdpb_buf_append(struct etcdpb_buf *b, const void *p, size_t n);
 
 /* Bytes inside a decoded message (not NUL-terminated). */
 struct etcdpb_slice {
@@ -168,6 +171,11 @@ struct etcdpb_txn_resp {
     } responses[ETCDPB_TXN_MAX_OPS];
 };
 int etcdpb_txn_resp_decode(const uint8_t *p, size_t n, struct etcdpb_txn_resp *out);
+/* Encodes the TxnResponse that t would be with only its responses [from, from + count): the same
+ * header and succeeded. Splits the response to Txns sent as one. -1 when out of memory or out of
+ * range. */
+int etcdpb_txn_resp_slice_encode(struct etcdpb_buf *b, const struct etcdpb_txn_resp *t, size_t from,
+                                 size_t count);
 
 /* ---- Lease ---- */
 

@@ -145,6 +145,8 @@ int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t
 struct lock_stats {
     uint64_t acquired, busy, released, renewals, renewal_round_trips, lost, token_repairs,
         backend_errors;
+    uint64_t backend_batches; /* backend calls that carried several acquires/releases (etcd) */
+    uint64_t backend_batched; /* the acquires and releases those carried */
 };
 void lock_client_stats(const struct lock_client *c, struct lock_stats *out);
 

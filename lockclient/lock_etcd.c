@@ -12,6 +12,9 @@
  *     Txn that also reads its own key: it reports ownership only if that key still exists (the
  *     check etcd 3.4's mutex lacks, etcd issue 11456);
  *   - release deletes the key only while its create_revision is still the token.
+ * Acquire and release Txns that start in the same turn of the event loop go to etcd as one Txn
+ * (see "Txns sent as one" below): one Raft proposal for many locks. Two Txns of one lock never
+ * share one, so every key of a lock still has a create_revision of its own.
  * A lock name that extends another with '/' (a and a/b) queues behind the other's holders, as with
  * etcd's mutex; safety is unaffected.
  *
@@ -41,6 +44,8 @@
 #define ED_MAX_RESTARTS  4   /* re-creations of a waiter's key before giving up */
 #define ED_RETRY_MS      100 /* a paused waiter looks again after this */
 #define ED_LEASE_HEX_MAX 17
+#define ED_BATCH_MAX     16  /* acquire/release Txns sent as one (etcd's --max-txn-ops >= 32) */
+#define ED_TXQ_MAX       256 /* Txns waiting for the end of the loop turn; more go alone */
 
 #define ED_PATH_TXN       "/etcdserverpb.KV/Txn"
 #define ED_PATH_GRANT     "/etcdserverpb.Lease/LeaseGrant"
@@ -156,6 +161,22 @@ struct ed_rpc {
     size_t req_len;
     int retried; /* sent again already, or waiting to be */
     int waiting; /* refused for its token: no call now, sent again after the next Authenticate */
+    /* A Txn that may go as part of one (ed_txn_start()): req holds its compares (clen bytes),
+     * its success ops (slen bytes, nsuccess ops), its failure ops (the rest of req_len), then
+     * locklen bytes naming its lock. */
+    int queued;             /* in ec->txq: not sent yet */
+    struct ed_batch *batch; /* sent as part of this Txn, at m[slot] */
+    size_t slot, clen, slen, nsuccess, locklen;
+};
+
+/* Txns sent as one: the members' compares, then their success ops, in m[] order. */
+struct ed_batch {
+    struct ed_client *ec;
+    size_t n;
+    struct {
+        struct ed_rpc *k; /* NULL once cancelled or answered */
+        size_t nsuccess;
+    } m[ED_BATCH_MAX];
 };
 
 /* A key to delete while its create_revision is rev. */
@@ -196,8 +217,12 @@ struct ed_client {
     struct ed_orphan *orphans;
     size_t norphans;
     struct ed_mark *marks;
-    size_t ndirty;       /* dirty names over all sessions */
-    struct event *maint; /* retries orphan deletes and dirty-name clean-ups every second */
+    size_t ndirty;         /* dirty names over all sessions */
+    struct event *maint;   /* retries orphan deletes and dirty-name clean-ups every second */
+    struct event *txflush; /* sends ec->txq at the end of the loop turn */
+    struct ed_rpc *txq[ED_TXQ_MAX]; /* Txns to send, in the order they started */
+    size_t ntxq;
+    size_t batch_max; /* members per Txn sent as one: ED_BATCH_MAX, 1 once etcd refused one */
     struct etcdpb_buf out;
     char mark_prefix[ED_MAX_PREFIX + 16];
     /* Authentication (see the file comment). */
@@ -345,6 +370,16 @@ static const char *ed_not_ready(struct ed_client *ec)
     return ec->down_why;
 }
 
+static void ed_rpc_link(struct ed_rpc *k)
+{
+    struct ed_client *ec = k->ec;
+    k->prev = NULL;
+    k->next = ec->rpcs;
+    if (ec->rpcs)
+        ec->rpcs->prev = k;
+    ec->rpcs = k;
+}
+
 /* Starts a unary call of the message in ec->out on the connection, authenticated or not. NULL
  * when not connected or out of memory. */
 static struct ed_rpc *ed_rpc_begin(struct ed_client *ec, const char *path, ed_done_fn fn, void *arg)
@@ -370,10 +405,7 @@ static struct ed_rpc *ed_rpc_begin(struct ed_client *ec, const char *path, ed_do
         free(k);
         return NULL;
     }
-    k->next = ec->rpcs;
-    if (ec->rpcs)
-        ec->rpcs->prev = k;
-    ec->rpcs = k;
+    ed_rpc_link(k);
     return k;
 }
 
@@ -383,11 +415,33 @@ static struct ed_rpc *ed_rpc_start(struct ed_client *ec, const char *path, ed_do
     return ed_ready(ec) ? ed_rpc_begin(ec, path, fn, arg) : NULL;
 }
 
-/* Cancels k (NULL is a no-op): its completion never runs. */
+static void ed_batch_done(void *arg, int status, const char *err, const uint8_t *p, size_t n);
+
+/* Cancels k (NULL is a no-op): its completion never runs. A batch's own call is cancelled only
+ * when the client closes, which cancels its members too. */
 static void ed_rpc_cancel(struct ed_rpc *k)
 {
     if (k == NULL)
         return;
+    if (k->queued) {
+        struct ed_client *ec = k->ec;
+        size_t i = 0;
+        while (i < ec->ntxq && ec->txq[i] != k)
+            i++;
+        if (i < ec->ntxq) {
+            memmove(ec->txq + i, ec->txq + i + 1, (ec->ntxq - i - 1) * sizeof(ec->txq[0]));
+            ec->ntxq--;
+        }
+    }
+    if (k->batch)
+        k->batch->m[k->slot].k = NULL;
+    if (k->fn == ed_batch_done) {
+        struct ed_batch *b = k->arg;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->m[i].k)
+                b->m[i].k->batch = NULL;
+        free(b);
+    }
     ed_rpc_unlink(k);
     grpc_call_cancel(k->call);
     free(k->resp);
@@ -395,21 +449,225 @@ static void ed_rpc_cancel(struct ed_rpc *k)
     free(k);
 }
 
-/* Encodes a Txn deleting key when its create_revision is rev (rev 0: when it exists). */
+/* A Txn deleting key when its create_revision is rev (rev 0: when it exists). */
+static void ed_delete_ops(const char *key, size_t len, int64_t rev, struct etcdpb_compare *cmp,
+                          struct etcdpb_op *op)
+{
+    memset(cmp, 0, sizeof(*cmp));
+    memset(op, 0, sizeof(*op));
+    cmp->result = rev ? ETCDPB_CMP_EQUAL : ETCDPB_CMP_GREATER;
+    cmp->target = ETCDPB_TARGET_CREATE;
+    cmp->key = ed_s(key, len);
+    cmp->number = rev;
+    op->kind = ETCDPB_OP_DELETE;
+    op->u.del.key = ed_s(key, len);
+}
+
 static int ed_encode_delete(struct ed_client *ec, const char *key, size_t len, int64_t rev)
 {
     struct etcdpb_compare cmp;
     struct etcdpb_op op;
-    memset(&cmp, 0, sizeof(cmp));
-    memset(&op, 0, sizeof(op));
-    cmp.result = rev ? ETCDPB_CMP_EQUAL : ETCDPB_CMP_GREATER;
-    cmp.target = ETCDPB_TARGET_CREATE;
-    cmp.key = ed_s(key, len);
-    cmp.number = rev;
-    op.kind = ETCDPB_OP_DELETE;
-    op.u.del.key = ed_s(key, len);
+    ed_delete_ops(key, len, rev, &cmp, &op);
     etcdpb_buf_reset(&ec->out);
     return etcdpb_txn_req_encode(&ec->out, &cmp, 1, &op, 1, NULL, 0);
+}
+
+/* ---- Txns sent as one ----
+ *
+ * A busy etcd's write rate is bounded by its Raft proposals, not by their size, so the acquire
+ * and release Txns that start in one turn of the event loop go as one Txn: every member's
+ * compares, then every member's success ops, no failure ops. When every compare holds, each
+ * member's callback gets a TxnResponse of its own: the shared header (so the same revision) and
+ * its own op responses (etcdpb_txn_resp_slice_encode()). When one does not, nothing was applied,
+ * and each member goes again alone, with its failure ops. Two members of one lock never share a
+ * Txn: their keys would share a create_revision, by which the mutex orders its waiters. Nor do
+ * members of a and a/b, whose keys meet in the range a's mutex reads. */
+
+static void ed_txn_send_alone(struct ed_rpc *k)
+{
+    struct ed_client *ec = k->ec;
+    char err[LOCK_MSG_MAX];
+    k->batch = NULL;
+    k->call = ed_ready(ec) ? grpc_unary(ec->ch, ED_PATH_TXN, k->req, k->req_len,
+                                        ec->c->opt.op_timeout_ms, &ed_rpc_cbs, k)
+                           : NULL;
+    if (k->call)
+        return;
+    lock_fmt(err, sizeof(err), "%s", ed_not_ready(ec));
+    ed_rpc_unlink(k);
+    k->fn(k->arg, GRPC_STATUS_UNAVAILABLE, err, NULL, 0);
+    free(k->req);
+    free(k);
+}
+
+static void ed_batch_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_batch *b = arg;
+    struct ed_client *ec = b->ec;
+    struct etcdpb_txn_resp *t = malloc(sizeof(*t)); /* a callback may start anything */
+    struct etcdpb_buf one = {0};
+    size_t total = 0, off = 0;
+    for (size_t i = 0; i < b->n; i++)
+        total += b->m[i].nsuccess;
+    int ok = status == GRPC_STATUS_OK && t && etcdpb_txn_resp_decode(p, n, t) == 0 &&
+             (!t->succeeded || t->nresponses == total);
+    int again = ok && !t->succeeded;
+    if (status != GRPC_STATUS_OK && strstr(err, "too many operations")) {
+        ec->batch_max = 1; /* etcd's --max-txn-ops is below ours: Txns go alone from now on */
+        again = 1;
+    }
+    if (status == GRPC_STATUS_OK && !ok)
+        err = t ? "malformed response to Txns sent as one" : "out of memory";
+    for (size_t i = 0; i < b->n; off += b->m[i].nsuccess, i++) {
+        struct ed_rpc *k = b->m[i].k;
+        if (k == NULL)
+            continue; /* cancelled */
+        b->m[i].k = NULL;
+        k->batch = NULL;
+        if (again) {
+            ed_txn_send_alone(k);
+            continue;
+        }
+        ed_rpc_unlink(k);
+        etcdpb_buf_reset(&one);
+        if (!ok)
+            k->fn(k->arg, status != GRPC_STATUS_OK ? status : GRPC_STATUS_INTERNAL, err, NULL, 0);
+        else if (etcdpb_txn_resp_slice_encode(&one, t, off, b->m[i].nsuccess) != 0)
+            k->fn(k->arg, GRPC_STATUS_INTERNAL, "could not split a Txn response", NULL, 0);
+        else
+            k->fn(k->arg, GRPC_STATUS_OK, "", one.p, one.len);
+        free(k->req);
+        free(k);
+    }
+    etcdpb_buf_free(&one);
+    free(t);
+    free(b);
+}
+
+/* 1 when a member of b is of k's lock, or of a lock whose keys k's lock's range covers or the
+ * other way round (a and a/b: "prefix/a/" begins "prefix/a/b/"). */
+static int ed_batch_has_lock(const struct ed_batch *b, const struct ed_rpc *k)
+{
+    const uint8_t *lock = k->req + k->req_len;
+    for (size_t i = 0; i < b->n; i++) {
+        const struct ed_rpc *o = b->m[i].k;
+        size_t n = o->locklen < k->locklen ? o->locklen : k->locklen;
+        if (memcmp(o->req + o->req_len, lock, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Sends b's members as one Txn, or alone when there is one or the Txn cannot start. */
+static void ed_batch_send(struct ed_client *ec, struct ed_batch *b)
+{
+    struct ed_rpc *call = NULL;
+    if (b->n > 1) {
+        etcdpb_buf_reset(&ec->out);
+        for (size_t i = 0; i < b->n; i++)
+            etcdpb_buf_append(&ec->out, b->m[i].k->req, b->m[i].k->clen);
+        for (size_t i = 0; i < b->n; i++)
+            etcdpb_buf_append(&ec->out, b->m[i].k->req + b->m[i].k->clen, b->m[i].k->slen);
+        call = ed_rpc_start(ec, ED_PATH_TXN, ed_batch_done, b);
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        b->m[i].k->batch = b;
+        b->m[i].k->slot = i;
+    }
+    if (call) {
+        ec->c->stats.backend_batches++;
+        ec->c->stats.backend_batched += b->n;
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) { /* a callback may cancel a later member */
+        struct ed_rpc *k = b->m[i].k;
+        b->m[i].k = NULL;
+        if (k)
+            ed_txn_send_alone(k);
+    }
+    free(b);
+}
+
+static void ed_txq_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct ed_client *ec = arg;
+    (void)fd;
+    (void)what;
+    while (ec->ntxq > 0) {
+        struct ed_batch *b = calloc(1, sizeof(*b));
+        size_t ops = 0, keep = 0;
+        if (b == NULL) {
+            struct ed_rpc *k = ec->txq[0];
+            memmove(ec->txq, ec->txq + 1, --ec->ntxq * sizeof(ec->txq[0]));
+            k->queued = 0;
+            ed_txn_send_alone(k);
+            continue;
+        }
+        b->ec = ec;
+        for (size_t i = 0; i < ec->ntxq; i++) { /* in order; a second Txn of a lock waits */
+            struct ed_rpc *k = ec->txq[i];
+            if (b->n < ec->batch_max && ops + k->nsuccess <= ETCDPB_TXN_MAX_OPS &&
+                !ed_batch_has_lock(b, k)) {
+                k->queued = 0;
+                b->m[b->n].k = k;
+                b->m[b->n++].nsuccess = k->nsuccess;
+                ops += k->nsuccess;
+            } else {
+                ec->txq[keep++] = k;
+            }
+        }
+        ec->ntxq = keep;
+        ed_batch_send(ec, b);
+    }
+}
+
+/* Starts a Txn for the lock whose keys begin with lock[0..locklen): queued until the end of the
+ * loop turn, to go as one with others (above). NULL when etcd is not ready or out of memory;
+ * fn then never runs. */
+static struct ed_rpc *ed_txn_start(struct ed_client *ec, const char *lock, size_t locklen,
+                                   const struct etcdpb_compare *cmp, size_t ncmp,
+                                   const struct etcdpb_op *success, size_t nsuccess,
+                                   const struct etcdpb_op *failure, size_t nfailure, ed_done_fn fn,
+                                   void *arg)
+{
+    size_t clen, slen;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_txn_req_encode(&ec->out, cmp, ncmp, NULL, 0, NULL, 0) != 0)
+        return NULL;
+    clen = ec->out.len;
+    if (etcdpb_txn_req_encode(&ec->out, NULL, 0, success, nsuccess, NULL, 0) != 0)
+        return NULL;
+    slen = ec->out.len - clen;
+    if (etcdpb_txn_req_encode(&ec->out, NULL, 0, NULL, 0, failure, nfailure) != 0)
+        return NULL;
+    if (ec->batch_max < 2 || ec->ntxq == ED_TXQ_MAX)
+        return ed_rpc_start(ec, ED_PATH_TXN, fn, arg);
+    if (!ed_ready(ec))
+        return NULL;
+    struct ed_rpc *k = calloc(1, sizeof(*k));
+    uint8_t *req = k ? malloc(ec->out.len + locklen) : NULL;
+    if (req == NULL) {
+        free(k);
+        return NULL;
+    }
+    memcpy(req, ec->out.p, ec->out.len);
+    memcpy(req + ec->out.len, lock, locklen);
+    k->ec = ec;
+    k->fn = fn;
+    k->arg = arg;
+    k->path = ED_PATH_TXN;
+    k->req = req;
+    k->req_len = ec->out.len;
+    k->clen = clen;
+    k->slen = slen;
+    k->nsuccess = nsuccess;
+    k->locklen = locklen;
+    k->queued = 1;
+    ed_rpc_link(k);
+    ec->txq[ec->ntxq++] = k;
+    if (ec->ntxq == 1)
+        event_active(ec->txflush, EV_TIMEOUT, 0);
+    return k;
 }
 
 /* ---- orphan deletes ---- */
@@ -1262,9 +1520,8 @@ static void ed_acq_start(struct ed_acq *a)
     fail.u.del.key = cmp.key;
     a->phase = ED_ACQ_CREATE;
     a->rev = 0;
-    etcdpb_buf_reset(&ec->out);
-    if (etcdpb_txn_req_encode(&ec->out, &cmp, 1, ok, 2, &fail, 1) != 0 ||
-        (a->call = ed_rpc_start(ec, ED_PATH_TXN, ed_acq_created, a)) == NULL) {
+    a->call = ed_txn_start(ec, a->key, a->pfxlen, &cmp, 1, ok, 2, &fail, 1, ed_acq_created, a);
+    if (a->call == NULL) {
         lock_fmt(msg, sizeof(msg), "lock %s: %s", r->name, ed_not_ready(ec));
         a->phase = ED_ACQ_LEASE; /* nothing was sent */
         ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
@@ -1429,9 +1686,15 @@ static void ed_op_release(struct lock_req *r)
         lock_req_finish(r, LOCK_NOT_HELD, 0, msg);
         return;
     }
+    struct etcdpb_compare cmp;
+    struct etcdpb_op del;
+    size_t locklen = h->keylen;
+    while (locklen > 0 && h->key[locklen - 1] != '/')
+        locklen--; /* the lock's keys: prefix name "/" */
     lock_map_remove(&es->held, &h->node);
-    if (ed_encode_delete(ec, h->key, h->keylen, h->rev) != 0 ||
-        (r->b_call = ed_rpc_start(ec, ED_PATH_TXN, ed_release_done, r)) == NULL) {
+    ed_delete_ops(h->key, h->keylen, h->rev, &cmp, &del);
+    if ((r->b_call = ed_txn_start(ec, h->key, locklen, &cmp, 1, &del, 1, NULL, 0, ed_release_done,
+                                  r)) == NULL) {
         ed_orphan(ec, h->key, h->keylen, h->rev);
         ed_held_drop_record(h);
         lock_fmt(msg, sizeof(msg),
@@ -1944,11 +2207,17 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
     while (cut > 0 && prefix[cut - 1] != '/')
         cut--;
     lock_fmt(ec->mark_prefix, sizeof(ec->mark_prefix), "%.*smarks/", (int)cut, prefix);
+    ec->batch_max = ED_BATCH_MAX;
     ec->maint = event_new(c->base, -1, EV_PERSIST, ed_maint_cb, ec);
-    ec->ch = ec->maint ? grpc_channel_new(c->base, eps, neps, &copts, &ed_channel_cbs, ec) : NULL;
+    ec->txflush = event_new(c->base, -1, 0, ed_txq_flush, ec);
+    ec->ch = ec->maint && ec->txflush
+                 ? grpc_channel_new(c->base, eps, neps, &copts, &ed_channel_cbs, ec)
+                 : NULL;
     if (ec->ch == NULL) {
         if (ec->maint)
             event_free(ec->maint);
+        if (ec->txflush)
+            event_free(ec->txflush);
         grpc_tls_free(ec->tls);
         lock_fmt(err, errlen, "lock client: out of memory");
         free(ec);
@@ -1999,6 +2268,7 @@ static void ed_op_close(struct lock_client *c)
     grpc_channel_free(ec->ch);
     grpc_tls_free(ec->tls);
     event_free(ec->maint);
+    event_free(ec->txflush);
     etcdpb_buf_free(&ec->out);
     free(ec);
     c->impl = NULL;

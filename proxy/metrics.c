@@ -61,6 +61,11 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
          "Renewal round trips to the lock backend (one per session per TTL/3)."},
     [M_TOKEN_REPAIRS] = {"fencegate_token_repairs_total",
                          "Token counters raised past a store's high-water mark."},
+    [M_LOCK_BATCHES] = {"fencegate_lock_backend_batches_total",
+                        "Lock backend calls that carried several acquisitions or releases at once "
+                        "(etcd Txns)."},
+    [M_LOCK_BATCHED] = {"fencegate_lock_backend_batched_total",
+                        "Acquisitions and releases sent to the lock backend in such shared calls."},
     [M_FENCED_WRITES] = {"fencegate_fenced_writes_total",
                          "Fenced writes sent to Redis: as scripts, or in a fenced transaction."},
     [M_FENCED_TXNS] = {"fencegate_fenced_transactions_total",

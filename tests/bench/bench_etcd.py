@@ -87,11 +87,12 @@ def h2load(endpoint, body_path, clients, n=None, seconds=None, log=None):
     return float(m.group(1)), int(ok.group(1)), out.stdout
 
 
-def etcd_keepalives(member):
+def etcd_received(member, method):
+    """Messages etcd received for a gRPC method (its own /metrics)."""
     text = urllib.request.urlopen("http://%s/metrics" % member.endpoint, timeout=5).read()
     total = 0.0
     for line in text.decode().splitlines():
-        if line.startswith("grpc_server_msg_received_total") and "LeaseKeepAlive" in line:
+        if line.startswith("grpc_server_msg_received_total") and '"%s"' % method in line:
             total += float(line.split()[-1])
     return total
 
@@ -127,10 +128,11 @@ def main():
             f.write(acquire_like_txn(b"/bench/raw/k/1", b"/bench/raw/k/"))
 
         # 1. throughput, interleaved twice; medians.
-        raw, ours = [], []
+        raw, ours, per_cycle = [], [], []
         for _ in range(2):
             rate, _ok, _ = h2load(ep, body, 32, seconds=args.seconds)
             raw.append(rate)
+            txns = etcd_received(etcd.members[0], "Txn")
             out = subprocess.run([fb, "--port", str(fg.resp_port), "--mode", "acquire-release",
                                   "--conns", "32", "--seconds", str(args.seconds),
                                   "--prefix", "bench%d" % len(ours)],
@@ -139,12 +141,15 @@ def main():
             if out.returncode != 0 or not m or int(m.group(2)) != 0:
                 raise SystemExit("fencebench failed: %s %s" % (out.stdout, out.stderr))
             ours.append(int(m.group(1)) / args.seconds)  # ops = acquires, one per cycle
+            # Txns etcd answered per cycle (the set-up and clean-up outside the timed loop
+            # included, so a little high): 2 when every acquire and release went alone.
+            per_cycle.append((etcd_received(etcd.members[0], "Txn") - txns) / int(m.group(1)))
         r_raw, r_ours = statistics.median(raw), statistics.median(ours)
         print("throughput: raw Txn %.0f/s (h2load -c32), fencegate acquire+release %.0f "
-              "cycles/s (32 conns) -> ratio %.2f (target >= 0.70: %s); per etcd write "
-              "(2 per cycle) %.2f"
+              "cycles/s (32 conns) -> ratio %.2f (target >= 0.70: %s); etcd Txns per cycle "
+              "%.2f (2 if none went as one)"
               % (r_raw, r_ours, r_ours / r_raw, "PASS" if r_ours / r_raw >= 0.7 else "FAIL",
-                 2 * r_ours / r_raw))
+                 statistics.median(per_cycle)))
 
         # 2. latency p50, uncontended.
         log = os.path.join(tmp, "h2.log")
@@ -195,9 +200,9 @@ def main():
             for i in range(n):
                 if not isinstance(conn.read_reply(timeout=30), int):
                     raise SystemExit("keepalive setup failed")
-            k0 = etcd_keepalives(etcd.members[0])
+            k0 = etcd_received(etcd.members[0], "LeaseKeepAlive")
             time.sleep(3.0)
-            counts[n] = etcd_keepalives(etcd.members[0]) - k0
+            counts[n] = etcd_received(etcd.members[0], "LeaseKeepAlive") - k0
             conn.close()
         fg2.cleanup()
         same = abs(counts[500] - counts[5]) <= 2

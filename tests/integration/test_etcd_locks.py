@@ -60,6 +60,134 @@ class EtcdLocks(EtcdTestCase):
         leases = {k[2] for k in self.etcd.keys(PREFIX)}
         self.assertEqual(len(leases), 1, "one lease per session: %r" % leases)
 
+    def etcd_txns(self):
+        """Txn requests etcd has answered (its own /metrics)."""
+        url = "http://%s/metrics" % self.etcd.members[0].endpoint
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        return sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("grpc_server_handled_total") and '"Txn"' in line)
+
+    @staticmethod
+    def burst(conns, cmds):
+        """Sends each connection its command at once (so they meet in one turn of fencegate's
+        event loop, mostly), then reads every reply."""
+        for c, cmd in zip(conns, cmds):
+            c.send(harness.encode(*cmd))
+        return [c.read_reply(timeout=10) for c in conns]
+
+    def test_acquires_and_releases_of_different_locks_go_to_etcd_as_one_txn(self):
+        fg = self.fencegate(config=None)
+        n = 16
+        conns = [self.raw(fg.resp_port) for _ in range(n)]
+        for c in conns:
+            self.assertEqual(c.call("PING"), "PONG")
+        ops = shared = 0
+        txns0 = self.etcd_txns()
+        for rnd in range(10):
+            tokens = self.burst(conns, [("FENCE.ACQUIRE", "b%d" % i) for i in range(n)])
+            for i, t in enumerate(tokens):
+                self.assertIsInstance(t, int, "b%d: %r" % (i, t))
+            if rnd == 0:  # each token is its key's create_revision, shared or not
+                revs = {k[0].split("/")[-2]: k[1] for k in self.etcd.keys(PREFIX)}
+                self.assertEqual([revs["b%d" % i] for i in range(n)], tokens)
+            shared += n - len(set(tokens))
+            self.assertEqual(self.burst(conns, [("FENCE.RELEASE", "b%d" % i) for i in range(n)]),
+                             [1] * n)
+            ops += 2 * n
+        self.assertEqual(self.etcd.keys(PREFIX), [])
+        m = fg.metrics()
+        self.assertGreater(m.get("fencegate_lock_backend_batches_total", 0), 0)
+        self.assertGreater(shared, 0, "no two acquisitions shared a revision")
+        self.assertLess(self.etcd_txns() - txns0, ops, "every acquire and release had a Txn")
+
+    def test_a_burst_on_one_lock_still_grants_it_to_one_holder_at_a_time(self):
+        # Txns of one lock never go as one: their keys would share a create_revision, by which
+        # the mutex orders its waiters. Each round, five waiting acquisitions of "one" meet with
+        # five of other locks; then the holders of "one" release in turn, and each time exactly
+        # one waiter is granted, with a token above the last.
+        fg = self.fencegate(config=None)
+        same = [self.raw(fg.resp_port, timeout=20) for _ in range(5)]
+        other = [self.raw(fg.resp_port) for _ in range(5)]
+        last = 0
+        for rnd in range(4):
+            for c in same:
+                c.send(harness.encode("FENCE.ACQUIRE", "one", "WAIT", 15000))
+            for i, c in enumerate(other):
+                c.send(harness.encode("FENCE.ACQUIRE", "o%d" % i))
+            for c in other:
+                self.assertIsInstance(c.read_reply(timeout=10), int)
+            waiting = list(same)
+            while waiting:
+                got = {}
+                deadline = time.monotonic() + 10
+                while not got and time.monotonic() < deadline:
+                    got = {c: c.read_available(0.01) for c in waiting}
+                    got = {c: r for c, r in got.items() if r}
+                for c in waiting:  # a moment more: nobody else may be granted meanwhile
+                    if c not in got:
+                        r = c.read_available(0.05)
+                        if r:
+                            got[c] = r
+                self.assertEqual(len(got), 1, "round %d: granted at once: %r" % (
+                    rnd, list(got.values())))
+                (holder, reply), = got.items()
+                self.assertTrue(reply.startswith(b":"), reply)
+                token = int(reply[1:].split(b"\r\n")[0])
+                self.assertGreater(token, last)
+                last = token
+                waiting.remove(holder)
+                self.assertEqual(holder.call("FENCE.RELEASE", "one"), 1)
+            for i, c in enumerate(other):
+                self.assertEqual(c.call("FENCE.RELEASE", "o%d" % i), 1)
+        self.assertGreater(fg.metrics().get("fencegate_lock_backend_batches_total", 0), 0)
+        self.assertEqual(self.etcd.keys(PREFIX), [])
+
+    def test_a_lock_and_one_under_its_name_never_share_a_revision(self):
+        # "p/" covers the keys of p/q too, so p queues behind p/q's holders (etcd's mutex): the
+        # two never go as one Txn, r goes with either.
+        fg = self.fencegate(config=None)
+        cp, cq, cr = (self.raw(fg.resp_port, timeout=20) for _ in range(3))
+        for rnd in range(10):
+            cp.send(harness.encode("FENCE.ACQUIRE", "p", "WAIT", 10000))
+            cq.send(harness.encode("FENCE.ACQUIRE", "p/q", "WAIT", 10000))
+            cr.send(harness.encode("FENCE.ACQUIRE", "r"))
+            tq, tr = cq.read_reply(timeout=10), cr.read_reply(timeout=10)
+            self.assertIsInstance(tq, int, tq)
+            self.assertIsInstance(tr, int, tr)
+            self.assertEqual(cq.call("FENCE.RELEASE", "p/q"), 1)
+            tp = cp.read_reply(timeout=10)
+            self.assertIsInstance(tp, int, "round %d: %r" % (rnd, tp))
+            self.assertNotEqual(tp, tq)
+            self.assertEqual(cp.call("FENCE.RELEASE", "p"), 1)
+            self.assertEqual(cr.call("FENCE.RELEASE", "r"), 1)
+        self.assertGreater(fg.metrics().get("fencegate_lock_backend_batches_total", 0), 0)
+
+    def test_a_txn_whose_compare_fails_in_a_shared_one_goes_again_alone(self):
+        # A key of the session's lease left over under "left" fails the create's compare: the
+        # shared Txn applies nothing, and each member goes again alone (the create with its
+        # clean-up of the leftover). Seen from etcd: four Txns instead of three.
+        fg = self.fencegate(config=None)
+        a, b = self.raw(fg.resp_port), self.raw(fg.resp_port)
+        self.acquire(a, "mine")
+        lease = self.etcd.keys(PREFIX + "mine/")[0][2]
+        via_shared = 0
+        for rnd in range(20):
+            self.etcd.ctl("put", "--lease=%x" % lease, PREFIX + "left/%x" % lease, "")
+            planted = self.etcd.keys(PREFIX + "left/")[0][1]
+            txns = self.etcd_txns()
+            ta, tb = self.burst([a, b], [("FENCE.ACQUIRE", "left"), ("FENCE.ACQUIRE", "d")])
+            self.assertIsInstance(ta, int, ta)
+            self.assertIsInstance(tb, int, tb)
+            self.assertGreater(ta, planted)
+            self.assertEqual(self.etcd.keys(PREFIX + "left/"), [(PREFIX + "left/%x" % lease, ta,
+                                                                 lease)])
+            via_shared += self.etcd_txns() - txns == 4
+            self.assertEqual(a.call("FENCE.RELEASE", "left"), 1)
+            self.assertEqual(b.call("FENCE.RELEASE", "d"), 1)
+            if via_shared >= 2:
+                break
+        self.assertGreaterEqual(via_shared, 1, "the two creates never went as one")
+
     def test_backend_prefix_sets_the_key_prefix(self):
         fg = self.fencegate("--backend-prefix", "/myapp/locks/")
         t = self.acquire(self.raw(fg.resp_port), "p1")

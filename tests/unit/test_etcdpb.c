@@ -575,6 +575,77 @@ static void test_fixture_txn(void **state)
     free(p);
 }
 
+/* Txns sent as one (lock_etcd.c): the parts of a request concatenate, and the response splits
+ * back into each Txn's own. */
+static void test_txn_batch_parts(void **state)
+{
+    struct etcdpb_buf whole = {0}, parts = {0}, out = {0};
+    struct etcdpb_compare cmp = {.result = ETCDPB_CMP_EQUAL,
+                                 .target = ETCDPB_TARGET_CREATE,
+                                 .key = {(const uint8_t *)"/fg/k", 5}};
+    struct etcdpb_op ok[2], fail;
+    size_t n;
+    uint8_t *p;
+    struct etcdpb_txn_resp *t = malloc(sizeof(*t)), *u = malloc(sizeof(*u));
+    (void)state;
+
+    assert_non_null(t);
+    assert_non_null(u);
+    memset(ok, 0, sizeof(ok));
+    memset(&fail, 0, sizeof(fail));
+    ok[0].kind = ETCDPB_OP_PUT;
+    ok[0].u.put.key = cmp.key;
+    ok[0].u.put.lease = 0x1234;
+    ok[1].kind = ETCDPB_OP_RANGE;
+    ok[1].u.range.key = cmp.key;
+    fail.kind = ETCDPB_OP_DELETE;
+    fail.u.del.key = cmp.key;
+    assert_int_equal(etcdpb_txn_req_encode(&whole, &cmp, 1, ok, 2, &fail, 1), 0);
+    assert_int_equal(etcdpb_txn_req_encode(&parts, &cmp, 1, NULL, 0, NULL, 0), 0);
+    assert_int_equal(etcdpb_txn_req_encode(&parts, NULL, 0, ok, 2, NULL, 0), 0);
+    assert_int_equal(etcdpb_txn_req_encode(&parts, NULL, 0, NULL, 0, &fail, 1), 0);
+    assert_int_equal(parts.len, whole.len);
+    assert_memory_equal(parts.p, whole.p, whole.len);
+    assert_int_equal(etcdpb_buf_append(&parts, whole.p, whole.len), 0);
+    assert_int_equal(parts.len, 2 * whole.len);
+
+    /* put, range, delete at revision 5: split as [put, range] and [delete]. */
+    p = load_fixture("txn_succeeded.bin", &n);
+    assert_int_equal(etcdpb_txn_resp_decode(p, n, t), 0);
+    assert_int_equal(etcdpb_txn_resp_slice_encode(&out, t, 0, 2), 0);
+    assert_int_equal(etcdpb_txn_resp_decode(out.p, out.len, u), 0);
+    assert_memory_equal(&u->header, &t->header, sizeof(t->header));
+    assert_int_equal(u->succeeded, 1);
+    assert_int_equal(u->nresponses, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(u->responses[i].kind, t->responses[i].kind);
+        assert_int_equal(u->responses[i].body.n, t->responses[i].body.n);
+        assert_memory_equal(u->responses[i].body.p, t->responses[i].body.p, t->responses[i].body.n);
+    }
+    etcdpb_buf_reset(&out);
+    assert_int_equal(etcdpb_txn_resp_slice_encode(&out, t, 2, 1), 0);
+    assert_int_equal(etcdpb_txn_resp_decode(out.p, out.len, u), 0);
+    assert_true(u->header.revision == 5);
+    assert_int_equal(u->nresponses, 1);
+    assert_int_equal(u->responses[0].kind, ETCDPB_OP_DELETE);
+    /* The whole response re-encodes to the same bytes etcd sent. */
+    etcdpb_buf_reset(&out);
+    assert_int_equal(etcdpb_txn_resp_slice_encode(&out, t, 0, 3), 0);
+    assert_int_equal(out.len, n);
+    assert_memory_equal(out.p, p, n);
+    /* Out of range: -1, nothing appended. */
+    etcdpb_buf_reset(&out);
+    assert_int_equal(etcdpb_txn_resp_slice_encode(&out, t, 2, 2), -1);
+    assert_int_equal(etcdpb_txn_resp_slice_encode(&out, t, 4, 0), -1);
+    assert_int_equal(out.len, 0);
+    free(p);
+    free(t);
+    free(u);
+    etcdpb_buf_free(&whole);
+    etcdpb_buf_free(&parts);
+    etcdpb_buf_free(&out);
+}
+
 static void test_fixture_lease(void **state)
 {
     size_t n;
@@ -984,6 +1055,7 @@ int main(void)
         cmocka_unit_test(test_malformed_rejected),
         cmocka_unit_test(test_negative_int64_and_max_varint),
         cmocka_unit_test(test_txn_resp_limits),
+        cmocka_unit_test(test_txn_batch_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
