@@ -622,6 +622,56 @@ class EtcdCluster3(EtcdTestCase):
             time.sleep(0.3)
         self.assertEqual(c.call("FENCE.TOKEN", "f1") is not None, True)
 
+    def test_leader_killed_under_contended_acquires_that_go_as_one_txn(self):
+        # Twelve connections cycle acquire/release on four locks (three contenders each), so
+        # acquires and releases of different locks share Txns, while the leader is killed. Per
+        # lock: tokens grow in grant order, and no grant comes before the previous holder sent
+        # its release, unless that holder had lost the lock (its release answered 0).
+        redis = self.start_redis()
+        etcd = self.start_etcd(3)
+        fg = self.start_fg_etcd(redis, etcd, args=["--session-ttl-ms", "3000"])
+        stop = time.monotonic() + 6.0
+        history = []  # (lock, token, granted_at, release_sent_at, release_reply)
+        errors = []
+
+        def worker(i):
+            c = self.raw(fg.resp_port, timeout=30)
+            lock = "k%d" % (i % 4)
+            while time.monotonic() < stop:
+                r = c.call("FENCE.ACQUIRE", lock, "WAIT", 5000, timeout=30)
+                if not isinstance(r, int):
+                    if not r.startswith(("UNAVAILABLE", "LOCKED")):
+                        errors.append(r)
+                    time.sleep(0.05)
+                    continue
+                granted = time.monotonic()
+                time.sleep(0.002)
+                sent = time.monotonic()
+                rel = c.call("FENCE.RELEASE", lock, timeout=30)
+                history.append((lock, r, granted, sent, rel))
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        time.sleep(2.0)
+        leader = etcd.leader()
+        self.assertIsNotNone(leader)
+        leader.kill()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(errors, [])
+        self.assertGreater(fg.metrics().get("fencegate_lock_backend_batches_total", 0), 0)
+        for lock in ("k0", "k1", "k2", "k3"):
+            grants = sorted((h for h in history if h[0] == lock), key=lambda h: h[2])
+            self.assertGreater(len(grants), 5, lock)
+            for a, b in zip(grants, grants[1:]):
+                self.assertGreater(b[1], a[1], "%s: token went backwards: %r then %r" % (lock, a, b))
+                if a[4] == 1:
+                    self.assertGreater(b[2], a[3], "%s: granted to two holders: %r and %r" % (
+                        lock, a, b))
+        after = [h for h in history if h[2] > stop - 2.0]
+        self.assertTrue(after, "no grant after the failover")
+
     def acquire_ok(self, conn, name):
         r = conn.call("FENCE.ACQUIRE", name, timeout=10)
         self.assertIsInstance(r, int, r)
