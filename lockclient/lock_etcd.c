@@ -483,12 +483,14 @@ static int ed_encode_delete(struct ed_client *ec, const char *key, size_t len, i
  * Txn: their keys would share a create_revision, by which the mutex orders its waiters. Nor do
  * members of a and a/b, whose keys meet in the range a's mutex reads. */
 
-static void ed_txn_send_alone(struct ed_rpc *k)
+/* Sends k's kept request (k->req) as a call of its own: a Txn that waited or went as part of
+ * one, or a call refused for its token. When it cannot start, k ends now, UNAVAILABLE. */
+static void ed_rpc_send_kept(struct ed_rpc *k)
 {
     struct ed_client *ec = k->ec;
     char err[LOCK_MSG_MAX];
     k->batch = NULL;
-    k->call = ed_ready(ec) ? grpc_unary(ec->ch, ED_PATH_TXN, k->req, k->req_len,
+    k->call = ed_ready(ec) ? grpc_unary(ec->ch, k->path, k->req, k->req_len,
                                         ec->c->opt.op_timeout_ms, &ed_rpc_cbs, k)
                            : NULL;
     if (k->call)
@@ -525,7 +527,7 @@ static void ed_batch_done(void *arg, int status, const char *err, const uint8_t 
         b->m[i].k = NULL;
         k->batch = NULL;
         if (again) {
-            ed_txn_send_alone(k);
+            ed_rpc_send_kept(k);
             continue;
         }
         ed_rpc_unlink(k);
@@ -583,7 +585,7 @@ static void ed_batch_send(struct ed_client *ec, struct ed_batch *b)
         struct ed_rpc *k = b->m[i].k;
         b->m[i].k = NULL;
         if (k)
-            ed_txn_send_alone(k);
+            ed_rpc_send_kept(k);
     }
     free(b);
 }
@@ -600,7 +602,7 @@ static void ed_txq_flush(evutil_socket_t fd, short what, void *arg)
             struct ed_rpc *k = ec->txq[0];
             memmove(ec->txq, ec->txq + 1, --ec->ntxq * sizeof(ec->txq[0]));
             k->queued = 0;
-            ed_txn_send_alone(k);
+            ed_rpc_send_kept(k);
             continue;
         }
         b->ec = ec;
@@ -1937,19 +1939,9 @@ static void ed_rpc_fail_waiting(struct ed_client *ec, int status, const char *wh
 static void ed_rpc_resend_waiting(struct ed_client *ec)
 {
     struct ed_rpc *k;
-    char err[LOCK_MSG_MAX];
 
-    while ((k = ed_rpc_next_waiting(ec)) != NULL) {
-        k->call = grpc_unary(ec->ch, k->path, k->req, k->req_len, ec->c->opt.op_timeout_ms,
-                             &ed_rpc_cbs, k);
-        if (k->call == NULL) {
-            lock_fmt(err, sizeof(err), "etcd %s: not connected", grpc_channel_endpoint(ec->ch));
-            ed_rpc_unlink(k);
-            k->fn(k->arg, GRPC_STATUS_UNAVAILABLE, err, NULL, 0);
-            free(k->req);
-            free(k);
-        }
-    }
+    while ((k = ed_rpc_next_waiting(ec)) != NULL)
+        ed_rpc_send_kept(k);
 }
 
 static void ed_auth_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
