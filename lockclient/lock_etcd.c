@@ -47,6 +47,9 @@
 #define ED_BATCH_MAX     16  /* acquire/release Txns sent as one (etcd's --max-txn-ops >= 32) */
 #define ED_TXQ_MAX       256 /* Txns waiting for the end of the loop turn; more go alone */
 
+/* A completion's status when the call never reached etcd (not a gRPC status). */
+#define ED_NOT_SENT (-1)
+
 #define ED_PATH_TXN       "/etcdserverpb.KV/Txn"
 #define ED_PATH_GRANT     "/etcdserverpb.Lease/LeaseGrant"
 #define ED_PATH_REVOKE    "/etcdserverpb.Lease/LeaseRevoke"
@@ -314,6 +317,8 @@ static void ed_maybe_failover(struct ed_client *ec, int status, const char *err)
 }
 
 static void ed_auth_send(struct ed_client *ec);
+static void ed_batch_done(void *arg, int status, const char *err, const uint8_t *p, size_t n);
+static void ed_batch_split(struct ed_rpc *k);
 
 static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char *message)
 {
@@ -321,7 +326,12 @@ static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char
     struct ed_client *ec = k->ec;
     char err[LOCK_MSG_MAX];
     (void)call;
-    if (status == GRPC_STATUS_UNAUTHENTICATED && k->req && !k->retried) {
+    if (status == GRPC_STATUS_UNAUTHENTICATED && ec->have_auth && k->fn == ed_batch_done) {
+        ed_batch_split(k); /* each member waits for the new token alone */
+        ed_auth_send(ec);
+        return;
+    }
+    if (status == GRPC_STATUS_UNAUTHENTICATED && ec->have_auth && k->req && !k->retried) {
         /* Refused for its token before anything was done: again, with a new one. */
         k->call = NULL;
         k->retried = k->waiting = 1;
@@ -415,8 +425,6 @@ static struct ed_rpc *ed_rpc_start(struct ed_client *ec, const char *path, ed_do
     return ed_ready(ec) ? ed_rpc_begin(ec, path, fn, arg) : NULL;
 }
 
-static void ed_batch_done(void *arg, int status, const char *err, const uint8_t *p, size_t n);
-
 /* Cancels k (NULL is a no-op): its completion never runs. A batch's own call is cancelled only
  * when the client closes, which cancels its members too. */
 static void ed_rpc_cancel(struct ed_rpc *k)
@@ -497,9 +505,35 @@ static void ed_rpc_send_kept(struct ed_rpc *k)
         return;
     lock_fmt(err, sizeof(err), "%s", ed_not_ready(ec));
     ed_rpc_unlink(k);
-    k->fn(k->arg, GRPC_STATUS_UNAVAILABLE, err, NULL, 0);
+    k->fn(k->arg, ED_NOT_SENT, err, NULL, 0);
     free(k->req);
     free(k);
+}
+
+/* A shared Txn refused for its token: each live member becomes a call of its own, waiting for
+ * the new token (ed_rpc_resend_waiting()), so a member cancelled meanwhile is never sent. */
+static void ed_batch_split(struct ed_rpc *k)
+{
+    struct ed_batch *b = k->arg;
+    for (size_t i = 0; i < b->n; i++) {
+        struct ed_rpc *m = b->m[i].k;
+        if (m == NULL)
+            continue;
+        m->batch = NULL;
+        m->retried = m->waiting = 1; /* a second refusal is its answer */
+    }
+    b->n = 0;
+    k->call = NULL;   /* it has ended */
+    ed_rpc_cancel(k); /* unlinks and frees it, and b */
+}
+
+/* etcd refused the Txn before applying any of it, for a reason a member may have alone (a lease
+ * gone, too many ops, a key outside the user's permission): each goes again alone. */
+static int ed_refused_whole(int status)
+{
+    return status == GRPC_STATUS_INVALID_ARGUMENT || status == GRPC_STATUS_NOT_FOUND ||
+           status == GRPC_STATUS_PERMISSION_DENIED || status == GRPC_STATUS_FAILED_PRECONDITION ||
+           status == GRPC_STATUS_OUT_OF_RANGE;
 }
 
 static void ed_batch_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
@@ -513,11 +547,9 @@ static void ed_batch_done(void *arg, int status, const char *err, const uint8_t 
         total += b->m[i].nsuccess;
     int ok = status == GRPC_STATUS_OK && t && etcdpb_txn_resp_decode(p, n, t) == 0 &&
              (!t->succeeded || t->nresponses == total);
-    int again = ok && !t->succeeded;
-    if (status != GRPC_STATUS_OK && strstr(err, "too many operations")) {
+    int again = (ok && !t->succeeded) || ed_refused_whole(status);
+    if (status != GRPC_STATUS_OK && strstr(err, "too many operations"))
         ec->batch_max = 1; /* etcd's --max-txn-ops is below ours: Txns go alone from now on */
-        again = 1;
-    }
     if (status == GRPC_STATUS_OK && !ok)
         err = t ? "malformed response to Txns sent as one" : "out of memory";
     for (size_t i = 0; i < b->n; off += b->m[i].nsuccess, i++) {
@@ -570,7 +602,7 @@ static void ed_batch_send(struct ed_client *ec, struct ed_batch *b)
             etcdpb_buf_append(&ec->out, b->m[i].k->req, b->m[i].k->clen);
         for (size_t i = 0; i < b->n; i++)
             etcdpb_buf_append(&ec->out, b->m[i].k->req + b->m[i].k->clen, b->m[i].k->slen);
-        call = ed_rpc_start(ec, ED_PATH_TXN, ed_batch_done, b);
+        call = ed_rpc_start(ec, ED_PATH_TXN, ed_batch_done, b); /* NULL when out.oom */
     }
     for (size_t i = 0; i < b->n; i++) {
         b->m[i].k->batch = b;
@@ -1220,8 +1252,9 @@ static void ed_acq_drop_key(struct ed_acq *a)
         ed_orphan(ec, a->key, a->keylen, a->rev);
         return;
     }
-    if (a->phase != ED_ACQ_CREATE || a->r == NULL || a->r->s == NULL)
-        return;
+    if (a->phase != ED_ACQ_CREATE || (a->call && a->call->queued) || a->r == NULL ||
+        a->r->s == NULL)
+        return; /* nothing created, or nothing sent yet */
     struct ed_sess *es = a->r->s->b_sess;
     const char *name = a->key + strlen(ec->c->opt.prefix);
     size_t nlen = a->pfxlen - strlen(ec->c->opt.prefix) - 1;
@@ -1442,6 +1475,12 @@ static void ed_acq_created(void *arg, int status, const char *err, const uint8_t
     char msg[LOCK_MSG_MAX];
     size_t off = 0;
     a->call = NULL;
+    if (status == ED_NOT_SENT) {
+        lock_fmt(msg, sizeof(msg), "lock %s: %s", a->r->name, err);
+        a->phase = ED_ACQ_LEASE; /* nothing was sent: the name is not dirty */
+        ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
+        return;
+    }
     if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, 1) != 0) {
         if (status == GRPC_STATUS_OK)
             err = "malformed Txn response";

@@ -162,6 +162,31 @@ class EtcdLocks(EtcdTestCase):
             self.assertEqual(cr.call("FENCE.RELEASE", "r"), 1)
         self.assertGreater(fg.metrics().get("fencegate_lock_backend_batches_total", 0), 0)
 
+    def test_a_lease_gone_under_one_member_of_a_shared_txn_leaves_the_others_alone(self):
+        # etcd refuses a Txn whole when one put names a lease it no longer has: each member goes
+        # again alone, so only the session whose lease is gone loses its locks (and starts over
+        # on a new lease); the other's Txn and its held lock are untouched.
+        fg = self.fencegate("--session-ttl-ms", "30000", config=None)
+        a, b = self.raw(fg.resp_port), self.raw(fg.resp_port)
+        for rnd in range(5):
+            self.acquire(a, "mine%d" % rnd)
+            self.acquire(b, "held%d" % rnd)
+            lease_a = self.etcd.keys(PREFIX + "mine%d/" % rnd)[0][2]
+            self.etcd.ctl("lease", "revoke", "%x" % lease_a)
+            before = fg.metrics().get("fencegate_lock_backend_batches_total", 0)
+            ta, tb = self.burst([a, b], [("FENCE.ACQUIRE", "x%d" % rnd),
+                                         ("FENCE.ACQUIRE", "y%d" % rnd)])
+            self.assertIsInstance(ta, int, ta)
+            self.assertIsInstance(tb, int, tb)
+            held = {bytes(e[0]): e[3] for e in b.call("FENCE.LOCKS")}
+            self.assertEqual(held.get(b"held%d" % rnd), b"held", held)
+            self.assertEqual(len(self.etcd.keys(PREFIX + "held%d/" % rnd)), 1)
+            self.assertIsNone(a.call("FENCE.TOKEN", "mine%d" % rnd))
+            if fg.metrics().get("fencegate_lock_backend_batches_total", 0) > before:
+                break
+        else:
+            self.fail("the two acquires never went as one Txn")
+
     def test_a_txn_whose_compare_fails_in_a_shared_one_goes_again_alone(self):
         # A key of the session's lease left over under "left" fails the create's compare: the
         # shared Txn applies nothing, and each member goes again alone (the create with its
@@ -494,6 +519,31 @@ class EtcdAuth(EtcdTestCase):
         self.assertEqual(b.call("SET", "wallet:1", "b"), "OK")
         # The session's lease outlived every expiry: the locks taken first are still held.
         self.assertIsInstance(a.call("FENCE.TOKEN", "wallet:2"), int)
+
+    def test_a_wait_that_ends_while_a_shared_txn_waits_for_a_new_token_sends_nothing(self):
+        # A shared Txn refused for its expired token splits into its members, each waiting for
+        # the new token alone: a member whose wait ends meanwhile (WAIT 20 ms; authenticating
+        # takes longer) is never sent, so no key of it is left to block the lock.
+        fg = self.start(ttl_s=1)
+        conns = [self.raw(fg.resp_port, timeout=10) for _ in range(6)]
+        for i, c in enumerate(conns):
+            self.assertIsInstance(c.call("FENCE.ACQUIRE", "wallet:o%d" % i), int)
+        for rnd in range(3):
+            time.sleep(2.5)
+            name = "wallet:x%d" % rnd
+            replies = EtcdLocks.burst(conns, [("FENCE.ACQUIRE", "wallet:y%d:%d" % (rnd, i))
+                                              for i in range(5)] + [("FENCE.ACQUIRE", name,
+                                                                     "WAIT", 20)])
+            for r in replies[:5]:
+                self.assertIsInstance(r, int, r)
+            if isinstance(replies[5], int):
+                self.assertEqual(conns[5].call("FENCE.RELEASE", name), 1)
+            time.sleep(0.3)
+            self.assertEqual(self.etcd.keys(PREFIX + name + "/"), [], "round %d" % rnd)
+        other = self.raw(fg.resp_port, timeout=10)
+        self.assertIsInstance(other.call("FENCE.ACQUIRE", "wallet:x0", "WAIT", 2000, timeout=5),
+                              int)
+        self.assertGreater(fg.metrics().get("fencegate_lock_backend_batches_total", 0), 0)
 
 
 class EtcdTLS(EtcdTestCase):
