@@ -2107,7 +2107,12 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             c->pin_pending = 0;
             metrics_inc(&fg_metrics, M_CLIENTS_PINNED, 1);
         }
-        if (!c->pinned) {
+        if (c->mode == MODE_NORMAL && r.argv[0].len > 6 &&
+            name_is(src + pos + r.argv[0].off, 6, "fence.")) {
+            /* Answered by fencegate, whose lock backend may be up while the upstream is not:
+             * the lock can still be released or looked at, and an acquisition says itself
+             * that it was not made (its fence on acquire cannot reach the store). */
+        } else if (!c->pinned) {
             if (c->srv->shared->state == U_DOWN)
                 span_flush(c, &sp, 1); /* before the link's prelude is queued */
             if (lk_ready_for(c) < 0) {

@@ -417,6 +417,25 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(json.loads(body)["mark"], t + 1000)
         self.assertEqual(len(up.seen()), n, "a stale request reached the store")
 
+    def test_store_down_locks_are_still_released_and_none_is_granted(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port, timeout=10)
+        t = self.acquire(c, "wallet:1")
+        self.assertEqual(c.call("SET", "wallet:1", "a"), "OK")
+        self.redis.kill()
+        r = c.call("GET", "wallet:1")
+        self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE upstream"), r)
+        self.assertEqual(c.call("FENCE.TOKEN", "wallet:1"), t)
+        r = c.call("FENCE.ACQUIRE", "wallet:2", timeout=10)
+        self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE lock backend") and
+                        "lock wallet:2 not acquired" in r, r)
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:1"), 1)
+        harness.wait_until(lambda: self.etcd.keys(PREFIX) == [], 3, 0.05,
+                           "both keys gone from etcd")
+        self.redis.start()
+        harness.wait_until(lambda: isinstance(c.call("FENCE.ACQUIRE", "wallet:1"), int), 10, 0.2,
+                           "acquired once the store is back")
+
     def test_etcd_down_then_back(self):
         fg = self.fencegate(readyz=True)
         c = self.raw(fg.resp_port, timeout=10)
