@@ -379,13 +379,18 @@ static void fencing_locks(struct client *c, const struct resp_request *r)
     buf_free(&o.b);
 }
 
+int fencing_is_command(const char *name, size_t nlen)
+{
+    return name_is(name, nlen, "fence.acquire") || name_is(name, nlen, "fence.release") ||
+           name_is(name, nlen, "fence.token") || name_is(name, nlen, "fence.locks");
+}
+
 enum req_action fencing_command(struct client *c, const char *m, const struct resp_request *r)
 {
     const char *name = m + r->argv[0].off;
     size_t nlen = r->argv[0].len;
 
-    if (!name_is(name, nlen, "fence.acquire") && !name_is(name, nlen, "fence.release") &&
-        !name_is(name, nlen, "fence.token") && !name_is(name, nlen, "fence.locks"))
+    if (!fencing_is_command(name, nlen))
         return REQ_FORWARD;
     if (c->in_multi) {
         cl_reply_error(c, "ERR %.*s cannot be used inside MULTI", (int)nlen, name);

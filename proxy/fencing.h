@@ -8,6 +8,9 @@
  * requests after it) and returns REQ_SKIP; returns REQ_FORWARD for a FENCE.* name it does not
  * know, so Redis answers it. */
 enum req_action fencing_command(struct client *c, const char *m, const struct resp_request *r);
+/* 1 when name is a command fencing_command() answers itself (FENCE.ACQUIRE, .RELEASE, .TOKEN,
+ * .LOCKS), in any case. */
+int fencing_is_command(const char *name, size_t nlen);
 
 /* Decides whether a request is a write to fence. Returns REQ_FORWARD (send it unchanged), or
  * REQ_SKIP when it was handled: refused with a local error, or sent as a fenced script (after

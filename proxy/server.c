@@ -2062,7 +2062,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
     c->stalled = 0;
     c->processing = 1;
     while (pos < len && !c->dead) {
-        int rc;
+        int rc, local;
         enum req_action act;
 
         if (!cl_can_parse(c)) {
@@ -2107,15 +2107,15 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             c->pin_pending = 0;
             metrics_inc(&fg_metrics, M_CLIENTS_PINNED, 1);
         }
-        if (c->mode == MODE_NORMAL && r.argv[0].len > 6 &&
-            name_is(src + pos + r.argv[0].off, 6, "fence.")) {
-            /* Answered by fencegate, whose lock backend may be up while the upstream is not:
-             * the lock can still be released or looked at, and an acquisition says itself
-             * that it was not made (its fence on acquire cannot reach the store). */
-        } else if (!c->pinned) {
+        /* FENCE.* is answered by fencegate, whose lock backend may be up while the upstream is
+         * not: a lock can still be released or looked at, and an acquisition says itself that
+         * it was not made (its fence on acquire cannot reach the store). */
+        local =
+            c->mode == MODE_NORMAL && fencing_is_command(src + pos + r.argv[0].off, r.argv[0].len);
+        if (!c->pinned) {
             if (c->srv->shared->state == U_DOWN)
                 span_flush(c, &sp, 1); /* before the link's prelude is queued */
-            if (lk_ready_for(c) < 0) {
+            if (lk_ready_for(c) < 0 && !local) {
                 cl_reply_unavailable(c);
                 pos += r.len;
                 continue;
@@ -2126,7 +2126,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
                 if (up_connect(c) < 0 && c->dead)
                     break;
             }
-            if (c->ustate == U_DOWN) {
+            if (c->ustate == U_DOWN && !local) {
                 if (!upstream_is_up(c->srv->up))
                     snprintf(c->down_why, sizeof(c->down_why), "%s", upstream_error(c->srv->up));
                 cl_reply_unavailable(c);
