@@ -492,7 +492,8 @@ static int ed_encode_delete(struct ed_client *ec, const char *key, size_t len, i
  * members of a and a/b, whose keys meet in the range a's mutex reads. */
 
 /* Sends k's kept request (k->req) as a call of its own: a Txn that waited or went as part of
- * one, or a call refused for its token. When it cannot start, k ends now, UNAVAILABLE. */
+ * one, or a call refused for its token; etcd applied none of them. When it cannot start, k ends
+ * now with ED_NOT_SENT. */
 static void ed_rpc_send_kept(struct ed_rpc *k)
 {
     struct ed_client *ec = k->ec;
