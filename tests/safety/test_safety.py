@@ -58,6 +58,9 @@ class Safety(unittest.TestCase):
                                 "no acknowledged write after the last fault:\n" + card)
         self.assertGreaterEqual(res["fenced_txns"], 1,
                                 "no pipelined run went as a fenced transaction:\n" + card)
+        if kw.get("backend") == "etcd":
+            self.assertGreaterEqual(res["shared_txns"], 1,
+                                    "no etcd Txn carried several acquisitions:\n" + card)
         return res
 
     def test_etcd_freeze_sidecar(self):

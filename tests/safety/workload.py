@@ -14,7 +14,9 @@ worker threads per sidecar, each with its own RESP connection. Every worker loop
 
 Worker i of a sidecar has role ROLES[i % 6]: a NORENEW lease or a renewed one, and plain writes,
 MULTI / SET / RPUSH / (stall point) / EXEC, whose two writes share EXEC's outcome, or SET and RPUSH
-pipelined in one send (fencegate sends such a run as one transaction). Every step is
+pipelined in one send (fencegate sends such a run as one transaction). With the etcd backend a
+churn thread per sidecar also cycles four locks of its own (Churn), so that L's Txns share etcd
+Txns with others; their tokens are checked for order too. Every step is
 recorded with monotonic timestamps and its outcome: ok, stale, locklost, failed (an error saying
 nothing was applied) or unknown (connection lost, or -UNAVAILABLE for a command in flight). The
 checker then reads the final counter and log straight from Redis and checks the whole history
@@ -75,6 +77,7 @@ CALL_TIMEOUT = 15.0         # no command waits this long unless something is wed
 PROTECT = 'protect:\n  - { store: redis, keys: "counter*", lock: "L" }\n'
 REFUSED = ("stale", "locklost")
 MAX_WORKER_ITERATIONS = 1000000
+CHURN_LOCKS = 4             # locks bg0..bg3 of the churn threads (etcd backend only)
 # How a worker sends its SET and RPUSH: one after the other ("plain"), in MULTI/EXEC ("multi"),
 # or both in one send ("pipe": a run of fenced writes, which fencegate sends as one transaction).
 # (NORENEW lease, write mode) of worker i of a sidecar, cyclically.
@@ -713,6 +716,42 @@ class Worker(threading.Thread):
             a.go.wait(15)
 
 
+class Churn(threading.Thread):
+    """With the etcd backend: one per sidecar, cycling FENCE.ACQUIRE / FENCE.RELEASE on locks of
+    its own (bg0..bg3, shared by both sidecars' churn), so that the workers' acquisitions and
+    releases of L go to etcd in Txns shared with others (lockclient/README.md, "Txns sent as
+    one") while the nemeses run. Its grants are checked for their tokens' order per lock."""
+
+    def __init__(self, wl, sidecar):
+        super().__init__(name="churn-%s" % sidecar.name, daemon=True)
+        self.wl = wl
+        self.sidecar = sidecar
+        self.conn = None
+        self.rng = random.Random(wl.seed * 1000 + 7 + ord(sidecar.name))
+
+    def run(self):
+        wl = self.wl
+        while not wl.stop.is_set() and now() < wl.hard_deadline:
+            try:
+                if self.conn is None:
+                    self.conn = Conn(self.sidecar.host, self.sidecar.resp_port, CALL_TIMEOUT)
+                name = "bg%d" % self.rng.randrange(CHURN_LOCKS)
+                t0 = now()
+                r = self.conn.call("FENCE.ACQUIRE", name, "WAIT", 200, timeout=CALL_TIMEOUT)
+                if isinstance(r, int):
+                    wl.churn.append(dict(lock=name, token=r, t0=t0, t1=now(),
+                                         w="churn-" + self.sidecar.name))
+                    self.conn.call("FENCE.RELEASE", name, timeout=CALL_TIMEOUT)
+                time.sleep(0.002)
+            except (OSError, EOFError, ValueError):
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                time.sleep(0.05)
+        if self.conn is not None:
+            self.conn.close()
+
+
 # ---- the workload ---------------------------------------------------------------------------
 
 class Fault:
@@ -758,6 +797,8 @@ class Workload:
         self.etcd = None
         self.sidecars = []
         self.workers = []
+        self.churners = []
+        self.churn = []  # grants of the churn locks: dict(lock, token, t0, t1, w)
         self.tmp = tempfile.mkdtemp(prefix="fg-safety-")
         self.final = None
 
@@ -803,9 +844,11 @@ class Workload:
                 tag = {"multi": "t", "pipe": "p"}.get(mode, "")
                 self.workers.append(Worker(self, "%s%d%s%s" % (s.name, i, "n" if norenew else "",
                                                              tag), s, norenew=norenew, mode=mode))
+            if self.etcd:
+                self.churners.append(Churn(self, s))
 
     def start_workers(self):
-        for w in self.workers:
+        for w in self.workers + self.churners:
             w.start()
 
     def heal_all(self):
@@ -826,7 +869,7 @@ class Workload:
             self.heal_all()
         except Exception:  # noqa: BLE001 - keep tearing down
             pass
-        for w in self.workers:
+        for w in self.workers + self.churners:
             if w.is_alive():
                 w.join(3)
             if w.is_alive() and w.conn is not None:
@@ -851,13 +894,15 @@ class Workload:
         state straight from Redis."""
         self.stop.set()
         self.heal_all()
-        for w in self.workers:
+        for w in self.workers + self.churners:
             w.join(CALL_TIMEOUT + 5)
             if w.is_alive() and w.conn is not None:
                 w.conn.abort()
                 w.join(5)
-        stuck = [w.wid for w in self.workers if w.is_alive()]
+        stuck = [w.wid if isinstance(w, Worker) else w.name
+                 for w in self.workers + self.churners if w.is_alive()]
         txns = sum(s.metric("fencegate_fenced_transactions_total") for s in self.sidecars)
+        shared = sum(s.metric("fencegate_lock_backend_batches_total") for s in self.sidecars)
         for s in self.sidecars:
             s.stop()
         time.sleep(0.2)
@@ -871,7 +916,7 @@ class Workload:
             c.close()
         self.final = dict(counter=int(counter or 0), log=[x.decode() for x in log],
                           hwm=int(hwm or 0), token_counter=int(tok or 0), stuck_workers=stuck,
-                          fenced_txns=int(txns))
+                          fenced_txns=int(txns), shared_txns=int(shared))
         return self.final
 
     # -- arms --
@@ -1182,6 +1227,22 @@ def schedule_for(name, rng, netns=True):
 
 # ---- the checker ----------------------------------------------------------------------------
 
+def token_order(grants):
+    """(grant, earlier) pairs where a grant that started after `earlier` completed carries a
+    token not above it: a lock's tokens must grow with real time."""
+    out = []
+    by_end = sorted(grants, key=lambda e: e["t1"])
+    j, best = 0, None
+    for g in sorted(grants, key=lambda e: e["t0"]):
+        while j < len(by_end) and by_end[j]["t1"] < g["t0"]:
+            if best is None or by_end[j]["token"] > best["token"]:
+                best = by_end[j]
+            j += 1
+        if best is not None and g["token"] <= best["token"]:
+            out.append((g, best))
+    return out
+
+
 def check(wl):
     """Checks the history against the final state; returns a result dict with 'violations' (a
     list of strings, empty when every property holds) and the scorecard figures."""
@@ -1271,16 +1332,14 @@ def check(wl):
     for t, n in toks.items():
         if n > 1:
             V.append("[safety] token %d granted %d times" % (t, n))
-    by_end = sorted(grants, key=lambda e: e["t1"])
-    j, best = 0, None
-    for g in sorted(grants, key=lambda e: e["t0"]):
-        while j < len(by_end) and by_end[j]["t1"] < g["t0"]:
-            if best is None or by_end[j]["token"] > best["token"]:
-                best = by_end[j]
-            j += 1
-        if best is not None and g["token"] <= best["token"]:
-            V.append("[safety] token order: %s got %d at %.3f after %s got %d (completed %.3f)" % (
-                g["w"], g["token"], g["t0"], best["w"], best["token"], best["t1"]))
+    for g, best in token_order(grants):
+        V.append("[safety] token order: %s got %d at %.3f after %s got %d (completed %.3f)" % (
+            g["w"], g["token"], g["t0"], best["w"], best["token"], best["t1"]))
+    for name in sorted(set(e["lock"] for e in wl.churn)):
+        for g, best in token_order([e for e in wl.churn if e["lock"] == name]):
+            V.append("[safety] token order on %s: %s got %d at %.3f after %s got %d (completed "
+                     "%.3f)" % (name, g["w"], g["token"], g["t0"], best["w"], best["token"],
+                                best["t1"]))
     if grants and fin["hwm"] < max(toks):
         V.append("[safety] final high-water mark %d below the largest token granted %d" % (
             fin["hwm"], max(toks)))
@@ -1349,6 +1408,8 @@ def check(wl):
         sidecar_starts={s.name: len(s.incarnations) for s in wl.sidecars},
         stuck_workers=fin["stuck_workers"],
         fenced_txns=fin["fenced_txns"],
+        shared_txns=fin["shared_txns"],
+        churn_grants=len(wl.churn),
         acked_after_last_fault=wl.acked_since(getattr(wl, "t_quiet", now())),
         violations=V,
     )
@@ -1377,6 +1438,8 @@ def scorecard(res):
         "  acknowledged after the last fault: %d" % res["acked_after_last_fault"],
         "  pipelined runs sent as transactions: %d (the sidecars' last incarnations)"
         % res["fenced_txns"],
+        "  etcd Txns shared by several acquisitions/releases: %d (last incarnations); churn "
+        "grants on bg0..bg%d: %d" % (res["shared_txns"], CHURN_LOCKS - 1, res["churn_grants"]),
         "  violations           %d" % len(res["violations"]),
     ]
     for v in res["violations"][:30]:
