@@ -1895,6 +1895,14 @@ static int db_parse(const char *p, size_t n, int current)
     return v > INT_MAX ? current : (int)v;
 }
 
+/* Whether fencegate answers this request itself, so that it goes on while the upstream is down:
+ * FENCE.* needs only the lock backend. A lock can still be released or looked at, and an
+ * acquisition says itself that it was not made (its fence on acquire cannot reach the store). */
+static int req_answered_here(const struct client *c, const char *m, const struct resp_request *r)
+{
+    return c->mode == MODE_NORMAL && fencing_is_command(m + r->argv[0].off, r->argv[0].len);
+}
+
 /* Decides what to do with one request and queues the op for its reply. */
 static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
                                     struct span *sp)
@@ -2062,7 +2070,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
     c->stalled = 0;
     c->processing = 1;
     while (pos < len && !c->dead) {
-        int rc, local;
+        int rc;
         enum req_action act;
 
         if (!cl_can_parse(c)) {
@@ -2107,15 +2115,10 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             c->pin_pending = 0;
             metrics_inc(&fg_metrics, M_CLIENTS_PINNED, 1);
         }
-        /* FENCE.* is answered by fencegate, whose lock backend may be up while the upstream is
-         * not: a lock can still be released or looked at, and an acquisition says itself that
-         * it was not made (its fence on acquire cannot reach the store). */
-        local =
-            c->mode == MODE_NORMAL && fencing_is_command(src + pos + r.argv[0].off, r.argv[0].len);
         if (!c->pinned) {
             if (c->srv->shared->state == U_DOWN)
                 span_flush(c, &sp, 1); /* before the link's prelude is queued */
-            if (lk_ready_for(c) < 0 && !local) {
+            if (lk_ready_for(c) < 0 && !req_answered_here(c, src + pos, &r)) {
                 cl_reply_unavailable(c);
                 pos += r.len;
                 continue;
@@ -2126,7 +2129,7 @@ static size_t req_process(struct client *c, const char *src, size_t len)
                 if (up_connect(c) < 0 && c->dead)
                     break;
             }
-            if (c->ustate == U_DOWN && !local) {
+            if (c->ustate == U_DOWN && !req_answered_here(c, src + pos, &r)) {
                 if (!upstream_is_up(c->srv->up))
                     snprintf(c->down_why, sizeof(c->down_why), "%s", upstream_error(c->srv->up));
                 cl_reply_unavailable(c);
