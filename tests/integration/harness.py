@@ -386,12 +386,13 @@ class Fencegate:
         return self.proc is not None and self.proc.poll() is None
 
     def wait_ready(self, readyz=True, timeout=START_TIMEOUT):
-        """Waits until the RESP port accepts connections and, with readyz, GET /readyz answers
-        200 (the upstream answered). Fails early if the process exits."""
+        """Waits until both ports accept connections (fencegate binds them one after the
+        other) and, with readyz, GET /readyz answers 200 (the upstream answered). Fails early if
+        the process exits."""
         def ready():
             if not self.alive():
                 raise _Exited()
-            if not port_accepts(self.resp_port):
+            if not port_accepts(self.resp_port) or not port_accepts(self.http_port):
                 return False
             if readyz:
                 return http_get(self.http_port, "/readyz", timeout=1)[0] == 200
