@@ -14,9 +14,12 @@ worker threads per sidecar, each with its own RESP connection. Every worker loop
 
 Worker i of a sidecar has role ROLES[i % 6]: a NORENEW lease or a renewed one, and plain writes,
 MULTI / SET / RPUSH / (stall point) / EXEC, whose two writes share EXEC's outcome, or SET and RPUSH
-pipelined in one send (fencegate sends such a run as one transaction). With the etcd backend a
-churn thread per sidecar also cycles four locks of its own (Churn), so that L's Txns share etcd
-Txns with others; their tokens are checked for order too. Every step is
+pipelined in one send (fencegate sends such a run as one transaction). Two churn workers per
+sidecar (Churn) run the same loop on locks bg0..bg3, picked at random for each turn, with the
+counter c:{bgN} and the log c:{bgN}:log (fenced by the hash-tag rule): their writes meet L's on
+the sidecar's shared upstream connection (scripts and transactions carrying several locks), and
+with the etcd backend their acquisitions and releases share etcd Txns with L's. Each churn lock
+is checked like L (1-4 below). Every step is
 recorded with monotonic timestamps and its outcome: ok, stale, locklost, failed (an error saying
 nothing was applied) or unknown (connection lost, or -UNAVAILABLE for a command in flight). The
 checker then reads the final counter and log straight from Redis and checks the whole history
@@ -77,7 +80,9 @@ CALL_TIMEOUT = 15.0         # no command waits this long unless something is wed
 PROTECT = 'protect:\n  - { store: redis, keys: "counter*", lock: "L" }\n'
 REFUSED = ("stale", "locklost")
 MAX_WORKER_ITERATIONS = 1000000
-CHURN_LOCKS = 4             # locks bg0..bg3 of the churn threads (etcd backend only)
+CHURN_LOCKS = 4             # locks bg0..bg3 of the churn workers, checked like L
+CHURN_WAIT_MS = 200
+CHURN_MODES = {"a": ("plain", "pipe"), "b": ("multi", "plain")}  # churn workers per sidecar
 # How a worker sends its SET and RPUSH: one after the other ("plain"), in MULTI/EXEC ("multi"),
 # or both in one send ("pipe": a run of fenced writes, which fencegate sends as one transaction).
 # (NORENEW lease, write mode) of worker i of a sidecar, cyclically.
@@ -489,6 +494,7 @@ class Worker(threading.Thread):
 
     def __init__(self, wl, wid, sidecar, norenew, mode):
         super().__init__(name="worker-%s" % wid, daemon=True)
+        self.lock, self.counter, self.log_key, self.wait_ms = LOCK, COUNTER, LOG, WAIT_MS
         self.wl = wl
         self.wid = wid
         self.sidecar = sidecar
@@ -503,6 +509,7 @@ class Worker(threading.Thread):
     def rec(self, **ev):
         ev["w"] = self.wid
         ev["sc"] = self.sidecar.name
+        ev["lock"] = self.lock
         self.wl.history.append(ev)
         return ev
 
@@ -535,9 +542,13 @@ class Worker(threading.Thread):
                     self.arm = None
         self.drop()
 
+    def pick_lock(self):
+        """The lock of the next turn (L for the workers; Churn picks one of its own)."""
+
     def iteration(self):
         opts = ["TTL", NORENEW_TTL_MS, "NORENEW"] if self.norenew else []
-        if self.wl.solo is not None and self.wl.solo is not self:
+        self.pick_lock()
+        if self.wl.solo is not None and self.wl.solo is not self and self.lock == LOCK:
             self.parked = True
             try:
                 self.wl.gate.wait(15)
@@ -545,7 +556,7 @@ class Worker(threading.Thread):
                 self.parked = False
         t0 = now()
         try:
-            r = self.call("FENCE.ACQUIRE", LOCK, "WAIT", WAIT_MS, *opts)
+            r = self.call("FENCE.ACQUIRE", self.lock, "WAIT", self.wait_ms, *opts)
         except (OSError, EOFError, ValueError) as e:
             self.rec(op="acquire", t0=t0, t1=now(), out="unknown", msg=repr(e),
                      norenew=self.norenew)
@@ -563,7 +574,7 @@ class Worker(threading.Thread):
         token = r
         t0 = now()
         try:
-            r = self.call("GET", COUNTER)
+            r = self.call("GET", self.counter)
         except (OSError, EOFError, ValueError) as e:
             self.rec(op="get", t0=t0, t1=now(), token=token, out="unknown", msg=repr(e))
             raise
@@ -582,13 +593,14 @@ class Worker(threading.Thread):
                 return
         else:
             self.stall_point(token)
-            if not self.write("set", token, v + 1, "SET", COUNTER, str(v + 1)):
+            if not self.write("set", token, v + 1, "SET", self.counter, str(v + 1)):
                 return
-            if not self.write("rpush", token, v + 1, "RPUSH", LOG, "%d:%d" % (token, v + 1)):
+            if not self.write("rpush", token, v + 1, "RPUSH", self.log_key,
+                              "%d:%d" % (token, v + 1)):
                 return
         t0 = now()
         try:
-            r = self.call("FENCE.RELEASE", LOCK)
+            r = self.call("FENCE.RELEASE", self.lock)
         except (OSError, EOFError, ValueError) as e:
             self.rec(op="release", t0=t0, t1=now(), token=token, out="unknown", msg=repr(e))
             raise
@@ -625,8 +637,8 @@ class Worker(threading.Thread):
     def pipelined(self, token, value):
         """SET and RPUSH in one send, after the stall point; each is recorded with its own reply.
         Returns False when the connection is gone."""
-        writes = (("set", "SET", COUNTER, str(value)),
-                  ("rpush", "RPUSH", LOG, "%d:%d" % (token, value)))
+        writes = (("set", "SET", self.counter, str(value)),
+                  ("rpush", "RPUSH", self.log_key, "%d:%d" % (token, value)))
         self.stall_point(token)
         t0 = now()
         replies = []
@@ -656,7 +668,8 @@ class Worker(threading.Thread):
         gone."""
         push = "%d:%d" % (token, value)
         queued = []
-        for cmd in (("MULTI",), ("SET", COUNTER, str(value)), ("RPUSH", LOG, push)):
+        for cmd in (("MULTI",), ("SET", self.counter, str(value)),
+                    ("RPUSH", self.log_key, push)):
             t0 = now()
             try:
                 queued.append(self.call(*cmd))
@@ -703,6 +716,8 @@ class Worker(threading.Thread):
             ev["arm"] = self.arm.kind
 
     def stall_point(self, token):
+        if self.lock != LOCK:
+            return
         a = self.wl.take_arm(self)
         if a is None:
             return
@@ -716,40 +731,24 @@ class Worker(threading.Thread):
             a.go.wait(15)
 
 
-class Churn(threading.Thread):
-    """With the etcd backend: one per sidecar, cycling FENCE.ACQUIRE / FENCE.RELEASE on locks of
-    its own (bg0..bg3, shared by both sidecars' churn), so that the workers' acquisitions and
-    releases of L go to etcd in Txns shared with others (lockclient/README.md, "Txns sent as
-    one") while the nemeses run. Its grants are checked for their tokens' order per lock."""
+class Churn(Worker):
+    """A worker on the churn locks: each turn takes one of bg0..bg3 at random (WAIT 200, a
+    renewed lease) and runs the read-modify-write on that lock's own counter and log, which the
+    hash-tag rule fences. No nemesis arms it; it runs through every fault."""
 
-    def __init__(self, wl, sidecar):
-        super().__init__(name="churn-%s" % sidecar.name, daemon=True)
-        self.wl = wl
-        self.sidecar = sidecar
-        self.conn = None
-        self.rng = random.Random(wl.seed * 1000 + 7 + ord(sidecar.name))
+    def __init__(self, wl, wid, sidecar, mode):
+        super().__init__(wl, wid, sidecar, norenew=False, mode=mode)
+        self.name = "churn-" + wid
+        self.wait_ms = CHURN_WAIT_MS
 
-    def run(self):
-        wl = self.wl
-        while not wl.stop.is_set() and now() < wl.hard_deadline:
-            try:
-                if self.conn is None:
-                    self.conn = Conn(self.sidecar.host, self.sidecar.resp_port, CALL_TIMEOUT)
-                name = "bg%d" % self.rng.randrange(CHURN_LOCKS)
-                t0 = now()
-                r = self.conn.call("FENCE.ACQUIRE", name, "WAIT", 200, timeout=CALL_TIMEOUT)
-                if isinstance(r, int):
-                    wl.churn.append(dict(lock=name, token=r, t0=t0, t1=now(),
-                                         w="churn-" + self.sidecar.name))
-                    self.conn.call("FENCE.RELEASE", name, timeout=CALL_TIMEOUT)
-                time.sleep(0.002)
-            except (OSError, EOFError, ValueError):
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = None
-                time.sleep(0.05)
-        if self.conn is not None:
-            self.conn.close()
+    def pick_lock(self):
+        self.lock = "bg%d" % self.rng.randrange(CHURN_LOCKS)
+        self.counter, self.log_key = churn_keys(self.lock)
+
+
+def churn_keys(lock):
+    """A churn lock's counter and log: the hash tag names the lock."""
+    return "c:{%s}" % lock, "c:{%s}:log" % lock
 
 
 # ---- the workload ---------------------------------------------------------------------------
@@ -798,7 +797,6 @@ class Workload:
         self.sidecars = []
         self.workers = []
         self.churners = []
-        self.churn = []  # grants of the churn locks: dict(lock, token, t0, t1, w)
         self.tmp = tempfile.mkdtemp(prefix="fg-safety-")
         self.final = None
 
@@ -844,8 +842,9 @@ class Workload:
                 tag = {"multi": "t", "pipe": "p"}.get(mode, "")
                 self.workers.append(Worker(self, "%s%d%s%s" % (s.name, i, "n" if norenew else "",
                                                              tag), s, norenew=norenew, mode=mode))
-            if self.etcd:
-                self.churners.append(Churn(self, s))
+            for i, mode in enumerate(CHURN_MODES[s.name]):
+                tag = {"multi": "t", "pipe": "p"}.get(mode, "")
+                self.churners.append(Churn(self, "%sc%d%s" % (s.name, i, tag), s, mode))
 
     def start_workers(self):
         for w in self.workers + self.churners:
@@ -899,23 +898,27 @@ class Workload:
             if w.is_alive() and w.conn is not None:
                 w.conn.abort()
                 w.join(5)
-        stuck = [w.wid if isinstance(w, Worker) else w.name
-                 for w in self.workers + self.churners if w.is_alive()]
+        stuck = [w.wid for w in self.workers + self.churners if w.is_alive()]
         txns = sum(s.metric("fencegate_fenced_transactions_total") for s in self.sidecars)
         shared = sum(s.metric("fencegate_lock_backend_batches_total") for s in self.sidecars)
         for s in self.sidecars:
             s.stop()
         time.sleep(0.2)
         c = self.redis.client()
+
+        def state(lock, counter, log):
+            return dict(counter=int(c.get(counter) or 0),
+                        log=[x.decode() for x in c.lrange(log, 0, -1)],
+                        hwm=int(c.get("fencegate:hwm:{%s}" % lock) or 0))
         try:
-            counter = c.get(COUNTER)
-            log = c.lrange(LOG, 0, -1)
-            hwm = c.get("fencegate:hwm:{%s}" % LOCK)
+            self.final = state(LOCK, COUNTER, LOG)
+            self.final["churn"] = {
+                name: state(name, *churn_keys(name))
+                for name in ("bg%d" % i for i in range(CHURN_LOCKS))}
             tok = c.get("fencegate:token:{%s}" % LOCK)
         finally:
             c.close()
-        self.final = dict(counter=int(counter or 0), log=[x.decode() for x in log],
-                          hwm=int(hwm or 0), token_counter=int(tok or 0), stuck_workers=stuck,
+        self.final.update(token_counter=int(tok or 0), stuck_workers=stuck,
                           fenced_txns=int(txns), shared_txns=int(shared))
         return self.final
 
@@ -951,7 +954,7 @@ class Workload:
 
     def acked_since(self, t):
         return sum(1 for e in self.history if e["op"] == "set" and e["out"] == "ok"
-                   and e["t0"] >= t)
+                   and e["t0"] >= t and e["lock"] == LOCK)
 
     # -- nemeses --
 
@@ -1243,14 +1246,10 @@ def token_order(grants):
     return out
 
 
-def check(wl):
-    """Checks the history against the final state; returns a result dict with 'violations' (a
-    list of strings, empty when every property holds) and the scorecard figures."""
-    H = wl.history
-    fin = wl.final
+def check_lock(H, fin):
+    """Checks 1-4 for one lock: H is the history of its turns, fin its final counter, log and
+    mark. Returns the violations."""
     V = []
-
-    writes = [e for e in H if e["op"] in ("set", "rpush")]
     sets = [e for e in H if e["op"] == "set"]
     pushes = [e for e in H if e["op"] == "rpush"]
     grants = [e for e in H if e["op"] == "acquire" and e["out"] == "ok"]
@@ -1335,11 +1334,6 @@ def check(wl):
     for g, best in token_order(grants):
         V.append("[safety] token order: %s got %d at %.3f after %s got %d (completed %.3f)" % (
             g["w"], g["token"], g["t0"], best["w"], best["token"], best["t1"]))
-    for name in sorted(set(e["lock"] for e in wl.churn)):
-        for g, best in token_order([e for e in wl.churn if e["lock"] == name]):
-            V.append("[safety] token order on %s: %s got %d at %.3f after %s got %d (completed "
-                     "%.3f)" % (name, g["w"], g["token"], g["t0"], best["w"], best["token"],
-                                best["t1"]))
     if grants and fin["hwm"] < max(toks):
         V.append("[safety] final high-water mark %d below the largest token granted %d" % (
             fin["hwm"], max(toks)))
@@ -1355,10 +1349,29 @@ def check(wl):
         if g["value"] < hi:
             V.append("[safety] %s read counter=%d at %.3f after SET %d was acknowledged" % (
                 g["w"], g["value"], g["t0"], hi))
+    return V
+
+
+def check(wl):
+    """Checks the history against the final state; returns a result dict with 'violations' (a
+    list of strings, empty when every property holds) and the scorecard figures. The figures
+    are L's, but for the churn ones."""
+    fin = wl.final
+    by_lock = collections.defaultdict(list)
+    for e in wl.history:
+        by_lock[e["lock"]].append(e)
+    H = by_lock[LOCK]
+    V = check_lock(H, fin)
+    for name, state in sorted(fin["churn"].items()):
+        V += [v.replace("] ", "] lock %s: " % name, 1) for v in check_lock(by_lock[name], state)]
+    writes = [e for e in H if e["op"] in ("set", "rpush")]
+    grants = [e for e in H if e["op"] == "acquire" and e["out"] == "ok"]
+    churn = [e for e in wl.history if e["lock"] != LOCK]
+    churn_outs = collections.Counter(e["out"] for e in churn if e["op"] in ("set", "rpush"))
 
     # 5. leases
     last_grant = {}
-    for e in sorted(H, key=lambda e: e["t0"]):
+    for e in sorted(wl.history, key=lambda e: e["t0"]):
         if e["op"] == "acquire" and e["out"] == "ok":
             last_grant[e["w"]] = e
         elif e["op"] in ("set", "rpush") and e["out"] == "ok":
@@ -1374,7 +1387,7 @@ def check(wl):
                     e["w"], e["op"], e["token"], e["must_refuse"]))
 
     # 6. liveness: nothing legitimately waits CALL_TIMEOUT for a reply
-    for e in H:
+    for e in wl.history:
         if e.get("msg") and "timed out" in e["msg"]:
             V.append("[liveness] %s %s (token %s) got no reply within %.0f s (sent at %.3f)" % (
                 e["w"], e["op"], e.get("token"), CALL_TIMEOUT, e["t0"]))
@@ -1401,7 +1414,7 @@ def check(wl):
         unknown=outs["unknown"] + outs["error"],
         failed=outs["failed"] + outs["nolock"],
         unexpected_errors=sorted(set(e["msg"] for e in writes if e["out"] == "error"))[:5],
-        final_counter=F,
+        final_counter=fin["counter"],
         log_length=len(fin["log"]),
         hwm=fin["hwm"],
         redis_starts=wl.redis.starts,
@@ -1409,7 +1422,8 @@ def check(wl):
         stuck_workers=fin["stuck_workers"],
         fenced_txns=fin["fenced_txns"],
         shared_txns=fin["shared_txns"],
-        churn_grants=len(wl.churn),
+        churn_grants=sum(1 for e in churn if e["op"] == "acquire" and e["out"] == "ok"),
+        churn_writes=dict(churn_outs),
         acked_after_last_fault=wl.acked_since(getattr(wl, "t_quiet", now())),
         violations=V,
     )
@@ -1438,8 +1452,10 @@ def scorecard(res):
         "  acknowledged after the last fault: %d" % res["acked_after_last_fault"],
         "  pipelined runs sent as transactions: %d (the sidecars' last incarnations)"
         % res["fenced_txns"],
-        "  etcd Txns shared by several acquisitions/releases: %d (last incarnations); churn "
-        "grants on bg0..bg%d: %d" % (res["shared_txns"], CHURN_LOCKS - 1, res["churn_grants"]),
+        "  churn locks bg0..bg%d: %d grants, writes %s" % (CHURN_LOCKS - 1, res["churn_grants"],
+                                                         res["churn_writes"]),
+        "  etcd Txns shared by several acquisitions/releases: %d (last incarnations)"
+        % res["shared_txns"],
         "  violations           %d" % len(res["violations"]),
     ]
     for v in res["violations"][:30]:
