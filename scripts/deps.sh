@@ -6,7 +6,7 @@ set -euo pipefail
 what=${1:-test}
 build_pkgs=(build-essential cmake pkg-config libevent-dev libyaml-dev libhiredis-dev libcmocka-dev python3 libssl-dev libnghttp2-dev libpq-dev)
 run_pkgs=(redis-server redis-tools curl)
-test_pkgs=(python3-redis clang libclang-rt-14-dev clang-format nutcracker procps openssl nodejs libfaketime etcd-server etcd-client nghttp2-client postgresql postgresql-client wrk)
+test_pkgs=(python3-redis iproute2 iptables clang libclang-rt-14-dev clang-format nutcracker procps openssl nodejs libfaketime etcd-server etcd-client nghttp2-client postgresql postgresql-client wrk)
 
 case "$what" in
 build) pkgs=("${build_pkgs[@]}") ;;
