@@ -225,7 +225,8 @@ struct ed_client {
     struct event *txflush; /* sends ec->txq at the end of the loop turn */
     struct ed_rpc *txq[ED_TXQ_MAX]; /* Txns to send, in the order they started */
     size_t ntxq;
-    size_t batch_max; /* members per Txn sent as one: ED_BATCH_MAX, 1 once etcd refused one */
+    size_t batch_max; /* members per Txn sent as one: ED_BATCH_MAX, halved when etcd refuses
+                       * one for its size (1: every Txn alone) */
     struct etcdpb_buf out;
     char mark_prefix[ED_MAX_PREFIX + 16];
     /* Authentication (see the file comment). */
@@ -549,8 +550,8 @@ static void ed_batch_done(void *arg, int status, const char *err, const uint8_t 
     int ok = status == GRPC_STATUS_OK && t && etcdpb_txn_resp_decode(p, n, t) == 0 &&
              (!t->succeeded || t->nresponses == total);
     int again = (ok && !t->succeeded) || ed_refused_whole(status);
-    if (status != GRPC_STATUS_OK && strstr(err, "too many operations"))
-        ec->batch_max = 1; /* etcd's --max-txn-ops is below ours: Txns go alone from now on */
+    if (status != GRPC_STATUS_OK && strstr(err, "too many operations") && ec->batch_max > 1)
+        ec->batch_max = b->n / 2 > 1 ? b->n / 2 : 1; /* etcd's --max-txn-ops is below ours */
     if (status == GRPC_STATUS_OK && !ok)
         err = t ? "malformed response to Txns sent as one" : "out of memory";
     for (size_t i = 0; i < b->n; off += b->m[i].nsuccess, i++) {

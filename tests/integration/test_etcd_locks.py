@@ -100,6 +100,27 @@ class EtcdLocks(EtcdTestCase):
         self.assertGreater(shared, 0, "no two acquisitions shared a revision")
         self.assertLess(self.etcd_txns() - txns0, ops, "every acquire and release had a Txn")
 
+    def test_an_etcd_that_refuses_a_txn_for_its_size_gets_smaller_ones(self):
+        # etcd --max-txn-ops 8: sixteen acquisitions sent as one Txn (16 compares, 32 puts and
+        # ranges) are refused whole, "too many operations"; each goes again alone, and later Txns
+        # carry half as many members until etcd takes them (four acquisitions, eight releases).
+        small = self.start_etcd(1, extra_args=("--max-txn-ops", "8"))
+        fg = self.start_fg_etcd(self.redis, small)
+        n = 16
+        conns = [self.raw(fg.resp_port) for _ in range(n)]
+        for c in conns:
+            self.assertEqual(c.call("PING"), "PONG")
+        for rnd in range(4):
+            tokens = self.burst(conns, [("FENCE.ACQUIRE", "m%d" % i) for i in range(n)])
+            for i, t in enumerate(tokens):
+                self.assertIsInstance(t, int, "round %d, m%d: %r" % (rnd, i, t))
+            self.assertEqual(self.burst(conns, [("FENCE.RELEASE", "m%d" % i) for i in range(n)]),
+                             [1] * n)
+        self.assertEqual(small.keys(PREFIX), [])
+        self.assertLess(len(set(tokens)), n, "after the refusals no Txn went as one: %r" % tokens)
+        self.assertLessEqual(max(tokens.count(t) for t in tokens), 4,
+                             "more acquisitions in one Txn than etcd takes: %r" % tokens)
+
     def test_a_burst_on_one_lock_still_grants_it_to_one_holder_at_a_time(self):
         # Txns of one lock never go as one: their keys would share a create_revision, by which
         # the mutex orders its waiters. Each round, five waiting acquisitions of "one" meet with
