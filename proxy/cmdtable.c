@@ -20,6 +20,7 @@ struct cmd_entry {
     struct cmd_info info;
     size_t name_len;
     uint32_t hash;
+    int has_subs; /* a container: "name|sub" entries exist */
 };
 
 struct cmd_table {
@@ -161,9 +162,26 @@ static int cmd_table_add(struct cmd_table *t, const struct cmd_info *info, size_
     e->info = *info;
     e->name_len = name_len;
     e->hash = cmd_hash(info->name, name_len, NULL, 0);
+    e->has_subs = 0;
     cmd_slot_put(t->slots, t->nslots, e->hash, (uint32_t)(t->count + 1));
     t->count++;
     return 0;
+}
+
+/* Marks each entry that "name|sub" entries name as their parent, so lookups of other commands
+ * never hash their first argument. A subcommand whose parent is missing leaves nothing marked;
+ * cmd_lookup() still finds it. */
+static void cmd_mark_containers(struct cmd_table *t)
+{
+    for (size_t i = 0; i < t->count; i++) {
+        const char *bar = memchr(t->entries[i].info.name, '|', t->entries[i].name_len);
+        if (bar == NULL)
+            continue;
+        const struct cmd_entry *p =
+            cmd_find(t, t->entries[i].info.name, (size_t)(bar - t->entries[i].info.name), NULL, 0);
+        if (p != NULL)
+            t->entries[p - t->entries].has_subs = 1;
+    }
 }
 
 /* Reads one element header; anything short of a whole header is malformed, since the reply is
@@ -356,6 +374,7 @@ struct cmd_table *cmd_table_parse(const char *reply, size_t len, int *err)
         *err = rc;
         return NULL;
     }
+    cmd_mark_containers(t);
     *err = FG_OK;
     return t;
 }
@@ -377,7 +396,8 @@ size_t cmd_table_count(const struct cmd_table *t)
     return t ? t->count : 0;
 }
 
-/* Looks up "name|sub" first when sub is given, then "name". Never allocates: the key is hashed
+/* Looks up "name", and "name|sub" when sub is given and "name" is a container (or unknown):
+ * the subcommand's entry when there is one, else the parent's. Never allocates: the key is hashed
  * and compared piecewise. Returns a pointer owned by the table (valid until cmd_table_free()), or
  * NULL when unknown or when t or name is NULL. */
 const struct cmd_info *cmd_lookup(const struct cmd_table *t, const char *name, size_t name_len,
@@ -385,12 +405,11 @@ const struct cmd_info *cmd_lookup(const struct cmd_table *t, const char *name, s
 {
     if (t == NULL || name == NULL || name_len == 0 || name_len > CMD_NAME_MAX)
         return NULL;
-    const struct cmd_entry *e = NULL;
-    if (sub != NULL && sub_len > 0 && sub_len < CMD_NAME_MAX - name_len)
-        e = cmd_find(t, name, name_len, sub, sub_len);
-    if (e == NULL)
-        e = cmd_find(t, name, name_len, NULL, 0);
-    return e ? &e->info : NULL;
+    const struct cmd_entry *e = cmd_find(t, name, name_len, NULL, 0), *s = NULL;
+    if ((e == NULL || e->has_subs) && sub != NULL && sub_len > 0 &&
+        sub_len < CMD_NAME_MAX - name_len)
+        s = cmd_find(t, name, name_len, sub, sub_len);
+    return s ? &s->info : e ? &e->info : NULL;
 }
 
 /* Key indexes from the legacy (first, last, step) range, as Redis computes it: a negative last

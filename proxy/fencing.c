@@ -585,6 +585,19 @@ static void fencing_only_one(void *arg, const char *name, size_t len, int state,
     }
 }
 
+/* The session's locks, counted into o; the first one kept, for the one-lock rule. Sets only the
+ * small fields: a name is copied with its length. */
+static size_t fencing_only(struct client *c, struct only_ctx *o)
+{
+    o->n = 0;
+    o->ref.len = 0;
+    o->ref.token = 0;
+    o->state = 0;
+    if (c->sess)
+        lock_foreach(c->sess, fencing_only_one, o);
+    return o->n;
+}
+
 static void fencing_refuse_lost(struct client *c, const struct fence_lock_ref *l)
 {
     metrics_inc(&fg_metrics, M_LOCKLOST_REFUSED, 1);
@@ -669,14 +682,12 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     size_t key_stack[FENCING_STACK_ARGS], *keys = key_stack;
     const char *argv_stack[FENCING_STACK_ARGS], **argv = argv_stack;
     size_t lens_stack[FENCING_STACK_ARGS], *lens = lens_stack;
-    struct only_ctx only = {0, {{0}, 0, 0}, 0};
+    struct only_ctx only;
     struct fence_decision d;
     enum req_action act = REQ_SKIP;
     long nkeys;
 
-    if (c->sess)
-        lock_foreach(c->sess, fencing_only_one, &only);
-    if (!c->srv->rules && only.n == 0)
+    if (fencing_only(c, &only) == 0 && !c->srv->rules)
         return REQ_FORWARD; /* nothing to fence: the plain proxy path */
     t = upstream_commands(c->srv->up);
     if (!t) {
@@ -866,13 +877,9 @@ static void fencing_txn_add(struct client *c, const struct fence_decision *d, co
 
 int fencing_active(struct client *c)
 {
-    struct only_ctx only = {0, {{0}, 0, 0}, 0};
+    struct only_ctx only;
 
-    if (c->srv->rules)
-        return 1;
-    if (c->sess)
-        lock_foreach(c->sess, fencing_only_one, &only);
-    return only.n > 0;
+    return c->srv->rules || fencing_only(c, &only) > 0;
 }
 
 void fencing_txn_drop(struct client *c)
