@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_long.sh — the safety suite's long form (not run by CI): the lock-set workload under the
-# mixed nemesis (freeze, stall, kill -9 sidecar, kill -9 Redis, clock skew, partition) until N
-# faults were injected, then the checker and a scorecard.
+# mixed nemesis (freeze, stall, kill -9 sidecar, kill -9 Redis, clock skew, partition; with
+# --backend etcd --etcd-members 3 also kill -9 etcd's leader) until N faults were injected, then
+# the checker and a scorecard.
 #
 #   tests/safety/run_long.sh [N] [extra workload.py options]     (N defaults to 200)
 #   e.g. tests/safety/run_long.sh 500 --seed 42 --history /tmp/fg-history.jsonl

@@ -70,6 +70,11 @@ class Safety(unittest.TestCase):
         """The freeze nemesis with etcd as the lock backend (Redis stays the store)."""
         self.run_nemesis("freeze", ["freeze"], backend="etcd")
 
+    def test_etcd_kill_leader(self):
+        """A 3-member etcd loses its leader (kill -9, restarted 0.3-1.5 s later) while locks are
+        held and waited for."""
+        self.run_nemesis("kill-etcd-leader", ["kill-etcd-leader"], backend="etcd", etcd_members=3)
+
     def test_etcd_kill_sidecar(self):
         """kill -9 a sidecar with etcd as the lock backend: its lease frees the lock."""
         self.run_nemesis("kill-sidecar", ["kill-sidecar"], backend="etcd")

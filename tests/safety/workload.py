@@ -40,7 +40,7 @@ checker then reads the final counter and log straight from Redis and checks the 
 
 Nemeses (NEMESES): freeze, stall, kill-sidecar, kill-redis, clock, partition (a network namespace
 with a veth pair and iptables when running as root; otherwise Redis SIGSTOPped past the lease),
-and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh (long form):
+kill-etcd-leader (ETCD_NEMESES: with the etcd backend and 3 members), and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh (long form):
 
     workload.py --nemesis mixed --faults 200      # prints a scorecard; exit 1 on a violation
 
@@ -773,7 +773,8 @@ class Workload:
     __exit__ tears everything down even when a check failed."""
 
     def __init__(self, workers_per_sidecar=6, netns=False, seed=None, think_ms=0,
-                 log=None, hard_seconds=3600, fast_clock_b=None, backend="redis"):
+                 log=None, hard_seconds=3600, fast_clock_b=None, backend="redis",
+                 etcd_members=1):
         self.seed = seed if seed is not None else random.randrange(1 << 30)
         self.rng = random.Random(self.seed)
         self.workers_per_sidecar = workers_per_sidecar
@@ -793,6 +794,7 @@ class Workload:
         self.netns = None
         self.redis = None
         self.backend = backend  # "redis" (the store is also the lock backend) or "etcd"
+        self.etcd_members = etcd_members  # 3: the kill-etcd-leader nemesis has a leader to kill
         self.etcd = None
         self.sidecars = []
         self.workers = []
@@ -823,7 +825,7 @@ class Workload:
         self.redis.start()
         if self.backend == "etcd":
             from etcd_harness import EtcdCluster
-            self.etcd = EtcdCluster(1)
+            self.etcd = EtcdCluster(self.etcd_members)
             self.etcd.start()
         cfg = os.path.join(self.tmp, "protect.yaml")
         with open(cfg, "w") as f:
@@ -1093,6 +1095,38 @@ class Workload:
         f.detail["failed_or_unknown_during_outage"] = len(bad)
         return f
 
+    def nem_kill_etcd_leader(self, target):
+        """With a 3-member etcd: kill -9 its leader right after a worker of `target` sent its SET
+        (locks held, others waiting, sessions keeping their leases alive), restart it on its data
+        0.3..1.5 s later; the other two elect a leader meanwhile and the sidecars fail over to
+        them. Bites when an acquisition, write or release of L in the outage failed, was unknown
+        or found its lock lost, or a release stalled (over 300 ms): the outage was felt."""
+        f = Fault("kill-etcd-leader", "etcd")
+        leader = self.etcd.leader() if self.etcd and len(self.etcd.members) >= 3 else None
+        if leader is None:
+            f.missed = True
+            return f
+        a = Arm("rendezvous", target)
+        self.post_arm(a)
+        if not self.wait_reached(a):
+            f.missed = True
+            return f
+        a.go.set()
+        a.sent.wait(5)
+        leader.kill()
+        t_kill = now()
+        time.sleep(self.rng.uniform(0.3, 1.5))
+        leader.start()
+        a.done.wait(CALL_TIMEOUT + 5)
+        f.detail.update(set=a.set_outcome, down_s=round(now() - t_kill, 3), member=leader.name)
+        f.t_down = (t_kill, now())
+        felt = [e for e in self.history[-5000:] if e["t1"] >= t_kill and
+                (e["out"] in ("unknown", "failed", "locklost") or
+                 (e["op"] == "release" and e["t1"] - e["t0"] > 0.3))]
+        f.bit = bool(felt)
+        f.detail["failed_lost_or_stalled_after_kill"] = len(felt)
+        return f
+
     def nem_partition(self, target=None):
         """Cut the namespaced sidecar off from Redis (iptables DROP on Redis's port, both ways)
         right after its worker got to the SET, for 2.5..4 leases, then heal. The SET is sent into
@@ -1184,6 +1218,8 @@ class Workload:
             f = self.nem_partition()
         elif kind == "clock":
             f = self.nem_clock(target)
+        elif kind == "kill-etcd-leader":
+            f = self.nem_kill_etcd_leader(target)
         else:
             raise ValueError("unknown nemesis %r" % kind)
         f.t1 = now()
@@ -1214,16 +1250,20 @@ class Workload:
 
 
 NEMESES = ("freeze", "stall", "kill-sidecar", "kill-redis", "clock", "partition")
+ETCD_NEMESES = ("kill-etcd-leader",)  # with a 3-member etcd (etcd_members=3)
 
 
-def schedule_for(name, rng, netns=True):
+def schedule_for(name, rng, netns=True, etcd3=False):
     """i -> nemesis kind. Kill nemeses alternate with a worker stall: a killed sidecar or Redis
-    takes the connection of the writer with it, so nothing stale is left to send; the stalls keep
-    the fence exercised in those runs too. So does the partition without a network namespace
-    (a Redis SIGSTOP, which seldom lets another holder in before the stopped write)."""
+    takes the connection of the writer with it, so nothing stale is left to send, and a killed
+    etcd leader seldom costs a lease; the stalls keep the fence exercised in those runs too. So
+    does the partition without a network namespace (a Redis SIGSTOP, which seldom lets another
+    holder in before the stopped write). "mixed" draws from ETCD_NEMESES too when etcd3."""
     if name == "mixed":
-        return lambda i: rng.choice(NEMESES)
-    if name in ("kill-sidecar", "kill-redis") or (name == "partition" and not netns):
+        kinds = NEMESES + (ETCD_NEMESES if etcd3 else ())
+        return lambda i: rng.choice(kinds)
+    if name in ("kill-sidecar", "kill-redis", "kill-etcd-leader") or \
+            (name == "partition" and not netns):
         return lambda i: name if i % 2 == 0 else "stall"
     return lambda i: name
 
@@ -1387,8 +1427,8 @@ def check(wl):
                     e["w"], e["op"], e["token"], e["must_refuse"]))
 
     # 6. liveness: nothing legitimately waits CALL_TIMEOUT for a reply
-    for e in wl.history:
-        if e.get("msg") and "timed out" in e["msg"]:
+    for e in wl.history:  # the connection's own timeout, not an error reply that mentions one
+        if e.get("msg") and e["msg"].startswith(("TimeoutError(", "timeout(")):
             V.append("[liveness] %s %s (token %s) got no reply within %.0f s (sent at %.3f)" % (
                 e["w"], e["op"], e.get("token"), CALL_TIMEOUT, e["t0"]))
 
@@ -1467,13 +1507,16 @@ def scorecard(res):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="fencegate safety workload")
-    ap.add_argument("--nemesis", default="mixed", choices=list(NEMESES) + ["mixed"])
+    ap.add_argument("--nemesis", default="mixed",
+                    choices=list(NEMESES) + list(ETCD_NEMESES) + ["mixed"])
     ap.add_argument("--faults", type=int, default=200, help="stop after this many faults")
     ap.add_argument("--seconds", type=float, default=None, help="or after this many seconds")
     ap.add_argument("--workers", type=int, default=6, help="workers per sidecar")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--backend", default="redis", choices=["redis", "etcd"],
                     help="lock backend: the store's Redis, or an etcd started for the run")
+    ap.add_argument("--etcd-members", type=int, default=1, choices=[1, 3],
+                    help="members of that etcd; with 3, mixed also kills its leader")
     ap.add_argument("--no-netns", action="store_true",
                     help="do not use a network namespace (partition = SIGSTOP Redis)")
     ap.add_argument("--history", help="write the history (JSON lines) and result here")
@@ -1488,13 +1531,18 @@ def main(argv=None):
     log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
     cap = args.seconds or max(600, args.faults * 20)
     rng = random.Random(args.seed)
+    if (args.etcd_members == 3 or args.nemesis in ETCD_NEMESES) and args.backend != "etcd":
+        ap.error("--etcd-members 3 and kill-etcd-leader need --backend etcd")
+    if args.nemesis in ETCD_NEMESES and args.etcd_members != 3:
+        ap.error("kill-etcd-leader needs --etcd-members 3")
     if args.backend == "etcd" and use_netns:
         use_netns = False  # etcd listens on 127.0.0.1 only: not reachable from the namespace
         print("etcd backend: partitions are Redis SIGSTOPs")
     with Workload(workers_per_sidecar=args.workers, netns=use_netns, seed=args.seed, log=log,
-                  hard_seconds=cap + 120, backend=args.backend) as wl:
-        res = wl.run(schedule_for(args.nemesis, rng, use_netns), seconds=cap,
-                     faults=args.faults)
+                  hard_seconds=cap + 120, backend=args.backend,
+                  etcd_members=args.etcd_members) as wl:
+        res = wl.run(schedule_for(args.nemesis, rng, use_netns, etcd3=args.etcd_members == 3),
+                     seconds=cap, faults=args.faults)
         if args.history:
             with open(args.history, "w") as f:
                 for e in wl.history:
