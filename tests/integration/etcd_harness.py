@@ -45,6 +45,13 @@ class EtcdMember:
     def client_url(self):
         return ("https://" if self.cluster.tls else "http://") + self.endpoint
 
+    def listen_urls(self):
+        """Where it takes clients: its endpoint, and the same port on the cluster's other
+        client_hosts."""
+        scheme = "https://" if self.cluster.tls else "http://"
+        return ",".join("%s%s:%d" % (scheme, h, self.client_port)
+                        for h in self.cluster.client_hosts)
+
     @property
     def peer_url(self):
         return "http://127.0.0.1:%d" % self.peer_port
@@ -53,7 +60,7 @@ class EtcdMember:
         assert self.proc is None or self.proc.poll() is not None, "etcd already running"
         tls = self.cluster.tls
         argv = [ETCD, "--name", self.name, "--data-dir", os.path.join(self.dir, "data"),
-                "--listen-client-urls", self.client_url,
+                "--listen-client-urls", self.listen_urls(),
                 "--advertise-client-urls", self.client_url,
                 "--listen-peer-urls", self.peer_url,
                 "--initial-advertise-peer-urls", self.peer_url,
@@ -147,9 +154,10 @@ def make_certs(dir):
 class EtcdCluster:
     """n etcd members forming one cluster (n = 1 is a single node)."""
 
-    def __init__(self, n=1, extra_args=(), tls=None):
+    def __init__(self, n=1, extra_args=(), tls=None, client_hosts=("127.0.0.1",)):
         self.token = "fg-%d-%d" % (os.getpid(), harness.free_port())
         self.extra_args = extra_args
+        self.client_hosts = client_hosts  # addresses the members take clients on
         self.tls = tls  # make_certs(): clients over TLS with a certificate
         self.user = None  # "root:pw" for etcdctl once enable_auth() ran
         self.members = [EtcdMember("m%d" % i, self) for i in range(n)]
@@ -160,6 +168,11 @@ class EtcdCluster:
     @property
     def url(self):
         return ("etcds://" if self.tls else "etcd://") + ",".join(m.endpoint for m in self.members)
+
+    def url_for(self, host):
+        """The backend URL through another of client_hosts."""
+        return ("etcds://" if self.tls else "etcd://") + ",".join(
+            "%s:%d" % (host, m.client_port) for m in self.members)
 
     @property
     def endpoints(self):

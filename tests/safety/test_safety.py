@@ -75,6 +75,13 @@ class Safety(unittest.TestCase):
         held and waited for."""
         self.run_nemesis("kill-etcd-leader", ["kill-etcd-leader"], backend="etcd", etcd_members=3)
 
+    def test_etcd_partition(self):
+        """The sidecar in a network namespace cut off from etcd (not from Redis) past its lease,
+        its worker's write sent into the cut."""
+        if netns_unavailable():
+            self.skipTest("no network namespace: %s" % netns_unavailable())
+        self.run_nemesis("partition-etcd", ["partition-etcd"], backend="etcd", netns=True)
+
     def test_etcd_kill_sidecar(self):
         """kill -9 a sidecar with etcd as the lock backend: its lease frees the lock."""
         self.run_nemesis("kill-sidecar", ["kill-sidecar"], backend="etcd")

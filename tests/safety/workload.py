@@ -199,9 +199,9 @@ def _run(*argv, check=True):
 
 class NetNS:
     """A network namespace joined to the host by a veth pair on a private /30 picked at random in
-    10.213.0.0/16 (checked unused). The sidecar inside reaches Redis at host_ip; cut() drops the
-    traffic to and from Redis's port inside the namespace only (the workers' connections to the
-    sidecar stay up), heal() removes the rules. destroy() deletes the pair and the namespace."""
+    10.213.0.0/16 (checked unused). The sidecar inside reaches Redis (and etcd) at host_ip; cut()
+    drops the traffic to and from the given ports inside the namespace only (the workers'
+    connections to the sidecar stay up), heal() removes the rules. destroy() deletes the pair and the namespace."""
 
     _seq = 0
 
@@ -272,11 +272,12 @@ class NetNS:
     def exec_prefix(self):
         return ["ip", "netns", "exec", self.name]
 
-    def cut(self, port):
+    def cut(self, *ports):
         ipt = self.exec_prefix() + ["iptables", "-w", "5"]
-        _run(*(ipt + ["-A", "OUTPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP"]))
-        _run(*(ipt + ["-A", "INPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"]))
-        self.cut_port = port
+        for port in ports:
+            _run(*(ipt + ["-A", "OUTPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP"]))
+            _run(*(ipt + ["-A", "INPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"]))
+        self.cut_port = ports
 
     def heal(self):
         if self.created:
@@ -336,8 +337,8 @@ class Sidecar:
                 "--session-ttl-ms", str(SESSION_TTL_MS), "--shutdown-grace-ms", "2000"]
         if self.config:
             args += ["--config", self.config]
-        if self.wl.etcd:
-            args += ["--backend", self.wl.etcd.url]  # after the upstream's: this one wins
+        if self.wl.etcd:  # after the upstream's: this one wins
+            args += ["--backend", self.wl.etcd.url_for(self.redis_host)]
         env = None
         if faketime:
             # CLOCK_MONOTONIC is faked too (FAKETIME_DONT_FAKE_MONOTONIC unset): leases and
@@ -825,7 +826,7 @@ class Workload:
         self.redis.start()
         if self.backend == "etcd":
             from etcd_harness import EtcdCluster
-            self.etcd = EtcdCluster(self.etcd_members)
+            self.etcd = EtcdCluster(self.etcd_members, client_hosts=binds)
             self.etcd.start()
         cfg = os.path.join(self.tmp, "protect.yaml")
         with open(cfg, "w") as f:
@@ -1127,6 +1128,40 @@ class Workload:
         f.detail["failed_lost_or_stalled_after_kill"] = len(felt)
         return f
 
+    def nem_partition_etcd(self, target=None):
+        """With the etcd backend: cut the namespaced sidecar off from etcd (every member's client
+        port, both ways) while its worker sits between GET and SET, keep it cut 2.5..4 leases, let
+        the worker send its SET (Redis is still reachable), then heal. Its session's lease cannot
+        be kept alive, so the write must be refused: LOCKLOST by the sidecar's own count, or STALE
+        at the store once another holder's fence on acquire raised the mark."""
+        target = target or self.sidecars[0]
+        f = Fault("partition-etcd", target.name)
+        if not self.netns or target.netns is None or not self.etcd:
+            f.missed = True
+            return f
+        a = Arm("rendezvous", target)
+        self.post_arm(a)
+        if not self.wait_reached(a):
+            f.missed = True
+            return f
+        self.netns.cut(*(m.client_port for m in self.etcd.members))
+        t_cut = now()
+        dur = self.rng.uniform(2.5, 4.0) * SESSION_TTL_MS / 1000.0
+        try:
+            time.sleep(dur)
+            a.go.set()
+            a.done.wait(CALL_TIMEOUT + 5)
+        finally:
+            a.go.set()
+            self.netns.heal()
+        f.detail.update(cut_s=round(now() - t_cut, 3), set=a.set_outcome,
+                        worker=a.worker.wid if a.worker else None)
+        if a.set_event is not None:
+            a.set_event["must_refuse"] = "sent %.2f s into a cut from etcd (lease %d ms)" % (
+                dur, SESSION_TTL_MS)
+        f.bit = a.set_outcome in REFUSED
+        return f
+
     def nem_partition(self, target=None):
         """Cut the namespaced sidecar off from Redis (iptables DROP on Redis's port, both ways)
         right after its worker got to the SET, for 2.5..4 leases, then heal. The SET is sent into
@@ -1220,6 +1255,8 @@ class Workload:
             f = self.nem_clock(target)
         elif kind == "kill-etcd-leader":
             f = self.nem_kill_etcd_leader(target)
+        elif kind == "partition-etcd":
+            f = self.nem_partition_etcd()
         else:
             raise ValueError("unknown nemesis %r" % kind)
         f.t1 = now()
@@ -1250,17 +1287,20 @@ class Workload:
 
 
 NEMESES = ("freeze", "stall", "kill-sidecar", "kill-redis", "clock", "partition")
-ETCD_NEMESES = ("kill-etcd-leader",)  # with a 3-member etcd (etcd_members=3)
+# With the etcd backend: partition-etcd needs a network namespace, kill-etcd-leader 3 members.
+ETCD_NEMESES = ("partition-etcd", "kill-etcd-leader")
 
 
-def schedule_for(name, rng, netns=True, etcd3=False):
+def schedule_for(name, rng, netns=True, etcd=False, etcd3=False):
     """i -> nemesis kind. Kill nemeses alternate with a worker stall: a killed sidecar or Redis
     takes the connection of the writer with it, so nothing stale is left to send, and a killed
     etcd leader seldom costs a lease; the stalls keep the fence exercised in those runs too. So
     does the partition without a network namespace (a Redis SIGSTOP, which seldom lets another
-    holder in before the stopped write). "mixed" draws from ETCD_NEMESES too when etcd3."""
+    holder in before the stopped write). "mixed" draws from ETCD_NEMESES too, those the set-up
+    allows (etcd: the etcd backend; etcd3: with 3 members)."""
     if name == "mixed":
-        kinds = NEMESES + (ETCD_NEMESES if etcd3 else ())
+        kinds = NEMESES + (("partition-etcd",) if etcd and netns else ()) + \
+            (("kill-etcd-leader",) if etcd3 else ())
         return lambda i: rng.choice(kinds)
     if name in ("kill-sidecar", "kill-redis", "kill-etcd-leader") or \
             (name == "partition" and not netns):
@@ -1533,15 +1573,15 @@ def main(argv=None):
     rng = random.Random(args.seed)
     if (args.etcd_members == 3 or args.nemesis in ETCD_NEMESES) and args.backend != "etcd":
         ap.error("--etcd-members 3 and kill-etcd-leader need --backend etcd")
-    if args.nemesis in ETCD_NEMESES and args.etcd_members != 3:
+    if args.nemesis == "kill-etcd-leader" and args.etcd_members != 3:
         ap.error("kill-etcd-leader needs --etcd-members 3")
-    if args.backend == "etcd" and use_netns:
-        use_netns = False  # etcd listens on 127.0.0.1 only: not reachable from the namespace
-        print("etcd backend: partitions are Redis SIGSTOPs")
+    if args.nemesis == "partition-etcd" and not use_netns:
+        ap.error("partition-etcd needs a network namespace (%s)" % (netns_why or "--no-netns"))
     with Workload(workers_per_sidecar=args.workers, netns=use_netns, seed=args.seed, log=log,
                   hard_seconds=cap + 120, backend=args.backend,
                   etcd_members=args.etcd_members) as wl:
-        res = wl.run(schedule_for(args.nemesis, rng, use_netns, etcd3=args.etcd_members == 3),
+        res = wl.run(schedule_for(args.nemesis, rng, use_netns, etcd=args.backend == "etcd",
+                                  etcd3=args.etcd_members == 3),
                      seconds=cap, faults=args.faults)
         if args.history:
             with open(args.history, "w") as f:
