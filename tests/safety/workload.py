@@ -754,6 +754,15 @@ def churn_keys(lock):
 
 # ---- the workload ---------------------------------------------------------------------------
 
+def must_refuse(f, a, why):
+    """The write of arm a had to be refused, for `why`: marked so for the checker ([contract]);
+    fault f bit when it was. Returns f."""
+    if a.set_event is not None:
+        a.set_event["must_refuse"] = why
+    f.bit = a.set_outcome in REFUSED
+    return f
+
+
 class Fault:
     def __init__(self, kind, target=None):
         self.kind = kind
@@ -955,6 +964,16 @@ class Workload:
             return False
         return arm.reached.wait(5.0)
 
+    def rendezvous(self, f, target):
+        """Posts an arm for a worker of `target` to stop at its stall point (between GET and SET,
+        or before EXEC); returns it once one has, else None with f marked missed."""
+        a = Arm("rendezvous", target)
+        self.post_arm(a)
+        if self.wait_reached(a):
+            return a
+        f.missed = True
+        return None
+
     def acked_since(self, t):
         return sum(1 for e in self.history if e["op"] == "set" and e["out"] == "ok"
                    and e["t0"] >= t and e["lock"] == LOCK)
@@ -988,11 +1007,8 @@ class Workload:
             self.end_solo()
         f.detail.update(frozen_s=round(now() - t_frozen, 3), set=a.set_outcome, solo=solo,
                         worker=a.worker.wid if a.worker else None)
-        if a.set_event is not None:
-            a.set_event["must_refuse"] = "sent into a sidecar frozen %.2f s (lease %d ms)" % (
-                dur, SESSION_TTL_MS)
-        f.bit = a.set_outcome in REFUSED
-        return f
+        return must_refuse(f, a, "sent into a sidecar frozen %.2f s (lease %d ms)" % (
+            dur, SESSION_TTL_MS))
 
     def nem_stall(self, target):
         """A NORENEW worker (TTL 500) stalls before its write (between GET and SET, or between
@@ -1051,10 +1067,8 @@ class Workload:
         """kill -9 the sidecar right after its worker sent the SET (0..3 ms later, so the write is
         in flight: before, inside or after Redis), then start it again on the same ports."""
         f = Fault("kill-sidecar", target.name)
-        a = Arm("rendezvous", target)
-        self.post_arm(a)
-        if not self.wait_reached(a):
-            f.missed = True
+        a = self.rendezvous(f, target)
+        if a is None:
             return f
         a.go.set()
         a.sent.wait(5)
@@ -1075,10 +1089,8 @@ class Workload:
         later (AOF with fsync always: acknowledged writes, tokens and marks survive)."""
         f = Fault("kill-redis", "redis")
         sc = target or self.rng.choice(self.sidecars)
-        a = Arm("rendezvous", sc)
-        self.post_arm(a)
-        if not self.wait_reached(a):
-            f.missed = True
+        a = self.rendezvous(f, sc)
+        if a is None:
             return f
         a.go.set()
         a.sent.wait(5)
@@ -1107,10 +1119,8 @@ class Workload:
         if leader is None:
             f.missed = True
             return f
-        a = Arm("rendezvous", target)
-        self.post_arm(a)
-        if not self.wait_reached(a):
-            f.missed = True
+        a = self.rendezvous(f, target)
+        if a is None:
             return f
         a.go.set()
         a.sent.wait(5)
@@ -1139,10 +1149,8 @@ class Workload:
         if not self.netns or target.netns is None or not self.etcd:
             f.missed = True
             return f
-        a = Arm("rendezvous", target)
-        self.post_arm(a)
-        if not self.wait_reached(a):
-            f.missed = True
+        a = self.rendezvous(f, target)
+        if a is None:
             return f
         self.netns.cut(*(m.client_port for m in self.etcd.members))
         t_cut = now()
@@ -1156,11 +1164,8 @@ class Workload:
             self.netns.heal()
         f.detail.update(cut_s=round(now() - t_cut, 3), set=a.set_outcome,
                         worker=a.worker.wid if a.worker else None)
-        if a.set_event is not None:
-            a.set_event["must_refuse"] = "sent %.2f s into a cut from etcd (lease %d ms)" % (
-                dur, SESSION_TTL_MS)
-        f.bit = a.set_outcome in REFUSED
-        return f
+        return must_refuse(f, a, "sent %.2f s into a cut from etcd (lease %d ms)" % (
+            dur, SESSION_TTL_MS))
 
     def nem_partition(self, target=None):
         """Cut the namespaced sidecar off from Redis (iptables DROP on Redis's port, both ways)
@@ -1171,10 +1176,8 @@ class Workload:
         if not self.netns or target.netns is None:
             return self.nem_pause_redis(target)
         f = Fault("partition", target.name)
-        a = Arm("rendezvous", target)
-        self.post_arm(a)
-        if not self.wait_reached(a):
-            f.missed = True
+        a = self.rendezvous(f, target)
+        if a is None:
             return f
         self.netns.cut(self.redis.port)
         a.go.set()
@@ -1192,10 +1195,8 @@ class Workload:
         bites only when another holder's acquire gets in before the SET once Redis resumes."""
         f = Fault("pause-redis", "redis")
         sc = target or self.rng.choice(self.sidecars)
-        a = Arm("rendezvous", sc)
-        self.post_arm(a)
-        if not self.wait_reached(a):
-            f.missed = True
+        a = self.rendezvous(f, sc)
+        if a is None:
             return f
         self.redis.pause()
         a.go.set()
