@@ -2,7 +2,8 @@
 a workload.py run of FG_SAFETY_SECONDS (default 14; mixed 1.5 times that) against one Redis (AOF,
 fsync always) and two sidecars. Every test fails on any violation found by workload.check() and
 on a vacuous run: fewer than 3 faults, no write refused (STALE or LOCKLOST), no fault of the
-test's own kind that bit, hardly any writes acknowledged on L or on the churn locks, no
+test's own kind that bit, hardly any writes acknowledged on L or on the churn locks or bank
+transfers, no
 acknowledged write after the last fault (no recovery), or no
 pipelined run that went as a fenced transaction (the sidecars' /metrics)."""
 
@@ -57,6 +58,8 @@ class Safety(unittest.TestCase):
         self.assertGreaterEqual(res["acknowledged"], 50, "hardly any progress:\n" + card)
         self.assertGreaterEqual(res["churn_writes"].get("ok", 0), 50,
                                 "hardly any progress on the churn locks:\n" + card)
+        self.assertGreaterEqual(res["bank_transfers"].get("ok", 0), 50,
+                                "hardly any bank transfers:\n" + card)
         self.assertGreaterEqual(res["acked_after_last_fault"], 1,
                                 "no acknowledged write after the last fault:\n" + card)
         self.assertGreaterEqual(res["fenced_txns"], 1,

@@ -19,7 +19,8 @@ sidecar (Churn) run the same loop on locks bg0..bg3, picked at random for each t
 counter c:{bgN} and the log c:{bgN}:log (fenced by the hash-tag rule): their writes meet L's on
 the sidecar's shared upstream connection (scripts and transactions carrying several locks), and
 with the etcd backend their acquisitions and releases share etcd Txns with L's. Each churn lock
-is checked like L (1-4 below). Every step is
+is checked like L (1-4 below). Two bank workers per sidecar (Bank) move money between accounts
+under locks k0..k3, two locks per transfer; the balances must keep their sum. Every step is
 recorded with monotonic timestamps and its outcome: ok, stale, locklost, failed (an error saying
 nothing was applied) or unknown (connection lost, or -UNAVAILABLE for a command in flight). The
 checker then reads the final counter and log straight from Redis and checks the whole history
@@ -83,6 +84,9 @@ MAX_WORKER_ITERATIONS = 1000000
 CHURN_LOCKS = 4             # locks bg0..bg3 of the churn workers, checked like L
 CHURN_WAIT_MS = 200
 CHURN_MODES = {"a": ("plain", "pipe"), "b": ("multi", "plain")}  # churn workers per sidecar
+BANK_ACCOUNTS = 4           # acct:{k0}..acct:{k3}, each under its own lock k0..k3
+BANK_INITIAL = 1000         # each account's balance at the start; transfers keep the sum
+BANK_MODES = ("multi", "mset")  # bank workers per sidecar: how a transfer writes both balances
 # How a worker sends its SET and RPUSH: one after the other ("plain"), in MULTI/EXEC ("multi"),
 # or both in one send ("pipe": a run of fenced writes, which fencegate sends as one transaction).
 # (NORENEW lease, write mode) of worker i of a sidecar, cyclically.
@@ -747,6 +751,92 @@ class Churn(Worker):
         self.counter, self.log_key = churn_keys(self.lock)
 
 
+class Bank(threading.Thread):
+    """A bank worker: each turn takes the locks of two accounts (lower first, WAIT 200), reads
+    both balances, moves a random amount from one to the other (MULTI / SET / SET / EXEC, or one
+    MSET whose keys are under both locks) and releases. Whatever fails or stays unknown, every
+    transfer is applied whole or not at all and needs both locks, so the balances always sum to
+    BANK_ACCOUNTS * BANK_INITIAL: a transfer applied on balances another holder changed since they
+    were read (two holders at once, or a stale write let through) breaks the sum."""
+
+    def __init__(self, wl, wid, sidecar, mode):
+        super().__init__(name="bank-" + wid, daemon=True)
+        self.wl = wl
+        self.wid = wid
+        self.sidecar = sidecar
+        self.mode = mode
+        self.conn = None
+        self.rng = random.Random(wl.seed * 1000 + 11 + sum(map(ord, wid)))
+
+    def rec(self, **ev):
+        ev.update(w=self.wid, sc=self.sidecar.name)
+        self.wl.history.append(ev)
+
+    def call(self, *args):
+        return self.conn.call(*args, timeout=CALL_TIMEOUT)
+
+    def run(self):
+        wl = self.wl
+        while not wl.stop.is_set() and now() < wl.hard_deadline:
+            try:
+                if self.conn is None:
+                    self.conn = Conn(self.sidecar.host, self.sidecar.resp_port, CALL_TIMEOUT)
+                self.transfer()
+            except (OSError, EOFError, ValueError) as e:  # the connection is gone
+                self.rec(op="bank-conn", lock="bank", t0=now(), t1=now(), out="unknown",
+                         msg=repr(e)[:200])
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                time.sleep(0.05)
+        if self.conn is not None:
+            self.conn.close()
+
+    def transfer(self):
+        i, j = sorted(self.rng.sample(range(BANK_ACCOUNTS), 2))
+        held = []
+        try:
+            for n in (i, j):
+                t0 = now()
+                r = self.call("FENCE.ACQUIRE", "k%d" % n, "WAIT", CHURN_WAIT_MS)
+                out = "ok" if isinstance(r, int) else classify(r)
+                self.rec(op="acquire", lock="k%d" % n, t0=t0, t1=now(), out=out,
+                         token=r if out == "ok" else None, norenew=False,
+                         msg=None if out == "ok" else str(r)[:200])
+                if out != "ok":
+                    return
+                held.append(n)
+            r = self.call("MGET", bank_key(i), bank_key(j))
+            if not (isinstance(r, list) and len(r) == 2 and None not in r):
+                self.rec(op="bank-read", lock="bank", t0=now(), t1=now(), out=classify(r),
+                         msg=repr(r)[:200])
+                return
+            a, b = int(r[0]), int(r[1])
+            x = self.rng.randint(1, 50)
+            t0 = now()
+            queued = []
+            if self.mode == "multi":
+                for cmd in (("MULTI",), ("SET", bank_key(i), a - x), ("SET", bank_key(j), b + x)):
+                    queued.append(self.call(*cmd))
+                r = self.call("EXEC")
+            else:
+                r = self.call("MSET", bank_key(i), a - x, bank_key(j), b + x)
+            if isinstance(r, Err) and r.startswith("EXECABORT"):  # say which SET was refused
+                r = next((q for q in queued if isinstance(q, Err)), r)
+            out = "ok" if r in ("OK", ["OK", "OK"]) else classify(r) if isinstance(r, Err) \
+                else "failed" if r is None else "error"
+            self.rec(op="bank", lock="bank", t0=t0, t1=now(), out=out, accounts=[i, j], amount=x,
+                     msg=None if out == "ok" else repr(r)[:200])
+        finally:
+            for n in reversed(held):
+                self.call("FENCE.RELEASE", "k%d" % n)
+
+
+def bank_key(n):
+    """Account n's balance: the hash tag names its lock."""
+    return "acct:{k%d}" % n
+
+
 def churn_keys(lock):
     """A churn lock's counter and log: the hash tag names the lock."""
     return "c:{%s}" % lock, "c:{%s}:log" % lock
@@ -833,6 +923,11 @@ class Workload:
             binds.append(self.netns.host_ip)
         self.redis = AofRedis(binds)
         self.redis.start()
+        c = self.redis.client()
+        try:
+            c.mset({bank_key(n): BANK_INITIAL for n in range(BANK_ACCOUNTS)})
+        finally:
+            c.close()
         if self.backend == "etcd":
             from etcd_harness import EtcdCluster
             self.etcd = EtcdCluster(self.etcd_members, client_hosts=binds)
@@ -857,6 +952,8 @@ class Workload:
             for i, mode in enumerate(CHURN_MODES[s.name]):
                 tag = {"multi": "t", "pipe": "p"}.get(mode, "")
                 self.churners.append(Churn(self, "%sc%d%s" % (s.name, i, tag), s, mode))
+            for mode in BANK_MODES:
+                self.churners.append(Bank(self, "%s-bank-%s" % (s.name, mode), s, mode))
 
     def start_workers(self):
         for w in self.workers + self.churners:
@@ -927,6 +1024,11 @@ class Workload:
             self.final["churn"] = {
                 name: state(name, *churn_keys(name))
                 for name in ("bg%d" % i for i in range(CHURN_LOCKS))}
+            self.final["bank"] = [int(v or 0) for v in
+                                  c.mget([bank_key(n) for n in range(BANK_ACCOUNTS)])]
+            self.final["bank_marks"] = {
+                "k%d" % n: int(c.get("fencegate:hwm:{k%d}" % n) or 0)
+                for n in range(BANK_ACCOUNTS)}
             tok = c.get("fencegate:token:{%s}" % LOCK)
         finally:
             c.close()
@@ -1445,9 +1547,27 @@ def check(wl):
     V = check_lock(H, fin)
     for name, state in sorted(fin["churn"].items()):
         V += [v.replace("] ", "] lock %s: " % name, 1) for v in check_lock(by_lock[name], state)]
+    bank = by_lock["bank"]
+    total = sum(fin["bank"])
+    if total != BANK_ACCOUNTS * BANK_INITIAL:
+        V.append("[safety] bank: the balances %s sum to %d, not %d: a transfer was applied on "
+                 "balances changed since they were read" % (fin["bank"], total,
+                                                            BANK_ACCOUNTS * BANK_INITIAL))
+    for n in range(BANK_ACCOUNTS):
+        name = "k%d" % n
+        g = [e for e in by_lock[name] if e["op"] == "acquire" and e["out"] == "ok"]
+        toks = collections.Counter(e["token"] for e in g)
+        V += ["[safety] bank lock %s: token %d granted %d times" % (name, t, c)
+              for t, c in toks.items() if c > 1]
+        V += ["[safety] bank lock %s: token order: %s got %d at %.3f after %s got %d (completed "
+              "%.3f)" % (name, x["w"], x["token"], x["t0"], y["w"], y["token"], y["t1"])
+              for x, y in token_order(g)]
+        if g and fin["bank_marks"][name] < max(toks):
+            V.append("[safety] bank lock %s: final mark %d below the largest token %d" % (
+                name, fin["bank_marks"][name], max(toks)))
     writes = [e for e in H if e["op"] in ("set", "rpush")]
     grants = [e for e in H if e["op"] == "acquire" and e["out"] == "ok"]
-    churn = [e for e in wl.history if e["lock"] != LOCK]
+    churn = [e for e in wl.history if e["lock"].startswith("bg")]
     churn_outs = collections.Counter(e["out"] for e in churn if e["op"] in ("set", "rpush"))
 
     # 5. leases
@@ -1505,6 +1625,8 @@ def check(wl):
         shared_txns=fin["shared_txns"],
         churn_grants=sum(1 for e in churn if e["op"] == "acquire" and e["out"] == "ok"),
         churn_writes=dict(churn_outs),
+        bank_transfers=dict(collections.Counter(e["out"] for e in bank if e["op"] == "bank")),
+        bank_balances=fin["bank"],
         acked_after_last_fault=wl.acked_since(getattr(wl, "t_quiet", now())),
         violations=V,
     )
@@ -1535,6 +1657,9 @@ def scorecard(res):
         % res["fenced_txns"],
         "  churn locks bg0..bg%d: %d grants, writes %s" % (CHURN_LOCKS - 1, res["churn_grants"],
                                                          res["churn_writes"]),
+        "  bank on k0..k%d: transfers %s, balances %s (sum %d)" % (
+            BANK_ACCOUNTS - 1, res["bank_transfers"], res["bank_balances"],
+            sum(res["bank_balances"])),
         "  etcd Txns shared by several acquisitions/releases: %d (last incarnations)"
         % res["shared_txns"],
         "  violations           %d" % len(res["violations"]),
