@@ -109,6 +109,7 @@ struct rd_conn {
     enum rd_conn_state state;
     struct event *timer; /* reconnect backoff while DOWN, handshake deadline while CONNECTING */
     int backoff_ms;
+    int64_t started_ms; /* when the last connection attempt began */
     int is_sub;
     int hs[RD_MAX_HANDSHAKE];
     int hs_sent, hs_done;
@@ -131,6 +132,7 @@ struct rd_call {
     struct rd_call *prev, *next;
     struct rd_client *rc;
     struct event *timer; /* op_timeout */
+    long long wait_ms;   /* how long it may wait for a connection: op_timeout, or less */
     enum rd_call_kind kind;
     enum rd_script script;
     unsigned sent : 1, timed_out : 1, retried : 1, overflow : 1;
@@ -340,6 +342,7 @@ static void rd_conn_start(struct rd_conn *cn)
     struct rd_client *rc = cn->rc;
     redisAsyncContext *ac = redisAsyncConnect(rc->host, rc->port);
     char why[256];
+    cn->started_ms = lock_now_ms();
     if (ac == NULL || ac->err) {
         lock_fmt(why, sizeof(why), "connect failed: %s",
                  ac && ac->errstr ? ac->errstr : "out of memory");
@@ -393,6 +396,16 @@ static void rd_conn_start(struct rd_conn *cn)
     long long to = rc->lc->opt.op_timeout_ms;
     struct timeval tv = {(time_t)(to / 1000), (suseconds_t)((to % 1000) * 1000)};
     evtimer_add(cn->timer, &tv);
+}
+
+/* A call needs the connection while it waits out a backoff: try again now, unless an attempt
+ * began less than RD_BACKOFF_MIN_MS ago (calls against a dead Redis retry no faster than that). */
+static void rd_conn_wake(struct rd_conn *cn)
+{
+    if (cn->state != RD_DOWN || lock_now_ms() - cn->started_ms < RD_BACKOFF_MIN_MS)
+        return;
+    evtimer_del(cn->timer);
+    rd_conn_start(cn);
 }
 
 static void rd_conn_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -523,14 +536,19 @@ static void rd_call_free(struct rd_call *k)
 
 static void rd_call_timeout_cb(evutil_socket_t fd, short what, void *arg);
 
-static void rd_call_arm(struct rd_call *k)
+static void rd_call_arm_ms(struct rd_call *k, long long to)
 {
-    long long to = k->rc->lc->opt.op_timeout_ms;
     struct timeval tv = {(time_t)(to / 1000), (suseconds_t)((to % 1000) * 1000)};
+    k->wait_ms = to;
     if (k->timer == NULL)
         k->timer = evtimer_new(k->rc->lc->base, rd_call_timeout_cb, k);
     if (k->timer)
         evtimer_add(k->timer, &tv);
+}
+
+static void rd_call_arm(struct rd_call *k)
+{
+    rd_call_arm_ms(k, k->rc->lc->opt.op_timeout_ms);
 }
 
 static void rd_call_send(struct rd_call *k)
@@ -555,6 +573,8 @@ static void rd_call_send(struct rd_call *k)
     if (k->kind == RD_CALL_DROP) {
         rc->unsent_drops--;
         rd_call_arm(k); /* queued releases wait for a connection however long it takes */
+    } else if (k->wait_ms < rc->lc->opt.op_timeout_ms) {
+        rd_call_arm(k); /* it waited less for the connection; its reply gets the full time */
     }
 }
 
@@ -747,6 +767,17 @@ static void rd_wait_attempt(struct rd_wait *wl)
         wl->inflight = 1;
         wl->kick = 0;
         rd_call_submit(k);
+        if (!k->sent && wl->rc->main.state == RD_DOWN) {
+            /* Between reconnect attempts: try to reconnect now, and wait for the connection no
+             * longer than the caller waits for the lock (but as long as one attempt may take
+             * on a live network), so a try-once acquire against a dead Redis answers soon. */
+            long long left = r->deadline_ms - lock_now_ms();
+            rd_conn_wake(&wl->rc->main);
+            if (left < RD_BACKOFF_MIN_MS)
+                left = RD_BACKOFF_MIN_MS;
+            if (left < k->wait_ms)
+                rd_call_arm_ms(k, left);
+        }
         return;
     }
     rd_wait_maybe_free(wl);
@@ -1037,8 +1068,7 @@ static void rd_call_timeout_cb(evutil_socket_t fd, short what, void *arg)
     char msg[LOCK_MSG_MAX];
     if (!k->sent) {
         lock_fmt(msg, sizeof(msg), "%s is unreachable (%s); gave up after %lld ms", rc->where,
-                 rc->last_error[0] ? rc->last_error : "not connected yet",
-                 rc->lc->opt.op_timeout_ms);
+                 rc->last_error[0] ? rc->last_error : "not connected yet", k->wait_ms);
         rc->lc->stats.backend_errors++;
         rd_call_fail(k, msg, 0);
         rd_call_free(k);

@@ -519,6 +519,7 @@ static void cl_reply_unavailable(struct client *c)
 
     metrics_inc(&fg_metrics, M_UNAVAILABLE_REPLIES, 1);
     cl_reply_local(c, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+    upstream_wake(c->srv->up);
 }
 
 /* ---- upstream connection --------------------------------------------------------------------- */

@@ -55,6 +55,7 @@ struct upstream {
     int busy;                 /* the last PING was answered -BUSY, -LOADING or -MASTERDOWN */
     int commands_again;       /* COMMAND was answered so too: ask again next round */
     long long quick_retry_ms; /* when the probe last reconnected at once (up_quick_retry) */
+    long long woken_ms;       /* when a refused client last made it probe at once */
 };
 
 static void up_schedule(struct upstream *u, int ms);
@@ -267,6 +268,17 @@ static int up_quick_retry(struct upstream *u)
     evtimer_del(u->timer);
     up_schedule(u, 0);
     return 1;
+}
+
+void upstream_wake(struct upstream *u)
+{
+    long long now = clock_now_ms();
+
+    if (u->up || u->state != UP_IDLE || now - u->woken_ms < UP_BACKOFF_MIN_MS)
+        return;
+    u->woken_ms = now;
+    evtimer_del(u->timer);
+    up_schedule(u, 0);
 }
 
 static void up_on_io(evutil_socket_t fd, short what, void *arg)

@@ -38,5 +38,8 @@ const char *upstream_prelude(const struct upstream *u, size_t *len, int *nreplie
 
 /* A session failed to reach the upstream: mark it down now and probe again soon. */
 void upstream_report_failure(struct upstream *u, const char *why);
+/* A client was refused because the upstream is down: probe now instead of at the end of the
+ * backoff (at most every 100 ms), so that once Redis is back the next request finds it up. */
+void upstream_wake(struct upstream *u);
 
 #endif

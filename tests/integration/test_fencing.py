@@ -1035,7 +1035,10 @@ class RedisLost(FencingCase):
             r = n.call("FENCE.ACQUIRE", "wallet:6", "WAIT", 0)
             return r if isinstance(r, int) else None
         t2 = harness.wait_until(acquired, 10, 0.2, "FENCE.ACQUIRE to work after Redis restart")
-        self.assertEqual(n.call("SET", "wallet:6", "after"), "OK")
+        # The lock client reconnects on demand; the proxy's probe may still be in its backoff,
+        # and a write it refuses (-UNAVAILABLE) was not sent.
+        harness.wait_until(lambda: n.call("SET", "wallet:6", "after") == "OK", 10, 0.05,
+                           "the fenced write to go through after Redis restart")
         self.assertEqual(self.direct.get("wallet:6"), b"after")
         self.assertEqual(self.hwm("wallet:6"), t2)
         self.assertGreater(t, 0)

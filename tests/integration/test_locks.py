@@ -182,6 +182,33 @@ class Waiting(LockTestCase):
         self.assertGreaterEqual(dt, 0.45, "gave up before WAIT ran out")
         self.assertLess(dt, 2.0, "WAIT 500 took %.2fs" % dt)
 
+    def test_backend_down_answers_within_the_wait_and_its_return_is_noticed_at_once(self):
+        # With the lock backend down, an acquire waits for it no longer than its WAIT (about
+        # 0.1 s for a try-once one, not the 2 s a call may take); once Redis is back, the next
+        # acquire reconnects on demand instead of waiting out the reconnect backoff, which has
+        # grown past a second by then.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "down:warm")
+        self.assertEqual(c.call("FENCE.RELEASE", "down:warm"), 1)
+        self.redis.kill()
+        time.sleep(3)
+        for wait, most in ((0, 0.6), (300, 0.9)):
+            conn = self.raw(fg.resp_port)
+            t0 = time.monotonic()
+            r = conn.call("FENCE.ACQUIRE", "down:x", "WAIT", wait, timeout=5)
+            took = time.monotonic() - t0
+            self.assertIsInstance(r, Err, "granted with the backend down: %r" % (r,))
+            self.assertTrue(r.startswith("UNAVAILABLE ") and "not acquired" in r, r)
+            self.assertLess(took, most, "WAIT %d took %.2f s with the backend down" % (wait, took))
+        self.redis.start()
+        conn = self.raw(fg.resp_port)
+        t0 = time.monotonic()
+        r = conn.call("FENCE.ACQUIRE", "down:x", "WAIT", 0, timeout=5)
+        took = time.monotonic() - t0
+        self.assertIsInstance(r, int, "the first acquire after the backend came back: %r" % (r,))
+        self.assertLess(took, 0.5, "it waited %.2f s for a reconnect" % took)
+
     def test_closing_a_connection_releases_all_its_locks(self):
         a = self.raw(self.fg.resp_port)
         self.acquire(a, "s1")

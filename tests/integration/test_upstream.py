@@ -203,6 +203,22 @@ class UpstreamLost(FgTestCase):
         self.assertIsNone(self.redis.client(db=5).get("x"))
         fg.stop(expect_rc=0)
 
+    def test_a_refused_request_brings_a_returned_redis_back_at_once(self):
+        # After a long outage the probe's backoff has grown past a second; a request refused
+        # because the upstream is down makes it probe at once, so the request after it works.
+        fg = self.fg
+        self.assertEqual(self.raw(fg.resp_port).call("PING"), "PONG")
+        self.redis.kill()
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 503, 10, 0.1, "/readyz 503")
+        time.sleep(4)
+        self.redis.start()
+        c = self.raw(fg.resp_port)
+        r = c.call("PING", timeout=5)
+        self.assertTrue(r == "PONG" or (isinstance(r, Err) and r.startswith("UNAVAILABLE ")), r)
+        time.sleep(0.2)
+        self.assertEqual(self.raw(fg.resp_port).call("PING", timeout=5), "PONG",
+                         "Redis is back and a request already asked for it")
+
     def test_back_pressure_slow_reader_memory_bounded(self):
         fg = self.fg
         big = os.urandom(1 << 20)  # 1 MiB

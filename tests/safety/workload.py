@@ -489,6 +489,7 @@ class Arm:
         self.go = threading.Event()
         self.done = threading.Event()
         self.sent = threading.Event()
+        self.on_sent = None         # run by the worker right after it sent the write
         self.worker = None
         self.token = None
         self.set_outcome = None
@@ -620,7 +621,7 @@ class Worker(threading.Thread):
         try:
             if kind == "set" and self.arm is not None:
                 self.conn.cmd(*cmd)
-                self.arm.sent.set()   # a nemesis may strike now: the write is in flight
+                self.write_sent()
                 r = self.conn.read_reply(CALL_TIMEOUT)
             else:
                 r = self.call(*cmd)
@@ -650,7 +651,7 @@ class Worker(threading.Thread):
         try:
             self.conn.send(b"".join(harness.encode(*w[1:]) for w in writes))
             if self.arm is not None:
-                self.arm.sent.set()   # a nemesis may strike now: both writes are in flight
+                self.write_sent()   # both writes are in flight
             for _ in writes:
                 replies.append((self.conn.read_reply(CALL_TIMEOUT), now()))
         except (OSError, EOFError, ValueError) as e:
@@ -687,7 +688,7 @@ class Worker(threading.Thread):
         try:
             self.conn.cmd("EXEC")
             if self.arm is not None:
-                self.arm.sent.set()
+                self.write_sent()
             r = self.conn.read_reply(CALL_TIMEOUT)
         except (OSError, EOFError, ValueError) as e:
             r = e
@@ -713,6 +714,14 @@ class Worker(threading.Thread):
             self.drop()
             return False
         return True
+
+    def write_sent(self):
+        """The armed write is in flight: the nemesis may strike now. Its on_sent runs here, on
+        this thread, so that a kill lands within the intended fraction of a millisecond instead of
+        whenever the nemesis thread gets the interpreter back."""
+        if self.arm.on_sent is not None:
+            self.arm.on_sent()
+        self.arm.sent.set()
 
     def note_arm(self, kind, ev):
         if kind == "set" and self.arm is not None:
@@ -843,6 +852,14 @@ def churn_keys(lock):
 
 
 # ---- the workload ---------------------------------------------------------------------------
+
+def kill_on_sent(a, proc, delay):
+    """Arms a to SIGKILL proc `delay` seconds after its worker sent the write."""
+    def strike():
+        spin(delay)
+        proc.kill()
+    a.on_sent = strike
+
 
 def must_refuse(f, a, why):
     """The write of arm a had to be refused, for `why`: marked so for the checker ([contract]);
@@ -1076,6 +1093,17 @@ class Workload:
         f.missed = True
         return None
 
+    def ended_since(self, t):
+        """The events that ended at t or later. The history is appended as steps end, by many
+        threads, so it is walked back until well before t (no step takes CALL_TIMEOUT + 5 s)."""
+        out = []
+        for e in reversed(self.history):
+            if e["t1"] < t - CALL_TIMEOUT - 5:
+                break
+            if e["t1"] >= t:
+                out.append(e)
+        return out
+
     def acked_since(self, t):
         return sum(1 for e in self.history if e["op"] == "set" and e["out"] == "ok"
                    and e["t0"] >= t and e["lock"] == LOCK)
@@ -1172,9 +1200,9 @@ class Workload:
         a = self.rendezvous(f, target)
         if a is None:
             return f
+        kill_on_sent(a, target.fg.proc, self.rng.uniform(0, 0.0015))
         a.go.set()
         a.sent.wait(5)
-        spin(self.rng.uniform(0, 0.0015))
         target.kill()
         t_kill = now()
         time.sleep(self.rng.uniform(0.05, 0.4))
@@ -1194,9 +1222,9 @@ class Workload:
         a = self.rendezvous(f, sc)
         if a is None:
             return f
+        kill_on_sent(a, self.redis.proc, self.rng.uniform(0, 0.0015))
         a.go.set()
         a.sent.wait(5)
-        spin(self.rng.uniform(0, 0.0015))
         self.redis.kill()
         t_kill = now()
         time.sleep(self.rng.uniform(0.2, 1.0))
@@ -1204,9 +1232,9 @@ class Workload:
         a.done.wait(CALL_TIMEOUT + 5)
         f.detail.update(set=a.set_outcome, down_s=round(now() - t_kill, 3))
         f.t_down = (t_kill, now())
-        bad = [e for e in self.history[-2000:] if e["t1"] >= t_kill and
+        bad = [e for e in self.ended_since(t_kill) if
                e["out"] in ("unknown", "failed")]
-        f.bit = bool(bad)
+        f.bit = bool(bad) or a.set_outcome in ("unknown", "failed")
         f.detail["failed_or_unknown_during_outage"] = len(bad)
         return f
 
@@ -1233,7 +1261,7 @@ class Workload:
         a.done.wait(CALL_TIMEOUT + 5)
         f.detail.update(set=a.set_outcome, down_s=round(now() - t_kill, 3), member=leader.name)
         f.t_down = (t_kill, now())
-        felt = [e for e in self.history[-5000:] if e["t1"] >= t_kill and
+        felt = [e for e in self.ended_since(t_kill) if
                 (e["out"] in ("unknown", "failed", "locklost") or
                  (e["op"] == "release" and e["t1"] - e["t0"] > 0.3))]
         f.bit = bool(felt)
