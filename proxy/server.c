@@ -2135,6 +2135,10 @@ static size_t req_process(struct client *c, const char *src, size_t len)
                     snprintf(c->down_why, sizeof(c->down_why), "%s", upstream_error(c->srv->up));
                 cl_reply_unavailable(c);
                 pos += r.len;
+                /* What the connection asked of Redis so far (SELECT, CLIENT SETNAME, ...) would
+                 * be missing from an upstream connection made later: it ends after this reply,
+                 * as a direct client's would, and the client starts over. */
+                c->closing = 1;
                 continue;
             }
         }

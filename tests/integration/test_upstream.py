@@ -219,6 +219,30 @@ class UpstreamLost(FgTestCase):
         self.assertEqual(self.raw(fg.resp_port).call("PING", timeout=5), "PONG",
                          "Redis is back and a request already asked for it")
 
+    def test_a_select_refused_while_redis_is_down_ends_the_connection(self):
+        # A client that connects while Redis is down and selects a database gets -UNAVAILABLE.
+        # Were the connection kept, its next command, once Redis is back, would run in database
+        # 0 while the client believes it selected 3: it is closed instead, and the client starts
+        # over as it would after a refused connect.
+        fg = self.fg
+        self.redis.kill()
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 503, 10, 0.1, "/readyz 503")
+        c = self.raw(fg.resp_port)
+        r = c.call("SELECT", "3", timeout=5)
+        self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE "), r)
+        self.redis.start()
+        harness.wait_until(lambda: self.raw(fg.resp_port).call("PING", timeout=5) == "PONG", 10,
+                           0.1, "fencegate to find Redis back")
+        try:
+            c.send(harness.encode("SET", "lost-db", "v"))
+            got = c.read_until_close(timeout=5)
+        except OSError:
+            got = b""
+        self.assertEqual(got, b"", "the connection went on after its SELECT was refused")
+        direct = self.redis.client()
+        self.addCleanup(direct.close)
+        self.assertIsNone(direct.get("lost-db"), "a command ran in the wrong database")
+
     def test_back_pressure_slow_reader_memory_bounded(self):
         fg = self.fg
         big = os.urandom(1 << 20)  # 1 MiB
