@@ -110,6 +110,7 @@ struct rd_conn {
     struct event *timer; /* reconnect backoff while DOWN, handshake deadline while CONNECTING */
     int backoff_ms;
     int64_t started_ms; /* when the last connection attempt began */
+    int woken;          /* a call asked for that attempt (rd_conn_wake) */
     int is_sub;
     int hs[RD_MAX_HANDSHAKE];
     int hs_sent, hs_done;
@@ -200,7 +201,9 @@ static void rd_conn_backoff(struct rd_conn *cn)
 {
     int ms = cn->backoff_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    cn->backoff_ms = ms * 2 > RD_BACKOFF_MAX_MS ? RD_BACKOFF_MAX_MS : ms * 2;
+    if (!cn->woken) /* an attempt a call asked for does not lengthen the backoff */
+        cn->backoff_ms = ms * 2 > RD_BACKOFF_MAX_MS ? RD_BACKOFF_MAX_MS : ms * 2;
+    cn->woken = 0;
     evtimer_add(cn->timer, &tv);
 }
 
@@ -244,6 +247,7 @@ static void rd_main_ready(struct rd_client *rc)
     struct rd_conn *cn = &rc->main;
     cn->state = RD_READY;
     cn->backoff_ms = RD_BACKOFF_MIN_MS;
+    cn->woken = 0;
     evtimer_del(cn->timer);
     /* In order: the releases of grants whose replies were lost go before any new acquire. */
     for (struct rd_call *k = rc->calls_head, *next; k && cn->state == RD_READY; k = next) {
@@ -405,6 +409,7 @@ static void rd_conn_wake(struct rd_conn *cn)
     if (cn->state != RD_DOWN || lock_now_ms() - cn->started_ms < RD_BACKOFF_MIN_MS)
         return;
     evtimer_del(cn->timer);
+    cn->woken = 1;
     rd_conn_start(cn);
 }
 

@@ -56,6 +56,7 @@ struct upstream {
     int commands_again;       /* COMMAND was answered so too: ask again next round */
     long long quick_retry_ms; /* when the probe last reconnected at once (up_quick_retry) */
     long long woken_ms;       /* when a refused client last made it probe at once */
+    int woken;                /* the probe in flight is such a one */
 };
 
 static void up_schedule(struct upstream *u, int ms);
@@ -132,7 +133,9 @@ static void up_fail(struct upstream *u, const char *why)
 {
     up_set_state(u, 0, why);
     up_close_probe(u);
-    u->backoff_ms = u->backoff_ms ? u->backoff_ms * 2 : UP_BACKOFF_MIN_MS;
+    if (!u->woken || !u->backoff_ms) /* a probe a client asked for does not lengthen it */
+        u->backoff_ms = u->backoff_ms ? u->backoff_ms * 2 : UP_BACKOFF_MIN_MS;
+    u->woken = 0;
     if (u->backoff_ms > UP_BACKOFF_MAX_MS)
         u->backoff_ms = UP_BACKOFF_MAX_MS;
     /* Jitter keeps a fleet of sidecars from probing a restarting Redis in lockstep. */
@@ -277,6 +280,7 @@ void upstream_wake(struct upstream *u)
     if (u->up || u->state != UP_IDLE || now - u->woken_ms < UP_BACKOFF_MIN_MS)
         return;
     u->woken_ms = now;
+    u->woken = 1;
     evtimer_del(u->timer);
     up_schedule(u, 0);
 }
@@ -342,6 +346,7 @@ static void up_on_io(evutil_socket_t fd, short what, void *arg)
     if (u->expect == 0 && u->state == UP_WAITING) {
         u->state = UP_IDLE;
         u->backoff_ms = 0;
+        u->woken = 0;
         up_set_state(u, 1, "");
         evtimer_del(u->timer);
         up_schedule(u, UP_PROBE_INTERVAL_MS);

@@ -189,7 +189,7 @@ class EtcdLocks(EtcdTestCase):
         # on a new lease); the other's Txn and its held lock are untouched.
         fg = self.fencegate("--session-ttl-ms", "30000", config=None)
         a, b = self.raw(fg.resp_port), self.raw(fg.resp_port)
-        for rnd in range(5):
+        for rnd in range(20):  # until the two meet in one turn of the loop (a busy CI seldom)
             self.acquire(a, "mine%d" % rnd)
             self.acquire(b, "held%d" % rnd)
             lease_a = self.etcd.keys(PREFIX + "mine%d/" % rnd)[0][2]
