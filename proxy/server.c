@@ -2133,12 +2133,14 @@ static size_t req_process(struct client *c, const char *src, size_t len)
             if (c->ustate == U_DOWN && !req_answered_here(c, src + pos, &r)) {
                 if (!upstream_is_up(c->srv->up))
                     snprintf(c->down_why, sizeof(c->down_why), "%s", upstream_error(c->srv->up));
+                /* A refused SELECT, CLIENT SETNAME, ... would be missing from an upstream
+                 * connection made later, under a client that may not have noticed: the
+                 * connection ends after this reply, as a direct client's would, and the client
+                 * starts over. A refused stateless command leaves nothing missing. */
+                if (!req_shareable(c, src + pos, &r))
+                    c->closing = 1;
                 cl_reply_unavailable(c);
                 pos += r.len;
-                /* What the connection asked of Redis so far (SELECT, CLIENT SETNAME, ...) would
-                 * be missing from an upstream connection made later: it ends after this reply,
-                 * as a direct client's would, and the client starts over. */
-                c->closing = 1;
                 continue;
             }
         }

@@ -198,13 +198,24 @@ class Multiplex(FgTestCase):
         # stored, nothing stored that was refused, in order.
         sent, acked, unknown = {}, {}, {}
         disrupted = 0
+        def named(i):
+            """A connection named p<i>, or None: a CLIENT SETNAME refused while fencegate finds
+            the upstream down ends the connection (it is tried again on a new one)."""
+            c = self.raw(self.fg.resp_port, timeout=20)
+            try:
+                if c.call("CLIENT", "SETNAME", "p%d" % i) == "OK":
+                    return c
+            except (OSError, EOFError):
+                pass
+            c.close()
+            return None
+
         for rnd in range(6):
-            conns = [self.raw(self.fg.resp_port, timeout=20) for _ in range(8)]
+            # The kill also cut fencegate's own connections (probe, lock backend): the lock of
+            # the last round may still be held until its lease ends, hence a new name.
+            conns = [harness.wait_until(lambda: named(i), 10, 0.1, "the upstream back")
+                     for i in range(8)]
             for i, c in enumerate(conns):
-                # The kill also cut fencegate's own connections (probe, lock backend): the lock
-                # of the last round may still be held until its lease ends, hence a new name.
-                harness.wait_until(lambda: c.call("CLIENT", "SETNAME", "p%d" % i) == "OK", 10,
-                                   0.1, "the upstream back")
                 harness.wait_until(
                     lambda: isinstance(c.call("FENCE.ACQUIRE", "p%d.%d" % (i, rnd)), int), 10,
                     0.1, "lock p%d.%d" % (i, rnd))
