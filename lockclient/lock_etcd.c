@@ -376,8 +376,10 @@ static const char *ed_not_ready(struct ed_client *ec)
     if (ec->why[0])
         return ec->why;
     if (!last[0])
-        return "etcd is not connected";
-    lock_fmt(ec->down_why, sizeof(ec->down_why), "etcd is not connected (%s)", last);
+        lock_fmt(ec->down_why, sizeof(ec->down_why), "etcd %s is not connected",
+                 grpc_channel_endpoint(ec->ch));
+    else /* last names the endpoint */
+        lock_fmt(ec->down_why, sizeof(ec->down_why), "etcd is not connected (%s)", last);
     return ec->down_why;
 }
 
@@ -1652,8 +1654,7 @@ static void ed_op_acquire(struct lock_req *r)
     }
     a->lease = ed_lease_for(es, r->ttl_ms, (r->flags & LOCK_NORENEW) != 0);
     if (a->lease == NULL) {
-        lock_fmt(msg, sizeof(msg), "lock %s: %s (%s)", r->name, ed_not_ready(ec),
-                 grpc_channel_endpoint(ec->ch));
+        lock_fmt(msg, sizeof(msg), "lock %s: %s", r->name, ed_not_ready(ec));
         ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
         return;
     }
