@@ -772,10 +772,11 @@ static void rd_wait_attempt(struct rd_wait *wl)
         wl->inflight = 1;
         wl->kick = 0;
         rd_call_submit(k);
-        if (!k->sent && wl->rc->main.state == RD_DOWN) {
-            /* Between reconnect attempts: try to reconnect now, and wait for the connection no
-             * longer than the caller waits for the lock (but as long as one attempt may take
-             * on a live network), so a try-once acquire against a dead Redis answers soon. */
+        if (!k->sent) {
+            /* Not connected: try to reconnect now (when between attempts), and wait for the
+             * connection no longer than the caller waits for the lock (but as long as one
+             * attempt may take on a live network), so a try-once acquire against a dead or
+             * unreachable Redis answers soon. */
             long long left = r->deadline_ms - lock_now_ms();
             rd_conn_wake(&wl->rc->main);
             if (left < RD_BACKOFF_MIN_MS)
