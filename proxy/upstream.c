@@ -275,9 +275,12 @@ static int up_quick_retry(struct upstream *u)
 
 void upstream_wake(struct upstream *u)
 {
-    long long now = clock_now_ms();
+    long long now;
 
-    if (u->up || u->state != UP_IDLE || now - u->woken_ms < UP_BACKOFF_MIN_MS)
+    if (u->up || u->state != UP_IDLE)
+        return;
+    now = clock_now_ms();
+    if (now - u->woken_ms < UP_BACKOFF_MIN_MS)
         return;
     u->woken_ms = now;
     u->woken = 1;
