@@ -219,6 +219,29 @@ class UpstreamLost(FgTestCase):
         self.assertEqual(self.raw(fg.resp_port).call("PING", timeout=5), "PONG",
                          "Redis is back and a request already asked for it")
 
+    def test_requests_refused_through_an_outage_do_not_lengthen_the_backoff(self):
+        # Refused requests (and acquisitions) make the probe and the lock client try at once.
+        # Were each failed try to double the backoff as a timed one does, a busy outage would
+        # push both to their 5 s maximum, and a Redis back with nobody asking would be noticed
+        # only seconds later. Clients ask every 100 ms for 3 s here; then, with nobody asking,
+        # /readyz (which needs both) must turn 200 well within the maximum.
+        fg = self.fg
+        self.assertEqual(self.raw(fg.resp_port).call("FENCE.ACQUIRE", "warm", "WAIT", 0), 1)
+        self.redis.kill()
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 503, 10, 0.1, "/readyz 503")
+        c = self.raw(fg.resp_port)
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            for cmd in (("GET", "k"), ("FENCE.ACQUIRE", "x", "WAIT", 0)):
+                r = c.call(*cmd, timeout=5)
+                self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE "), r)
+            time.sleep(0.1)
+        self.redis.start()
+        t0 = time.monotonic()
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 200, 10, 0.05, "/readyz 200")
+        took = time.monotonic() - t0
+        self.assertLess(took, 1.5, "Redis back, noticed %.2f s later" % took)
+
     def test_a_select_refused_while_redis_is_down_ends_the_connection(self):
         # A client that connects while Redis is down and selects a database gets -UNAVAILABLE.
         # Were the connection kept, its next command, once Redis is back, would run in database
