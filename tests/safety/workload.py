@@ -1231,7 +1231,6 @@ class Workload:
         self.redis.start()
         a.done.wait(CALL_TIMEOUT + 5)
         f.detail.update(set=a.set_outcome, down_s=round(now() - t_kill, 3))
-        f.t_down = (t_kill, now())
         bad = [e for e in self.ended_since(t_kill) if
                e["out"] in ("unknown", "failed")]
         f.bit = bool(bad) or a.set_outcome in ("unknown", "failed")
@@ -1260,7 +1259,6 @@ class Workload:
         leader.start()
         a.done.wait(CALL_TIMEOUT + 5)
         f.detail.update(set=a.set_outcome, down_s=round(now() - t_kill, 3), member=leader.name)
-        f.t_down = (t_kill, now())
         felt = [e for e in self.ended_since(t_kill) if
                 (e["out"] in ("unknown", "failed", "locklost") or
                  (e["op"] == "release" and e["t1"] - e["t0"] > 0.3))]
