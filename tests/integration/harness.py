@@ -231,6 +231,7 @@ class PostgresServer:
         self.proc = None
         self.log_text = ""
         self.user = "fencegate"
+        self.listen = "127.0.0.1"   # listen_addresses
         self._as = []
         if os.geteuid() == 0:
             try:
@@ -261,7 +262,7 @@ class PostgresServer:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self._as + [os.path.join(PG_BIN, "postgres"), "-D", self.data, "-p", str(self.port),
-                        "-c", "listen_addresses=127.0.0.1", "-k", self.dir,
+                        "-c", "listen_addresses=" + self.listen, "-k", self.dir,
                         "-c", "fsync=%s" % ("on" if self.fsync else "off"),
                         "-c", "max_connections=200"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=clean_env())

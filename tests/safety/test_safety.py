@@ -64,6 +64,9 @@ class Safety(unittest.TestCase):
                                 "no acknowledged write after the last fault:\n" + card)
         self.assertGreaterEqual(res["fenced_txns"], 1,
                                 "no pipelined run went as a fenced transaction:\n" + card)
+        if kw.get("pg"):
+            self.assertGreaterEqual(res["pg"]["writes"].get("ok", 0), 50,
+                                    "hardly any SQL batches committed:\n" + card)
         if kw.get("backend") == "etcd":
             self.assertGreaterEqual(res["shared_txns"], 1,
                                     "no etcd Txn carried several acquisitions:\n" + card)
@@ -88,6 +91,19 @@ class Safety(unittest.TestCase):
     def test_etcd_kill_sidecar(self):
         """kill -9 a sidecar with etcd as the lock backend: its lease frees the lock."""
         self.run_nemesis("kill-sidecar", ["kill-sidecar"], backend="etcd")
+
+    def test_rollback_locks(self):
+        """The locks in a Redis of their own (no persistence), rolled back to a snapshot taken
+        0.3-1.5 s earlier, as a failover to a lagging replica would: counters fall below the
+        store's marks and lock keys vanish or come back. The fence must hold, by repairing
+        tokens."""
+        res = self.run_nemesis("rollback-locks", ["rollback-locks"], backend="redis-apart")
+        self.assertGreaterEqual(res["token_repairs"], 1, "no token was repaired")
+
+    def test_pg_kill_postgres(self):
+        """A PostgreSQL store with SQL workers on lock P over the HTTP API; PostgreSQL killed
+        (postmaster and backends, kill -9) with a batch in flight, started again."""
+        self.run_nemesis("kill-postgres", ["kill-postgres"], pg=True)
 
     def test_freeze_sidecar(self):
         """SIGSTOP a sidecar past its lease while its worker is mid read-modify-write."""

@@ -41,7 +41,11 @@ checker then reads the final counter and log straight from Redis and checks the 
 
 Nemeses (NEMESES): freeze, stall, kill-sidecar, kill-redis, clock, partition (a network namespace
 with a veth pair and iptables when running as root; otherwise Redis SIGSTOPped past the lease),
-kill-etcd-leader (ETCD_NEMESES: with the etcd backend and 3 members), and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh (long form):
+kill-etcd-leader (ETCD_NEMESES: with the etcd backend and 3 members), rollback-locks
+(LOCK_REDIS_NEMESES: with --backend redis-apart, the locks in a Redis of their own, rolled back
+to an older snapshot as a failover to a lagging replica would), kill-postgres (PG_NEMESES: with
+--pg, a PostgreSQL store of both sidecars and SQL workers on lock P over the HTTP API, checked
+like L), and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh (long form):
 
     workload.py --nemesis mixed --faults 200      # prints a scorecard; exit 1 on a violation
 
@@ -57,6 +61,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,6 +92,12 @@ CHURN_MODES = {"a": ("plain", "pipe"), "b": ("multi", "plain")}  # churn workers
 BANK_ACCOUNTS = 4           # acct:{k0}..acct:{k3}, each under its own lock k0..k3
 BANK_INITIAL = 1000         # each account's balance at the start; transfers keep the sum
 BANK_MODES = ("multi", "mset")  # bank workers per sidecar: how a transfer writes both balances
+PG_LOCK = "P"               # with a PostgreSQL store (--pg): the lock of the SQL workers
+PG_WORKERS = 2              # SQL workers per sidecar
+PG_STORE = 'stores:\n  - { name: pg, url: "%s", pool_size: 4, timeout_ms: 5000 }\n'
+PG_SCHEMA = ("CREATE TABLE fg_counter (id int PRIMARY KEY, v bigint NOT NULL); "
+             "INSERT INTO fg_counter VALUES (1, 0); "
+             "CREATE TABLE fg_log (seq bigserial PRIMARY KEY, entry text NOT NULL)")
 # How a worker sends its SET and RPUSH: one after the other ("plain"), in MULTI/EXEC ("multi"),
 # or both in one send ("pipe": a run of fenced writes, which fencegate sends as one transaction).
 # (NORENEW lease, write mode) of worker i of a sidecar, cyclically.
@@ -140,11 +151,14 @@ def spin(seconds):
 
 class AofRedis(harness.RedisServer):
     """harness.RedisServer with `--appendonly yes --appendfsync always` (an acknowledged write
-    survives kill -9), optionally also bound to a veth address, restartable on its port."""
+    survives kill -9), optionally also bound to a veth address, restartable on its port. With
+    aof=False it keeps nothing on disk but the snapshots snapshot() takes, and restore() puts
+    it back to the last one."""
 
-    def __init__(self, binds=("127.0.0.1",)):
+    def __init__(self, binds=("127.0.0.1",), aof=True):
         super().__init__()
         self.binds = list(binds)
+        self.aof = aof
         self.paused = False
         self.starts = 0
 
@@ -153,7 +167,7 @@ class AofRedis(harness.RedisServer):
 
     def start(self):
         assert self.proc is None or self.proc.poll() is not None, "redis already running"
-        argv = [harness.REDIS_SERVER, "--save", "", "--appendonly", "yes",
+        argv = [harness.REDIS_SERVER, "--save", "", "--appendonly", "yes" if self.aof else "no",
                 "--appendfsync", "always", "--bind", " ".join(self.binds),
                 "--port", str(self.port), "--dir", self.dir, "--logfile", self.log_path,
                 "--daemonize", "no", "--maxmemory-policy", "noeviction"]
@@ -177,6 +191,23 @@ class AofRedis(harness.RedisServer):
                 raise AssertionError("redis-server :%d not ready in 20 s" % self.port)
             time.sleep(0.02)
 
+    def snapshot(self):
+        """SAVE, and keep the RDB aside as the state restore() goes back to."""
+        c = self.client()
+        try:
+            c.save()
+        finally:
+            c.close()
+        os.replace(os.path.join(self.dir, "dump.rdb"), os.path.join(self.dir, "snapshot.rdb"))
+
+    def restore(self):
+        """kill -9, then start again from the last snapshot: what a failover to a replica that
+        lagged since then leaves (keys written since are gone, keys deleted since are back with
+        their old expiry, and those whose expiry passed are dropped as the RDB loads)."""
+        self.kill()
+        shutil.copyfile(os.path.join(self.dir, "snapshot.rdb"), os.path.join(self.dir, "dump.rdb"))
+        self.start()
+
     def pause(self):
         self.proc.send_signal(signal.SIGSTOP)
         self.paused = True
@@ -199,6 +230,54 @@ def _run(*argv, check=True):
         raise RuntimeError("%s exited %d: %s" % (" ".join(argv), p.returncode,
                                                  p.stderr.decode("utf-8", "replace").strip()))
     return p
+
+
+class CrashablePostgres(harness.PostgresServer):
+    """harness.PostgresServer bound to `binds`, trusting connections from `clients` too, that
+    can also crash: kill -9 of the postmaster and every backend at once, as a machine losing the
+    process would (harness's kill() leaves the backends to notice on their own, and a new postmaster
+    will not start on shared memory they still hold)."""
+
+    def __init__(self, binds, clients=()):
+        super().__init__()
+        self.listen = ",".join(binds)
+        self.starts = 0
+        with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
+            for host in clients:
+                f.write("host all all %s/32 trust\n" % host)
+
+    def url_for(self, host):
+        return "postgresql://%s@%s:%d/postgres" % (self.user, host, self.port)
+
+    def start(self):
+        super().start()
+        self.starts += 1
+        return self
+
+    def processes(self):
+        """The postmaster and its backends: every process working in the data directory."""
+        out = []
+        for p in os.listdir("/proc"):
+            try:
+                if p.isdigit() and os.readlink("/proc/%s/cwd" % p) == self.data:
+                    out.append(int(p))
+            except OSError:
+                pass
+        return out
+
+    def crash(self, pids):
+        """kill -9 `pids` (processes() taken beforehand, so that the kill lands at once), then
+        any other process of the server, until none is left."""
+        deadline = now() + 10
+        while pids and now() < deadline:
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+            pids = self.processes()
+        self.proc.wait(harness.STOP_TIMEOUT)
 
 
 class NetNS:
@@ -299,6 +378,42 @@ class NetNS:
 
 # ---- sidecars -------------------------------------------------------------------------------
 
+class HttpConn(http.client.HTTPConnection):
+    """A keep-alive HTTP connection to a sidecar's HTTP endpoint, JSON in and out."""
+
+    def __init__(self, host, port, timeout):  # noqa: D107
+        super().__init__(host, port, timeout=timeout)
+        self.connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def json(self, method, path, body=None, token=None, on_sent=None):
+        """-> (status, the JSON body as a dict); raises on a broken connection. on_sent runs
+        once the request is written."""
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Fencing-Token"] = str(token)
+        self.request(method, path, body=None if body is None else json.dumps(body).encode(),
+                     headers=headers)
+        if on_sent is not None:
+            on_sent()
+        r = self.getresponse()
+        raw = r.read()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, {"error": "not_json", "message": raw[:200].decode("latin-1")}
+
+    def abort(self):
+        if self.sock is not None:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+CONN_ERRORS = (OSError, EOFError, ValueError, http.client.HTTPException)
+
+
 class Conn(harness.RawConn):
     """harness.RawConn to any host (the sidecar in a namespace listens on its veth address)."""
 
@@ -341,8 +456,9 @@ class Sidecar:
                 "--session-ttl-ms", str(SESSION_TTL_MS), "--shutdown-grace-ms", "2000"]
         if self.config:
             args += ["--config", self.config]
-        if self.wl.etcd:  # after the upstream's: this one wins
-            args += ["--backend", self.wl.etcd.url_for(self.redis_host)]
+        backend = self.wl.etcd or self.wl.lock_redis
+        if backend:  # after the upstream's: this one wins
+            args += ["--backend", backend.url_for(self.redis_host)]
         env = None
         if faketime:
             # CLOCK_MONOTONIC is faked too (FAKETIME_DONT_FAKE_MONOTONIC unset): leases and
@@ -533,20 +649,23 @@ class Worker(threading.Thread):
                 and now() < deadline:
             if self.conn is None:
                 try:
-                    self.conn = Conn(self.sidecar.host, self.sidecar.resp_port, CALL_TIMEOUT)
+                    self.conn = self.connect()
                 except OSError:
                     time.sleep(0.05)
                     continue
             self.iterations += 1
             try:
                 self.iteration()
-            except (OSError, EOFError, ValueError):
+            except CONN_ERRORS:
                 self.drop()
             finally:
                 if self.arm is not None:
                     self.arm.done.set()
                     self.arm = None
         self.drop()
+
+    def connect(self):
+        return Conn(self.sidecar.host, self.sidecar.resp_port, CALL_TIMEOUT)
 
     def pick_lock(self):
         """The lock of the next turn (L for the workers; Churn picks one of its own)."""
@@ -730,7 +849,7 @@ class Worker(threading.Thread):
             ev["arm"] = self.arm.kind
 
     def stall_point(self, token):
-        if self.lock != LOCK:
+        if self.lock not in (LOCK, PG_LOCK):
             return
         a = self.wl.take_arm(self)
         if a is None:
@@ -758,6 +877,120 @@ class Churn(Worker):
     def pick_lock(self):
         self.lock = "bg%d" % self.rng.randrange(CHURN_LOCKS)
         self.counter, self.log_key = churn_keys(self.lock)
+
+
+class SqlWorker(Worker):
+    """The same turn on lock P through the HTTP API and a PostgreSQL store (--pg): POST
+    /v1/locks/P (WAIT 200), read the counter row with POST /v1/stores/pg/sql, then UPDATE it and
+    INSERT "T:v+1" into the log table in one batch (one transaction, so both or neither, like
+    MULTI), each request carrying Fencing-Token: T; DELETE /v1/locks/P. Checked like L, with the
+    counter, the log (by seq) and the fence row read from PostgreSQL. A slow worker's batch ends
+    with SELECT pg_sleep(0.02), a window for the kill-postgres nemesis to land in before COMMIT.
+    Between the read and the batch is a stall point like L's: the nemeses that stop a worker
+    there (all but stall) take an SQL worker when it gets there first."""
+
+    def __init__(self, wl, wid, sidecar, slow):
+        super().__init__(wl, wid, sidecar, norenew=False, mode="sql")
+        self.lock = PG_LOCK
+        self.slow = slow
+        self.writing = False   # a batch is in flight (the kill-postgres nemesis waits for one)
+
+    def connect(self):
+        return HttpConn(self.sidecar.host, self.sidecar.http_port, CALL_TIMEOUT)
+
+    def sql(self, token, *statements, on_sent=None):
+        return self.conn.json("POST", "/v1/stores/pg/sql", {
+            "lock": self.lock, "statements": [{"sql": q, "params": p} for q, p in statements]},
+            token, on_sent)
+
+    @staticmethod
+    def outcome(status, doc):
+        """An answer of the SQL endpoint -> an outcome (README, "PostgreSQL stores")."""
+        err = doc.get("error")
+        if status == 200:
+            return "ok"
+        if status == 409:
+            return {"stale_token": "stale", "lock_lost": "locklost"}.get(err, "failed")
+        if status == 503:
+            return "unknown" if err == "outcome_unknown" else "failed"
+        if status in (400, 422):
+            return "failed"   # rolled back, or refused before PostgreSQL
+        return "error"
+
+    def iteration(self):
+        t0 = now()
+        try:
+            st, doc = self.conn.json("POST", "/v1/locks/" + self.lock, {"wait_ms": CHURN_WAIT_MS})
+        except CONN_ERRORS as e:
+            self.rec(op="acquire", t0=t0, t1=now(), out="unknown", msg=repr(e), norenew=False)
+            raise
+        out = "ok" if st == 200 else "locked" if st == 409 else "failed"
+        token = doc.get("token") if out == "ok" else None
+        self.rec(op="acquire", t0=t0, t1=now(), out=out, token=token, norenew=False,
+                 msg=None if out == "ok" else "%d %s" % (st, doc))
+        if out != "ok":
+            if out != "locked":
+                time.sleep(0.05)
+            return
+        try:
+            self.turn(token)
+        finally:
+            self.release(token)
+
+    def release(self, token):
+        """DELETE under this grant's token, on a new connection when this one broke: a grant
+        left in the sidecar's HTTP session would be renewed for as long as the sidecar runs."""
+        for again in (False, True):
+            t0 = now()
+            try:
+                if again:
+                    self.drop()
+                    self.conn = self.connect()
+                st, doc = self.conn.json("DELETE", "/v1/locks/" + self.lock, token=token)
+            except CONN_ERRORS as e:
+                if again:
+                    self.rec(op="release", t0=t0, t1=now(), token=token, out="unknown",
+                             msg=repr(e))
+                    raise
+                continue
+            self.rec(op="release", t0=t0, t1=now(), token=token, out="ok" if st in (200, 404, 409)
+                     else "error", value=1 if st == 200 else 0)
+            return
+
+    def turn(self, token):
+        t0 = now()
+        try:
+            st, doc = self.sql(token, ("SELECT v FROM fg_counter WHERE id = 1", []))
+        except CONN_ERRORS as e:
+            self.rec(op="get", t0=t0, t1=now(), token=token, out="unknown", msg=repr(e))
+            raise
+        if st != 200:
+            self.rec(op="get", t0=t0, t1=now(), token=token, out=self.outcome(st, doc),
+                     msg="%d %s" % (st, doc))
+            return
+        v = int(doc["results"][0]["rows"][0][0])
+        self.rec(op="get", t0=t0, t1=now(), token=token, out="ok", value=v)
+        self.stall_point(token)
+        t0 = now()
+        broken = None
+        self.writing = True
+        try:
+            st, doc = self.sql(token, ("UPDATE fg_counter SET v = $1 WHERE id = 1", [v + 1]),
+                               ("INSERT INTO fg_log (entry) VALUES ($1)",
+                                ["%d:%d" % (token, v + 1)]),
+                               *([("SELECT pg_sleep(0.02)", [])] if self.slow else []),
+                               on_sent=self.write_sent if self.arm is not None else None)
+            out, msg = self.outcome(st, doc), "%d %s" % (st, doc)
+        except CONN_ERRORS as e:
+            broken, out, msg = e, "unknown", repr(e)
+        finally:
+            self.writing = False
+        for kind in ("set", "rpush"):
+            ev = self.rec(op=kind, t0=t0, t1=now(), token=token, value=v + 1, out=out, txn=True,
+                          msg=None if out == "ok" else msg[:200])
+            self.note_arm(kind, ev)
+        if broken is not None:
+            raise broken
 
 
 class Bank(threading.Thread):
@@ -891,7 +1124,7 @@ class Workload:
 
     def __init__(self, workers_per_sidecar=6, netns=False, seed=None, think_ms=0,
                  log=None, hard_seconds=3600, fast_clock_b=None, backend="redis",
-                 etcd_members=1):
+                 etcd_members=1, pg=False):
         self.seed = seed if seed is not None else random.randrange(1 << 30)
         self.rng = random.Random(self.seed)
         self.workers_per_sidecar = workers_per_sidecar
@@ -910,7 +1143,12 @@ class Workload:
         self.fast_clock_b = fast_clock_b
         self.netns = None
         self.redis = None
-        self.backend = backend  # "redis" (the store is also the lock backend) or "etcd"
+        # "redis" (the store is also the lock backend), "redis-apart" (a Redis of its own for
+        # the locks, without persistence: the rollback-locks nemesis) or "etcd"
+        self.backend = backend
+        self.lock_redis = None
+        self.want_pg = pg       # a PostgreSQL store and SQL workers on lock P
+        self.pg = None
         self.etcd_members = etcd_members  # 3: the kill-etcd-leader nemesis has a leader to kill
         self.etcd = None
         self.sidecars = []
@@ -945,16 +1183,29 @@ class Workload:
             c.mset({bank_key(n): BANK_INITIAL for n in range(BANK_ACCOUNTS)})
         finally:
             c.close()
+        if self.backend == "redis-apart":
+            self.lock_redis = AofRedis(binds, aof=False)
+            self.lock_redis.start()
         if self.backend == "etcd":
             from etcd_harness import EtcdCluster
             self.etcd = EtcdCluster(self.etcd_members, client_hosts=binds)
             self.etcd.start()
-        cfg = os.path.join(self.tmp, "protect.yaml")
-        with open(cfg, "w") as f:
-            f.write(PROTECT)
+        if self.want_pg:
+            self.pg = CrashablePostgres(binds, [self.netns.ns_ip] if self.netns else [])
+            self.pg.start()
+            self.pg.sql(PG_SCHEMA)
+        cfgs = []
+        for name, text in (("a", PROTECT), ("b", "")):
+            if self.pg:
+                host = self.netns.host_ip if self.netns and name == "a" else "127.0.0.1"
+                text += PG_STORE % self.pg.url_for(host)
+            cfgs.append(os.path.join(self.tmp, name + ".yaml") if text else None)
+            if text:
+                with open(cfgs[-1], "w") as f:
+                    f.write(text)
         # a: protect rule counter* -> L (in the namespace when there is one); b: one-lock rule.
-        a = Sidecar(self, "a", config=cfg, netns=self.netns)
-        b = Sidecar(self, "b")
+        a = Sidecar(self, "a", config=cfgs[0], netns=self.netns)
+        b = Sidecar(self, "b", config=cfgs[1])
         self.sidecars = [a, b]
         a.start()
         b.start(faketime=self.fast_clock_b)
@@ -971,6 +1222,8 @@ class Workload:
                 self.churners.append(Churn(self, "%sc%d%s" % (s.name, i, tag), s, mode))
             for mode in BANK_MODES:
                 self.churners.append(Bank(self, "%s-bank-%s" % (s.name, mode), s, mode))
+            for i in range(PG_WORKERS if self.pg else 0):
+                self.churners.append(SqlWorker(self, "%ssql%d" % (s.name, i), s, slow=i == 1))
 
     def start_workers(self):
         for w in self.workers + self.churners:
@@ -1005,13 +1258,13 @@ class Workload:
                 s.cleanup()
             except Exception:  # noqa: BLE001
                 pass
-        if self.redis:
-            self.redis.cleanup()
+        for r in (self.redis, self.lock_redis, self.pg):
+            if r:
+                r.cleanup()
         if self.etcd:
             self.etcd.cleanup()
         if self.netns:
             self.netns.destroy()
-        import shutil
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def finish(self):
@@ -1046,9 +1299,19 @@ class Workload:
             self.final["bank_marks"] = {
                 "k%d" % n: int(c.get("fencegate:hwm:{k%d}" % n) or 0)
                 for n in range(BANK_ACCOUNTS)}
+        finally:
+            c.close()
+        c = (self.lock_redis or self.redis).client()
+        try:
             tok = c.get("fencegate:token:{%s}" % LOCK)
         finally:
             c.close()
+        if self.pg:
+            fence = self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = '%s'" % PG_LOCK)
+            self.final["pg"] = dict(
+                counter=int(self.pg.sql("SELECT v FROM fg_counter WHERE id = 1")),
+                log=self.pg.sql("SELECT entry FROM fg_log ORDER BY seq").split(),
+                hwm=int(fence or 0))
         self.final.update(token_counter=int(tok or 0), stuck_workers=stuck,
                           fenced_txns=int(txns), shared_txns=int(shared))
         return self.final
@@ -1266,6 +1529,72 @@ class Workload:
         f.detail["failed_lost_or_stalled_after_kill"] = len(felt)
         return f
 
+    def nem_rollback_locks(self, target):
+        """With the lock backend a Redis of its own (--backend redis-apart): snapshot it, let the
+        workload run 0.3..1.5 s, stop a worker of `target` between GET and SET, then kill -9 the
+        lock Redis and start it from the snapshot at once: what a failover to a replica that
+        lagged that long leaves. Token counters go back below the store's marks, lock keys taken
+        since vanish (their holders still believe they hold them) and keys released since come
+        back with their old owners. The worker writes 1..2 leases later, or, in half the faults,
+        50..300 ms later: while its sidecar may still believe it holds the lock and another may
+        already have taken it with a repaired token, so the store's mark is what refuses it.
+        Bites when a token had to be repaired (the sidecars' fencegate_token_repairs_total moved)
+        or the write was refused."""
+        f = Fault("rollback-locks", "lock-redis")
+        if not self.lock_redis:
+            f.missed = True
+            return f
+        self.lock_redis.snapshot()
+        t_snap = now()
+        time.sleep(self.rng.uniform(0.3, 1.5))
+        a = self.rendezvous(f, target)
+        if a is None:
+            return f
+        repairs = sum(s.metric("fencegate_token_repairs_total") for s in self.sidecars)
+        self.lock_redis.restore()
+        t_back = now()
+        early = self.rng.random() < 0.5
+        try:
+            time.sleep(self.rng.uniform(0.05, 0.3) if early else
+                       self.rng.uniform(1.0, 2.0) * SESSION_TTL_MS / 1000.0)
+        finally:
+            a.go.set()
+        a.done.wait(CALL_TIMEOUT + 5)
+        repaired = sum(s.metric("fencegate_token_repairs_total") for s in self.sidecars) - repairs
+        f.detail.update(behind_s=round(t_back - t_snap, 3), early=early, set=a.set_outcome,
+                        repairs=int(repaired))
+        f.bit = repaired > 0 or a.set_outcome in REFUSED
+        return f
+
+    def nem_kill_postgres(self, target=None):
+        """With a PostgreSQL store (--pg): 1..10 ms into a slow SQL worker's batch (in its
+        20 ms pg_sleep, before COMMIT), kill -9 PostgreSQL (postmaster and backends at once),
+        start it again 0.2..1 s later; crash
+        recovery replays the WAL, so every commit that was acknowledged survives. Meanwhile every
+        acquisition fails: fence on acquire cannot raise the store's fence row (fail closed).
+        Bites when a read or batch of P failed or had an unknown outcome in the outage."""
+        f = Fault("kill-postgres", "postgres")
+        if not self.pg:
+            f.missed = True
+            return f
+        slow = [w for w in self.churners if isinstance(w, SqlWorker) and w.slow]
+        pids = self.pg.processes()
+        deadline = now() + 3
+        while not any(w.writing for w in slow) and now() < deadline:
+            time.sleep(0.0005)
+        time.sleep(self.rng.uniform(0.001, 0.01))
+        t_kill = now()
+        self.pg.crash(pids)
+        time.sleep(self.rng.uniform(0.2, 1.0))
+        self.pg.start()
+        time.sleep(0.3)
+        felt = [e for e in self.ended_since(t_kill) if e["lock"] == PG_LOCK and
+                e["op"] in ("get", "set") and e["out"] in ("unknown", "failed")]
+        f.detail.update(down_s=round(now() - t_kill, 3), felt=len(felt),
+                        unknown=sum(1 for e in felt if e["out"] == "unknown"))
+        f.bit = bool(felt)
+        return f
+
     def nem_partition_etcd(self, target=None):
         """With the etcd backend: cut the namespaced sidecar off from etcd (every member's client
         port, both ways) while its worker sits between GET and SET, keep it cut 2.5..4 leases, let
@@ -1296,8 +1625,9 @@ class Workload:
             dur, SESSION_TTL_MS))
 
     def nem_partition(self, target=None):
-        """Cut the namespaced sidecar off from Redis (iptables DROP on Redis's port, both ways)
-        right after its worker got to the SET, for 2.5..4 leases, then heal. The SET is sent into
+        """Cut the namespaced sidecar off from Redis (iptables DROP on Redis's port, both ways;
+        the lock Redis's and PostgreSQL's too, when there are) right after its worker got to the
+        SET, for 2.5..4 leases, then heal. The SET is sent into
         the cut link and reaches Redis by TCP retransmission after the heal, when another holder
         has the lock: it must be refused."""
         target = target or self.sidecars[0]
@@ -1307,7 +1637,7 @@ class Workload:
         a = self.rendezvous(f, target)
         if a is None:
             return f
-        self.netns.cut(self.redis.port)
+        self.netns.cut(*(r.port for r in (self.redis, self.lock_redis, self.pg) if r))
         a.go.set()
         dur = self.rng.uniform(2.5, 4.0) * SESSION_TTL_MS / 1000.0
         time.sleep(dur)
@@ -1386,6 +1716,10 @@ class Workload:
             f = self.nem_kill_etcd_leader(target)
         elif kind == "partition-etcd":
             f = self.nem_partition_etcd()
+        elif kind == "rollback-locks":
+            f = self.nem_rollback_locks(target)
+        elif kind == "kill-postgres":
+            f = self.nem_kill_postgres()
         else:
             raise ValueError("unknown nemesis %r" % kind)
         f.t1 = now()
@@ -1418,20 +1752,26 @@ class Workload:
 NEMESES = ("freeze", "stall", "kill-sidecar", "kill-redis", "clock", "partition")
 # With the etcd backend: partition-etcd needs a network namespace, kill-etcd-leader 3 members.
 ETCD_NEMESES = ("partition-etcd", "kill-etcd-leader")
+# With --backend redis-apart (the locks in a Redis of their own).
+LOCK_REDIS_NEMESES = ("rollback-locks",)
+# With --pg (a PostgreSQL store and SQL workers).
+PG_NEMESES = ("kill-postgres",)
 
 
-def schedule_for(name, rng, netns=True, etcd=False, etcd3=False):
+def schedule_for(name, rng, netns=True, etcd=False, etcd3=False, lock_redis=False, pg=False):
     """i -> nemesis kind. Kill nemeses alternate with a worker stall: a killed sidecar or Redis
     takes the connection of the writer with it, so nothing stale is left to send, and a killed
     etcd leader seldom costs a lease; the stalls keep the fence exercised in those runs too. So
     does the partition without a network namespace (a Redis SIGSTOP, which seldom lets another
     holder in before the stopped write). "mixed" draws from ETCD_NEMESES too, those the set-up
-    allows (etcd: the etcd backend; etcd3: with 3 members)."""
+    allows (etcd: the etcd backend; etcd3: with 3 members), and LOCK_REDIS_NEMESES with
+    lock_redis (the locks in a Redis of their own), PG_NEMESES with pg."""
     if name == "mixed":
         kinds = NEMESES + (("partition-etcd",) if etcd and netns else ()) + \
-            (("kill-etcd-leader",) if etcd3 else ())
+            (("kill-etcd-leader",) if etcd3 else ()) + \
+            (LOCK_REDIS_NEMESES if lock_redis else ()) + (PG_NEMESES if pg else ())
         return lambda i: rng.choice(kinds)
-    if name in ("kill-sidecar", "kill-redis", "kill-etcd-leader") or \
+    if name in ("kill-sidecar", "kill-redis", "kill-etcd-leader", "kill-postgres") or \
             (name == "partition" and not netns):
         return lambda i: name if i % 2 == 0 else "stall"
     return lambda i: name
@@ -1573,6 +1913,9 @@ def check(wl):
     V = check_lock(H, fin)
     for name, state in sorted(fin["churn"].items()):
         V += [v.replace("] ", "] lock %s: " % name, 1) for v in check_lock(by_lock[name], state)]
+    if "pg" in fin:
+        V += [v.replace("] ", "] lock %s (PostgreSQL): " % PG_LOCK, 1)
+              for v in check_lock(by_lock[PG_LOCK], fin["pg"])]
     bank = by_lock["bank"]
     total = sum(fin["bank"])
     if total != BANK_ACCOUNTS * BANK_INITIAL:
@@ -1654,6 +1997,12 @@ def check(wl):
         bank_transfers=dict(collections.Counter(e["out"] for e in bank if e["op"] == "bank")),
         bank_balances=fin["bank"],
         acked_after_last_fault=wl.acked_since(getattr(wl, "t_quiet", now())),
+        token_repairs=sum(f.detail.get("repairs", 0) for f in wl.faults),
+        pg=dict(grants=sum(1 for e in by_lock[PG_LOCK] if e["op"] == "acquire" and
+                           e["out"] == "ok"),
+                writes=dict(collections.Counter(e["out"] for e in by_lock[PG_LOCK]
+                                                if e["op"] == "set")),
+                counter=fin["pg"]["counter"], log=len(fin["pg"]["log"])) if "pg" in fin else None,
         violations=V,
     )
     return res
@@ -1688,6 +2037,13 @@ def scorecard(res):
             sum(res["bank_balances"])),
         "  etcd Txns shared by several acquisitions/releases: %d (last incarnations)"
         % res["shared_txns"],
+        "  tokens repaired after a rollback of the lock Redis: %d" % res["token_repairs"],
+    ]
+    if res["pg"]:
+        lines.append("  PostgreSQL lock %s: %d grants, batches %s, final counter %d, log %d"
+                     % (PG_LOCK, res["pg"]["grants"], res["pg"]["writes"], res["pg"]["counter"],
+                        res["pg"]["log"]))
+    lines += [
         "  violations           %d" % len(res["violations"]),
     ]
     for v in res["violations"][:30]:
@@ -1700,15 +2056,21 @@ def scorecard(res):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="fencegate safety workload")
     ap.add_argument("--nemesis", default="mixed",
-                    choices=list(NEMESES) + list(ETCD_NEMESES) + ["mixed"])
+                    choices=list(NEMESES) + list(ETCD_NEMESES) + list(LOCK_REDIS_NEMESES) +
+                    list(PG_NEMESES) + ["mixed"])
     ap.add_argument("--faults", type=int, default=200, help="stop after this many faults")
     ap.add_argument("--seconds", type=float, default=None, help="or after this many seconds")
     ap.add_argument("--workers", type=int, default=6, help="workers per sidecar")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--backend", default="redis", choices=["redis", "etcd"],
-                    help="lock backend: the store's Redis, or an etcd started for the run")
+    ap.add_argument("--backend", default="redis", choices=["redis", "redis-apart", "etcd"],
+                    help="lock backend: the store's Redis, a Redis of its own without "
+                    "persistence (mixed also rolls it back to an older snapshot), or an etcd "
+                    "started for the run")
     ap.add_argument("--etcd-members", type=int, default=1, choices=[1, 3],
                     help="members of that etcd; with 3, mixed also kills its leader")
+    ap.add_argument("--pg", action="store_true",
+                    help="a PostgreSQL store too, with SQL workers on lock P over the HTTP API "
+                    "(mixed also kills PostgreSQL)")
     ap.add_argument("--no-netns", action="store_true",
                     help="do not use a network namespace (partition = SIGSTOP Redis)")
     ap.add_argument("--history", help="write the history (JSON lines) and result here")
@@ -1725,15 +2087,20 @@ def main(argv=None):
     rng = random.Random(args.seed)
     if (args.etcd_members == 3 or args.nemesis in ETCD_NEMESES) and args.backend != "etcd":
         ap.error("--etcd-members 3 and kill-etcd-leader need --backend etcd")
+    if args.nemesis in PG_NEMESES and not args.pg:
+        ap.error("kill-postgres needs --pg")
+    if args.nemesis in LOCK_REDIS_NEMESES and args.backend != "redis-apart":
+        ap.error("rollback-locks needs --backend redis-apart")
     if args.nemesis == "kill-etcd-leader" and args.etcd_members != 3:
         ap.error("kill-etcd-leader needs --etcd-members 3")
     if args.nemesis == "partition-etcd" and not use_netns:
         ap.error("partition-etcd needs a network namespace (%s)" % (netns_why or "--no-netns"))
     with Workload(workers_per_sidecar=args.workers, netns=use_netns, seed=args.seed, log=log,
                   hard_seconds=cap + 120, backend=args.backend,
-                  etcd_members=args.etcd_members) as wl:
+                  etcd_members=args.etcd_members, pg=args.pg) as wl:
         res = wl.run(schedule_for(args.nemesis, rng, use_netns, etcd=args.backend == "etcd",
-                                  etcd3=args.etcd_members == 3),
+                                  etcd3=args.etcd_members == 3,
+                                  lock_redis=args.backend == "redis-apart", pg=args.pg),
                      seconds=cap, faults=args.faults)
         if args.history:
             with open(args.history, "w") as f:
