@@ -45,7 +45,8 @@ kill-etcd-leader (ETCD_NEMESES: with the etcd backend and 3 members), rollback-l
 (LOCK_REDIS_NEMESES: with --backend redis-apart, the locks in a Redis of their own, rolled back
 to an older snapshot as a failover to a lagging replica would), kill-postgres (PG_NEMESES: with
 --pg, a PostgreSQL store of both sidecars and SQL workers on lock P over the HTTP API, checked
-like L), and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh (long form):
+like L), and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh
+(long form):
 
     workload.py --nemesis mixed --faults 200      # prints a scorecard; exit 1 on a violation
 
@@ -235,24 +236,18 @@ def _run(*argv, check=True):
 class CrashablePostgres(harness.PostgresServer):
     """harness.PostgresServer bound to `binds`, trusting connections from `clients` too, that
     can also crash: kill -9 of the postmaster and every backend at once, as a machine losing the
-    process would (harness's kill() leaves the backends to notice on their own, and a new postmaster
-    will not start on shared memory they still hold)."""
+    process would (harness's kill() leaves the backends to notice on their own, and a new
+    postmaster will not start on shared memory they still hold)."""
 
     def __init__(self, binds, clients=()):
         super().__init__()
         self.listen = ",".join(binds)
-        self.starts = 0
         with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
             for host in clients:
                 f.write("host all all %s/32 trust\n" % host)
 
     def url_for(self, host):
         return "postgresql://%s@%s:%d/postgres" % (self.user, host, self.port)
-
-    def start(self):
-        super().start()
-        self.starts += 1
-        return self
 
     def processes(self):
         """The postmaster and its backends: every process working in the data directory."""
@@ -284,7 +279,8 @@ class NetNS:
     """A network namespace joined to the host by a veth pair on a private /30 picked at random in
     10.213.0.0/16 (checked unused). The sidecar inside reaches Redis (and etcd) at host_ip; cut()
     drops the traffic to and from the given ports inside the namespace only (the workers'
-    connections to the sidecar stay up), heal() removes the rules. destroy() deletes the pair and the namespace."""
+    connections to the sidecar stay up), heal() removes the rules. destroy() deletes the pair and
+    the namespace."""
 
     _seq = 0
 
@@ -1567,12 +1563,12 @@ class Workload:
         return f
 
     def nem_kill_postgres(self, target=None):
-        """With a PostgreSQL store (--pg): 1..10 ms into a slow SQL worker's batch (in its
-        20 ms pg_sleep, before COMMIT), kill -9 PostgreSQL (postmaster and backends at once),
-        start it again 0.2..1 s later; crash
-        recovery replays the WAL, so every commit that was acknowledged survives. Meanwhile every
-        acquisition fails: fence on acquire cannot raise the store's fence row (fail closed).
-        Bites when a read or batch of P failed or had an unknown outcome in the outage."""
+        """With a PostgreSQL store (--pg): 1..10 ms into a slow SQL worker's batch (in its 20 ms
+        pg_sleep, sent with its COMMIT, which has not run yet), kill -9 PostgreSQL (postmaster
+        and backends at once), start it again 0.2..1 s later; crash recovery replays the WAL, so
+        every commit that was acknowledged survives. Meanwhile every acquisition fails: fence on
+        acquire cannot raise the store's fence row (fail closed). Bites when a read or batch of
+        P failed or had an unknown outcome in the outage."""
         f = Fault("kill-postgres", "postgres")
         if not self.pg:
             f.missed = True
