@@ -67,6 +67,9 @@ class Safety(unittest.TestCase):
         if kw.get("pg"):
             self.assertGreaterEqual(res["pg"]["writes"].get("ok", 0), 50,
                                     "hardly any SQL batches committed:\n" + card)
+        if kw.get("http_store"):
+            self.assertGreaterEqual(res["http"]["writes"].get("ok", 0), 50,
+                                    "hardly any writes through the HTTP store:\n" + card)
         if kw.get("backend") == "etcd":
             self.assertGreaterEqual(res["shared_txns"], 1,
                                     "no etcd Txn carried several acquisitions:\n" + card)
@@ -104,6 +107,12 @@ class Safety(unittest.TestCase):
         """A PostgreSQL store with SQL workers on lock P over the HTTP API; PostgreSQL killed
         (postmaster and backends, kill -9) with a batch in flight, started again."""
         self.run_nemesis("kill-postgres", ["kill-postgres"], pg=True)
+
+    def test_http_kill_store(self):
+        """An HTTP store (ledger.py, which checks Fencing-Token itself) with ledger workers on
+        lock H over the HTTP API; the ledger killed (kill -9) with a write in flight, started
+        again from its file."""
+        self.run_nemesis("kill-http-store", ["kill-http-store"], http_store=True)
 
     def test_freeze_sidecar(self):
         """SIGSTOP a sidecar past its lease while its worker is mid read-modify-write."""

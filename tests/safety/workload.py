@@ -45,8 +45,9 @@ kill-etcd-leader (ETCD_NEMESES: with the etcd backend and 3 members), rollback-l
 (LOCK_REDIS_NEMESES: with --backend redis-apart, the locks in a Redis of their own, rolled back
 to an older snapshot as a failover to a lagging replica would), kill-postgres (PG_NEMESES: with
 --pg, a PostgreSQL store of both sidecars and SQL workers on lock P over the HTTP API, checked
-like L), and mixed. Used by test_safety.py (short form, CTest label `safety`) and run_long.sh
-(long form):
+like L), kill-http-store (HTTP_STORE_NEMESES: with --http-store, an HTTP store in front of
+ledger.py and ledger workers on lock H, checked like L), and mixed. Used by test_safety.py
+(short form, CTest label `safety`) and run_long.sh (long form):
 
     workload.py --nemesis mixed --faults 200      # prints a scorecard; exit 1 on a violation
 
@@ -94,8 +95,10 @@ BANK_ACCOUNTS = 4           # acct:{k0}..acct:{k3}, each under its own lock k0..
 BANK_INITIAL = 1000         # each account's balance at the start; transfers keep the sum
 BANK_MODES = ("multi", "mset")  # bank workers per sidecar: how a transfer writes both balances
 PG_LOCK = "P"               # with a PostgreSQL store (--pg): the lock of the SQL workers
-PG_WORKERS = 2              # SQL workers per sidecar
-PG_STORE = 'stores:\n  - { name: pg, url: "%s", pool_size: 4, timeout_ms: 5000 }\n'
+HTTP_LOCK = "H"             # with an HTTP store (--http-store): the lock of the ledger workers
+HTTP_WORKERS = 2            # SQL workers, and ledger workers, per sidecar
+PG_STORE = '{ name: pg, url: "%s", pool_size: 4, timeout_ms: 5000 }'
+HTTP_STORE = '{ name: svc, url: "%s" }'
 PG_SCHEMA = ("CREATE TABLE fg_counter (id int PRIMARY KEY, v bigint NOT NULL); "
              "INSERT INTO fg_counter VALUES (1, 0); "
              "CREATE TABLE fg_log (seq bigserial PRIMARY KEY, entry text NOT NULL)")
@@ -275,6 +278,49 @@ class CrashablePostgres(harness.PostgresServer):
         self.proc.wait(harness.STOP_TIMEOUT)
 
 
+class Ledger:
+    """ledger.py, the HTTP service behind the HTTP store: a counter and a log in a JSON file it
+    replaces atomically before answering a write; it refuses a token below the highest it has
+    applied. kill() is kill -9; start() again carries on from the file."""
+
+    def __init__(self, binds, tmp):
+        self.port = harness.free_port()
+        self.binds = list(binds)
+        self.state_path = os.path.join(tmp, "ledger.json")
+        self.proc = None
+
+    def url_for(self, host):
+        return "http://%s:%d/svc" % (host, self.port)
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            DIE_WITH_US + [sys.executable, os.path.join(HERE, "ledger.py"), "--port",
+                           str(self.port), "--bind", ",".join(self.binds), "--state",
+                           self.state_path],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        if self.proc.stdout.readline().strip() != b"ready":   # bound, or exited
+            raise AssertionError("ledger.py on port %d did not start (exit %s)" % (
+                self.port, self.proc.poll()))
+        return self
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc:
+            self.proc.wait(10)
+            self.proc.stdout.close()
+
+    def state(self):
+        try:
+            with open(self.state_path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {"v": 0, "log": [], "max": 0, "stale": 0}
+
+    def cleanup(self):
+        self.kill()
+
+
 class NetNS:
     """A network namespace joined to the host by a veth pair on a private /30 picked at random in
     10.213.0.0/16 (checked unused). The sidecar inside reaches Redis (and etcd) at host_ip; cut()
@@ -382,10 +428,10 @@ class HttpConn(http.client.HTTPConnection):
         self.connect()
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def json(self, method, path, body=None, token=None, on_sent=None):
+    def json(self, method, path, body=None, token=None, on_sent=None, headers=None):
         """-> (status, the JSON body as a dict); raises on a broken connection. on_sent runs
         once the request is written."""
-        headers = {"Content-Type": "application/json"}
+        headers = dict(headers or {}, **{"Content-Type": "application/json"})
         if token is not None:
             headers["Fencing-Token"] = str(token)
         self.request(method, path, body=None if body is None else json.dumps(body).encode(),
@@ -845,7 +891,7 @@ class Worker(threading.Thread):
             ev["arm"] = self.arm.kind
 
     def stall_point(self, token):
-        if self.lock not in (LOCK, PG_LOCK):
+        if self.lock not in (LOCK, PG_LOCK, HTTP_LOCK):
             return
         a = self.wl.take_arm(self)
         if a is None:
@@ -875,43 +921,24 @@ class Churn(Worker):
         self.counter, self.log_key = churn_keys(self.lock)
 
 
-class SqlWorker(Worker):
-    """The same turn on lock P through the HTTP API and a PostgreSQL store (--pg): POST
-    /v1/locks/P (WAIT 200), read the counter row with POST /v1/stores/pg/sql, then UPDATE it and
-    INSERT "T:v+1" into the log table in one batch (one transaction, so both or neither, like
-    MULTI), each request carrying Fencing-Token: T; DELETE /v1/locks/P. Checked like L, with the
-    counter, the log (by seq) and the fence row read from PostgreSQL. A slow worker's batch ends
-    with SELECT pg_sleep(0.02), a window for the kill-postgres nemesis to land in before COMMIT.
-    Between the read and the batch is a stall point like L's: the nemeses that stop a worker
-    there (all but stall) take an SQL worker when it gets there first."""
+class HttpWorker(Worker):
+    """The same turn on a lock of its own through the HTTP API and a store behind the sidecar:
+    POST /v1/locks/<lock> (WAIT 200), read the counter through the store, then write the counter
+    and the log entry "T:v+1" in one request (both or neither, checked like MULTI), every request
+    with Fencing-Token: T; DELETE /v1/locks/<lock>. Checked like L from the store's final state.
+    Between the read and the write is a stall point like L's: the nemeses that stop a worker there
+    (all but stall) take one of these when it gets there first. A slow worker's write takes 20 ms
+    more in the store: a window for the nemesis that kills the store. Subclasses say how to read
+    and write their store and how its answers read as outcomes."""
 
-    def __init__(self, wl, wid, sidecar, slow):
-        super().__init__(wl, wid, sidecar, norenew=False, mode="sql")
-        self.lock = PG_LOCK
+    def __init__(self, wl, wid, sidecar, lock, slow):
+        super().__init__(wl, wid, sidecar, norenew=False, mode="http")
+        self.lock = lock
         self.slow = slow
-        self.writing = False   # a batch is in flight (the kill-postgres nemesis waits for one)
+        self.writing = False   # a write is in flight (the store-killing nemeses wait for one)
 
     def connect(self):
         return HttpConn(self.sidecar.host, self.sidecar.http_port, CALL_TIMEOUT)
-
-    def sql(self, token, *statements, on_sent=None):
-        return self.conn.json("POST", "/v1/stores/pg/sql", {
-            "lock": self.lock, "statements": [{"sql": q, "params": p} for q, p in statements]},
-            token, on_sent)
-
-    @staticmethod
-    def outcome(status, doc):
-        """An answer of the SQL endpoint -> an outcome (README, "PostgreSQL stores")."""
-        err = doc.get("error")
-        if status == 200:
-            return "ok"
-        if status == 409:
-            return {"stale_token": "stale", "lock_lost": "locklost"}.get(err, "failed")
-        if status == 503:
-            return "unknown" if err == "outcome_unknown" else "failed"
-        if status in (400, 422):
-            return "failed"   # rolled back, or refused before PostgreSQL
-        return "error"
 
     def iteration(self):
         t0 = now()
@@ -956,7 +983,7 @@ class SqlWorker(Worker):
     def turn(self, token):
         t0 = now()
         try:
-            st, doc = self.sql(token, ("SELECT v FROM fg_counter WHERE id = 1", []))
+            st, doc, v = self.read(token)
         except CONN_ERRORS as e:
             self.rec(op="get", t0=t0, t1=now(), token=token, out="unknown", msg=repr(e))
             raise
@@ -964,18 +991,13 @@ class SqlWorker(Worker):
             self.rec(op="get", t0=t0, t1=now(), token=token, out=self.outcome(st, doc),
                      msg="%d %s" % (st, doc))
             return
-        v = int(doc["results"][0]["rows"][0][0])
         self.rec(op="get", t0=t0, t1=now(), token=token, out="ok", value=v)
         self.stall_point(token)
         t0 = now()
         broken = None
         self.writing = True
         try:
-            st, doc = self.sql(token, ("UPDATE fg_counter SET v = $1 WHERE id = 1", [v + 1]),
-                               ("INSERT INTO fg_log (entry) VALUES ($1)",
-                                ["%d:%d" % (token, v + 1)]),
-                               *([("SELECT pg_sleep(0.02)", [])] if self.slow else []),
-                               on_sent=self.write_sent if self.arm is not None else None)
+            st, doc = self.write(token, v + 1, self.write_sent if self.arm is not None else None)
             out, msg = self.outcome(st, doc), "%d %s" % (st, doc)
         except CONN_ERRORS as e:
             broken, out, msg = e, "unknown", repr(e)
@@ -987,6 +1009,83 @@ class SqlWorker(Worker):
             self.note_arm(kind, ev)
         if broken is not None:
             raise broken
+
+
+class SqlWorker(HttpWorker):
+    """HttpWorker on lock P and the PostgreSQL store (--pg): the counter is a row of fg_counter,
+    the log the table fg_log (by seq), read and written with POST /v1/stores/pg/sql; the write is
+    one batch (one transaction) of an UPDATE and an INSERT, and a slow worker's batch ends with
+    SELECT pg_sleep(0.02), after its COMMIT was sent."""
+
+    def __init__(self, wl, wid, sidecar, slow):
+        super().__init__(wl, wid, sidecar, PG_LOCK, slow)
+
+    def sql(self, token, *statements, on_sent=None):
+        return self.conn.json("POST", "/v1/stores/pg/sql", {
+            "lock": self.lock, "statements": [{"sql": q, "params": p} for q, p in statements]},
+            token, on_sent)
+
+    def read(self, token):
+        st, doc = self.sql(token, ("SELECT v FROM fg_counter WHERE id = 1", []))
+        return st, doc, int(doc["results"][0]["rows"][0][0]) if st == 200 else None
+
+    def write(self, token, v, on_sent):
+        return self.sql(token, ("UPDATE fg_counter SET v = $1 WHERE id = 1", [v]),
+                        ("INSERT INTO fg_log (entry) VALUES ($1)", ["%d:%d" % (token, v)]),
+                        *([("SELECT pg_sleep(0.02)", [])] if self.slow else []), on_sent=on_sent)
+
+    @staticmethod
+    def outcome(status, doc):
+        """An answer of the SQL endpoint -> an outcome (README, "PostgreSQL stores")."""
+        err = doc.get("error")
+        if status == 200:
+            return "ok"
+        if status == 409:
+            return {"stale_token": "stale", "lock_lost": "locklost"}.get(err, "failed")
+        if status == 503:
+            return "unknown" if err == "outcome_unknown" else "failed"
+        if status in (400, 422):
+            return "failed"   # rolled back, or refused before PostgreSQL
+        return "error"
+
+
+class LedgerWorker(HttpWorker):
+    """HttpWorker on lock H and the HTTP store "svc" (--http-store), ledger.py behind it: GET
+    /v1/stores/svc/http/counter reads, POST /v1/stores/svc/http/write {"v", "entry"} writes both
+    at once; the ledger itself refuses a token below the highest it applied."""
+
+    def __init__(self, wl, wid, sidecar, slow):
+        super().__init__(wl, wid, sidecar, HTTP_LOCK, slow)
+
+    def read(self, token):
+        st, doc = self.conn.json("GET", "/v1/stores/svc/http/counter", token=token,
+                                 headers={"Fence-Lock": self.lock})
+        return st, doc, int(doc["v"]) if st == 200 else None
+
+    def write(self, token, v, on_sent):
+        return self.conn.json("POST", "/v1/stores/svc/http/write",
+                              {"v": v, "entry": "%d:%d" % (token, v), "slow": self.slow}, token,
+                              on_sent, headers={"Fence-Lock": self.lock})
+
+    @staticmethod
+    def outcome(status, doc):
+        """An answer through the HTTP store -> an outcome (README, "HTTP stores"): fencegate's
+        refusals say nothing was forwarded; 502 store_unavailable that nothing was sent; 502
+        outcome_unknown and 504 that the store may have applied it; 409 ledger_stale is the
+        ledger's own refusal."""
+        err = doc.get("error")
+        if status == 200:
+            return "ok"
+        if status == 409:
+            return {"stale_token": "stale", "ledger_stale": "stale",
+                    "lock_lost": "locklost"}.get(err, "failed")
+        if status == 502:
+            return "failed" if err == "store_unavailable" else "unknown"
+        if status == 504:
+            return "unknown"
+        if status in (400, 503):
+            return "failed"
+        return "error"
 
 
 class Bank(threading.Thread):
@@ -1120,7 +1219,7 @@ class Workload:
 
     def __init__(self, workers_per_sidecar=6, netns=False, seed=None, think_ms=0,
                  log=None, hard_seconds=3600, fast_clock_b=None, backend="redis",
-                 etcd_members=1, pg=False):
+                 etcd_members=1, pg=False, http_store=False):
         self.seed = seed if seed is not None else random.randrange(1 << 30)
         self.rng = random.Random(self.seed)
         self.workers_per_sidecar = workers_per_sidecar
@@ -1145,6 +1244,8 @@ class Workload:
         self.lock_redis = None
         self.want_pg = pg       # a PostgreSQL store and SQL workers on lock P
         self.pg = None
+        self.want_ledger = http_store   # an HTTP store (ledger.py) and ledger workers on lock H
+        self.ledger = None
         self.etcd_members = etcd_members  # 3: the kill-etcd-leader nemesis has a leader to kill
         self.etcd = None
         self.sidecars = []
@@ -1190,11 +1291,15 @@ class Workload:
             self.pg = CrashablePostgres(binds, [self.netns.ns_ip] if self.netns else [])
             self.pg.start()
             self.pg.sql(PG_SCHEMA)
+        if self.want_ledger:
+            self.ledger = Ledger(binds, self.tmp).start()
         cfgs = []
         for name, text in (("a", PROTECT), ("b", "")):
-            if self.pg:
-                host = self.netns.host_ip if self.netns and name == "a" else "127.0.0.1"
-                text += PG_STORE % self.pg.url_for(host)
+            host = self.netns.host_ip if self.netns and name == "a" else "127.0.0.1"
+            stores = ([PG_STORE % self.pg.url_for(host)] if self.pg else []) + \
+                ([HTTP_STORE % self.ledger.url_for(host)] if self.ledger else [])
+            if stores:
+                text += "stores:\n" + "".join("  - %s\n" % x for x in stores)
             cfgs.append(os.path.join(self.tmp, name + ".yaml") if text else None)
             if text:
                 with open(cfgs[-1], "w") as f:
@@ -1218,8 +1323,10 @@ class Workload:
                 self.churners.append(Churn(self, "%sc%d%s" % (s.name, i, tag), s, mode))
             for mode in BANK_MODES:
                 self.churners.append(Bank(self, "%s-bank-%s" % (s.name, mode), s, mode))
-            for i in range(PG_WORKERS if self.pg else 0):
+            for i in range(HTTP_WORKERS if self.pg else 0):
                 self.churners.append(SqlWorker(self, "%ssql%d" % (s.name, i), s, slow=i == 1))
+            for i in range(HTTP_WORKERS if self.ledger else 0):
+                self.churners.append(LedgerWorker(self, "%shttp%d" % (s.name, i), s, slow=i == 1))
 
     def start_workers(self):
         for w in self.workers + self.churners:
@@ -1254,7 +1361,7 @@ class Workload:
                 s.cleanup()
             except Exception:  # noqa: BLE001
                 pass
-        for r in (self.redis, self.lock_redis, self.pg):
+        for r in (self.redis, self.lock_redis, self.pg, self.ledger):
             if r:
                 r.cleanup()
         if self.etcd:
@@ -1300,8 +1407,15 @@ class Workload:
         c = (self.lock_redis or self.redis).client()
         try:
             tok = c.get("fencegate:token:{%s}" % LOCK)
+            # an HTTP store's mark lives in the lock backend (in etcd: not read here)
+            http_mark = None if self.etcd else int(c.get("fencegate:mark:{svc/%s}" % HTTP_LOCK)
+                                                   or 0)
         finally:
             c.close()
+        if self.ledger:
+            st = self.ledger.state()
+            self.final["http"] = dict(counter=st["v"], log=st["log"], hwm=http_mark,
+                                      ledger_stale=st["stale"])
         if self.pg:
             fence = self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = '%s'" % PG_LOCK)
             self.final["pg"] = dict(
@@ -1342,10 +1456,19 @@ class Workload:
             return False
         return arm.reached.wait(5.0)
 
+    def aim_at_http(self, a):
+        """In 30% of the faults, when there are any, arm `a` for one HTTP worker (SQL or ledger)
+        of its sidecar only: they make far fewer turns than L's workers and would seldom get to
+        a stall point first."""
+        http = [w for w in self.churners if isinstance(w, HttpWorker) and w.sidecar is a.sidecar]
+        if http and self.rng.random() < 0.3:
+            a.only = self.rng.choice(http)
+
     def rendezvous(self, f, target):
         """Posts an arm for a worker of `target` to stop at its stall point (between GET and SET,
         or before EXEC); returns it once one has, else None with f marked missed."""
         a = Arm("rendezvous", target)
+        self.aim_at_http(a)
         self.post_arm(a)
         if self.wait_reached(a):
             return a
@@ -1380,6 +1503,8 @@ class Workload:
         try:
             if solo:
                 self.go_solo(a, [w for w in self.workers if w.sidecar is target])
+            else:
+                self.aim_at_http(a)
             self.post_arm(a)
             if not self.wait_reached(a):
                 f.missed = True
@@ -1591,6 +1716,32 @@ class Workload:
         f.bit = bool(felt)
         return f
 
+    def nem_kill_http_store(self, target=None):
+        """With an HTTP store (--http-store): 1..10 ms into a slow ledger worker's write (the
+        ledger waits 20 ms before applying it), kill -9 the ledger, start it again 0.2..1 s later
+        from its file. Bites when a read or write of H failed or had an unknown outcome in the
+        outage."""
+        f = Fault("kill-http-store", "ledger")
+        if not self.ledger:
+            f.missed = True
+            return f
+        slow = [w for w in self.churners if isinstance(w, LedgerWorker) and w.slow]
+        deadline = now() + 3
+        while not any(w.writing for w in slow) and now() < deadline:
+            time.sleep(0.0005)
+        time.sleep(self.rng.uniform(0.001, 0.01))
+        t_kill = now()
+        self.ledger.kill()
+        time.sleep(self.rng.uniform(0.2, 1.0))
+        self.ledger.start()
+        time.sleep(0.3)
+        felt = [e for e in self.ended_since(t_kill) if e["lock"] == HTTP_LOCK and
+                e["op"] in ("get", "set") and e["out"] in ("unknown", "failed")]
+        f.detail.update(down_s=round(now() - t_kill, 3), felt=len(felt),
+                        unknown=sum(1 for e in felt if e["out"] == "unknown"))
+        f.bit = bool(felt)
+        return f
+
     def nem_partition_etcd(self, target=None):
         """With the etcd backend: cut the namespaced sidecar off from etcd (every member's client
         port, both ways) while its worker sits between GET and SET, keep it cut 2.5..4 leases, let
@@ -1622,10 +1773,10 @@ class Workload:
 
     def nem_partition(self, target=None):
         """Cut the namespaced sidecar off from Redis (iptables DROP on Redis's port, both ways;
-        the lock Redis's and PostgreSQL's too, when there are) right after its worker got to the
-        SET, for 2.5..4 leases, then heal. The SET is sent into
-        the cut link and reaches Redis by TCP retransmission after the heal, when another holder
-        has the lock: it must be refused."""
+        the lock Redis's, PostgreSQL's and the ledger's too, when there are) right after its
+        worker got to the SET, for 2.5..4 leases, then heal. The SET is sent into the cut link
+        and reaches Redis by TCP retransmission after the heal, when another holder has the
+        lock: it must be refused."""
         target = target or self.sidecars[0]
         if not self.netns or target.netns is None:
             return self.nem_pause_redis(target)
@@ -1633,7 +1784,7 @@ class Workload:
         a = self.rendezvous(f, target)
         if a is None:
             return f
-        self.netns.cut(*(r.port for r in (self.redis, self.lock_redis, self.pg) if r))
+        self.netns.cut(*(r.port for r in (self.redis, self.lock_redis, self.pg, self.ledger) if r))
         a.go.set()
         dur = self.rng.uniform(2.5, 4.0) * SESSION_TTL_MS / 1000.0
         time.sleep(dur)
@@ -1716,6 +1867,8 @@ class Workload:
             f = self.nem_rollback_locks(target)
         elif kind == "kill-postgres":
             f = self.nem_kill_postgres()
+        elif kind == "kill-http-store":
+            f = self.nem_kill_http_store()
         else:
             raise ValueError("unknown nemesis %r" % kind)
         f.t1 = now()
@@ -1750,24 +1903,29 @@ NEMESES = ("freeze", "stall", "kill-sidecar", "kill-redis", "clock", "partition"
 ETCD_NEMESES = ("partition-etcd", "kill-etcd-leader")
 # With --backend redis-apart (the locks in a Redis of their own).
 LOCK_REDIS_NEMESES = ("rollback-locks",)
-# With --pg (a PostgreSQL store and SQL workers).
+# With --pg (a PostgreSQL store and SQL workers), with --http-store (ledger.py and its workers).
 PG_NEMESES = ("kill-postgres",)
+HTTP_STORE_NEMESES = ("kill-http-store",)
 
 
-def schedule_for(name, rng, netns=True, etcd=False, etcd3=False, lock_redis=False, pg=False):
+def schedule_for(name, rng, netns=True, etcd=False, etcd3=False, lock_redis=False, pg=False,
+                 http_store=False):
     """i -> nemesis kind. Kill nemeses alternate with a worker stall: a killed sidecar or Redis
     takes the connection of the writer with it, so nothing stale is left to send, and a killed
     etcd leader seldom costs a lease; the stalls keep the fence exercised in those runs too. So
     does the partition without a network namespace (a Redis SIGSTOP, which seldom lets another
     holder in before the stopped write). "mixed" draws from ETCD_NEMESES too, those the set-up
     allows (etcd: the etcd backend; etcd3: with 3 members), and LOCK_REDIS_NEMESES with
-    lock_redis (the locks in a Redis of their own), PG_NEMESES with pg."""
+    lock_redis (the locks in a Redis of their own), PG_NEMESES with pg, HTTP_STORE_NEMESES with
+    http_store."""
     if name == "mixed":
         kinds = NEMESES + (("partition-etcd",) if etcd and netns else ()) + \
             (("kill-etcd-leader",) if etcd3 else ()) + \
-            (LOCK_REDIS_NEMESES if lock_redis else ()) + (PG_NEMESES if pg else ())
+            (LOCK_REDIS_NEMESES if lock_redis else ()) + (PG_NEMESES if pg else ()) + \
+            (HTTP_STORE_NEMESES if http_store else ())
         return lambda i: rng.choice(kinds)
-    if name in ("kill-sidecar", "kill-redis", "kill-etcd-leader", "kill-postgres") or \
+    if name in ("kill-sidecar", "kill-redis", "kill-etcd-leader", "kill-postgres",
+                "kill-http-store") or \
             (name == "partition" and not netns):
         return lambda i: name if i % 2 == 0 else "stall"
     return lambda i: name
@@ -1879,7 +2037,7 @@ def check_lock(H, fin):
     for g, best in token_order(grants):
         V.append("[safety] token order: %s got %d at %.3f after %s got %d (completed %.3f)" % (
             g["w"], g["token"], g["t0"], best["w"], best["token"], best["t1"]))
-    if grants and fin["hwm"] < max(toks):
+    if grants and fin["hwm"] is not None and fin["hwm"] < max(toks):
         V.append("[safety] final high-water mark %d below the largest token granted %d" % (
             fin["hwm"], max(toks)))
 
@@ -1909,9 +2067,10 @@ def check(wl):
     V = check_lock(H, fin)
     for name, state in sorted(fin["churn"].items()):
         V += [v.replace("] ", "] lock %s: " % name, 1) for v in check_lock(by_lock[name], state)]
-    if "pg" in fin:
-        V += [v.replace("] ", "] lock %s (PostgreSQL): " % PG_LOCK, 1)
-              for v in check_lock(by_lock[PG_LOCK], fin["pg"])]
+    for key, lock, what in (("pg", PG_LOCK, "PostgreSQL"), ("http", HTTP_LOCK, "HTTP store")):
+        if key in fin:
+            V += [v.replace("] ", "] lock %s (%s): " % (lock, what), 1)
+                  for v in check_lock(by_lock[lock], fin[key])]
     bank = by_lock["bank"]
     total = sum(fin["bank"])
     if total != BANK_ACCOUNTS * BANK_INITIAL:
@@ -1994,11 +2153,13 @@ def check(wl):
         bank_balances=fin["bank"],
         acked_after_last_fault=wl.acked_since(getattr(wl, "t_quiet", now())),
         token_repairs=sum(f.detail.get("repairs", 0) for f in wl.faults),
-        pg=dict(grants=sum(1 for e in by_lock[PG_LOCK] if e["op"] == "acquire" and
-                           e["out"] == "ok"),
-                writes=dict(collections.Counter(e["out"] for e in by_lock[PG_LOCK]
-                                                if e["op"] == "set")),
-                counter=fin["pg"]["counter"], log=len(fin["pg"]["log"])) if "pg" in fin else None,
+        **{key: dict(grants=sum(1 for e in by_lock[lock] if e["op"] == "acquire" and
+                                e["out"] == "ok"),
+                     writes=dict(collections.Counter(e["out"] for e in by_lock[lock]
+                                                     if e["op"] == "set")),
+                     counter=fin[key]["counter"], log=len(fin[key]["log"]),
+                     ledger_stale=fin[key].get("ledger_stale")) if key in fin else None
+           for key, lock in (("pg", PG_LOCK), ("http", HTTP_LOCK))},
         violations=V,
     )
     return res
@@ -2039,6 +2200,11 @@ def scorecard(res):
         lines.append("  PostgreSQL lock %s: %d grants, batches %s, final counter %d, log %d"
                      % (PG_LOCK, res["pg"]["grants"], res["pg"]["writes"], res["pg"]["counter"],
                         res["pg"]["log"]))
+    if res["http"]:
+        lines.append("  HTTP store lock %s: %d grants, writes %s, final counter %d, log %d; "
+                     "stale writes that reached the ledger (and it refused): %d"
+                     % (HTTP_LOCK, res["http"]["grants"], res["http"]["writes"],
+                        res["http"]["counter"], res["http"]["log"], res["http"]["ledger_stale"]))
     lines += [
         "  violations           %d" % len(res["violations"]),
     ]
@@ -2053,7 +2219,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="fencegate safety workload")
     ap.add_argument("--nemesis", default="mixed",
                     choices=list(NEMESES) + list(ETCD_NEMESES) + list(LOCK_REDIS_NEMESES) +
-                    list(PG_NEMESES) + ["mixed"])
+                    list(PG_NEMESES) + list(HTTP_STORE_NEMESES) + ["mixed"])
     ap.add_argument("--faults", type=int, default=200, help="stop after this many faults")
     ap.add_argument("--seconds", type=float, default=None, help="or after this many seconds")
     ap.add_argument("--workers", type=int, default=6, help="workers per sidecar")
@@ -2067,6 +2233,9 @@ def main(argv=None):
     ap.add_argument("--pg", action="store_true",
                     help="a PostgreSQL store too, with SQL workers on lock P over the HTTP API "
                     "(mixed also kills PostgreSQL)")
+    ap.add_argument("--http-store", action="store_true",
+                    help="an HTTP store too (ledger.py), with ledger workers on lock H over the "
+                    "HTTP API (mixed also kills the ledger)")
     ap.add_argument("--no-netns", action="store_true",
                     help="do not use a network namespace (partition = SIGSTOP Redis)")
     ap.add_argument("--history", help="write the history (JSON lines) and result here")
@@ -2085,6 +2254,8 @@ def main(argv=None):
         ap.error("--etcd-members 3 and kill-etcd-leader need --backend etcd")
     if args.nemesis in PG_NEMESES and not args.pg:
         ap.error("kill-postgres needs --pg")
+    if args.nemesis in HTTP_STORE_NEMESES and not args.http_store:
+        ap.error("kill-http-store needs --http-store")
     if args.nemesis in LOCK_REDIS_NEMESES and args.backend != "redis-apart":
         ap.error("rollback-locks needs --backend redis-apart")
     if args.nemesis == "kill-etcd-leader" and args.etcd_members != 3:
@@ -2093,10 +2264,12 @@ def main(argv=None):
         ap.error("partition-etcd needs a network namespace (%s)" % (netns_why or "--no-netns"))
     with Workload(workers_per_sidecar=args.workers, netns=use_netns, seed=args.seed, log=log,
                   hard_seconds=cap + 120, backend=args.backend,
-                  etcd_members=args.etcd_members, pg=args.pg) as wl:
+                  etcd_members=args.etcd_members, pg=args.pg,
+                  http_store=args.http_store) as wl:
         res = wl.run(schedule_for(args.nemesis, rng, use_netns, etcd=args.backend == "etcd",
                                   etcd3=args.etcd_members == 3,
-                                  lock_redis=args.backend == "redis-apart", pg=args.pg),
+                                  lock_redis=args.backend == "redis-apart", pg=args.pg,
+                                  http_store=args.http_store),
                      seconds=cap, faults=args.faults)
         if args.history:
             with open(args.history, "w") as f:
