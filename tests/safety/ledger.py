@@ -3,11 +3,15 @@
 
 A counter and a log, kept in a JSON file that is replaced atomically (write, fsync, rename)
 before a write is answered, so an answered write survives kill -9. It checks Fencing-Token as a
-well-behaved store should: a write whose token is below the highest it has applied is refused
-with 409 {"error": "ledger_stale"} and counted, so a run shows how often a stale write got past
-fencegate's own check (the window README, "HTTP stores", describes).
+well-behaved store should, on reads too: every request raises the highest token seen, and one
+whose token is below it is refused with 409 {"error": "ledger_stale"} and counted, so a run shows
+how often a stale request got past fencegate's own check (the window README, "HTTP stores",
+describes). Checking writes alone is not enough: a former holder's write that passed fencegate's
+check and is still on its way would land after the new holder read the counter, and the new
+holder's write, with the larger token, would then overwrite it (a lost update the safety
+workload found, with the check on writes only, after rollbacks of the lock Redis).
 
-    GET  <prefix>/counter                     -> 200 {"v": N}
+    GET  <prefix>/counter                     -> 200 {"v": N} | 409 ledger_stale | 400
     POST <prefix>/write {"v": N, "entry": E}  -> 200 {"v": N} | 409 ledger_stale | 400
          header Fencing-Token: T (required); "slow": true waits 20 ms before applying
 
@@ -61,36 +65,57 @@ def main():
             self.end_headers()
             self.wfile.write(body)
 
+        def fence(self, tok):
+            """Raises the highest token seen to tok; False (counted) when tok is below it. Called
+            with the lock held; persists what it changed."""
+            if tok < state["max"]:
+                state["stale"] += 1
+                persist()
+                self.reply(409, {"error": "ledger_stale", "token": tok, "max": state["max"]})
+                return False
+            if tok > state["max"]:
+                state["max"] = tok
+                persist()
+            return True
+
+        def token(self):
+            try:
+                return int(self.headers["Fencing-Token"])
+            except (KeyError, TypeError, ValueError):
+                self.reply(400, {"error": "no Fencing-Token"})
+                return None
+
         def do_GET(self):
             if self.path != args.prefix + "/counter":
                 return self.reply(404, {"error": "no such path"})
+            tok = self.token()
+            if tok is None:
+                return
             with lock:
-                v = state["v"]
-            self.reply(200, {"v": v})
+                if self.fence(tok):
+                    self.reply(200, {"v": state["v"]})
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(n)
             if self.path != args.prefix + "/write":
                 return self.reply(404, {"error": "no such path"})
+            tok = self.token()
+            if tok is None:
+                return
             try:
                 doc = json.loads(raw)
-                tok = int(self.headers["Fencing-Token"])
                 v, entry = int(doc["v"]), str(doc["entry"])
             except (ValueError, KeyError, TypeError):
                 return self.reply(400, {"error": "bad write"})
             if doc.get("slow"):
                 time.sleep(0.02)
             with lock:
-                if tok < state["max"]:
-                    state["stale"] += 1
+                if self.fence(tok):
+                    state["v"] = v
+                    state["log"].append(entry)
                     persist()
-                    return self.reply(409, {"error": "ledger_stale", "token": tok,
-                                            "max": state["max"]})
-                state.update(max=tok, v=v)
-                state["log"].append(entry)
-                persist()
-            self.reply(200, {"v": v})
+                    self.reply(200, {"v": v})
 
     class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         daemon_threads = True
