@@ -1687,60 +1687,51 @@ class Workload:
         f.bit = repaired > 0 or a.set_outcome in REFUSED
         return f
 
-    def nem_kill_postgres(self, target=None):
-        """With a PostgreSQL store (--pg): 1..10 ms into a slow SQL worker's batch (in its 20 ms
-        pg_sleep, sent with its COMMIT, which has not run yet), kill -9 PostgreSQL (postmaster
-        and backends at once), start it again 0.2..1 s later; crash recovery replays the WAL, so
-        every commit that was acknowledged survives. Meanwhile every acquisition fails: fence on
-        acquire cannot raise the store's fence row (fail closed). Bites when a read or batch of
-        P failed or had an unknown outcome in the outage."""
-        f = Fault("kill-postgres", "postgres")
-        if not self.pg:
-            f.missed = True
-            return f
-        slow = [w for w in self.churners if isinstance(w, SqlWorker) and w.slow]
-        pids = self.pg.processes()
+    def kill_store_in_write(self, f, cls, lock, kill, start):
+        """1..10 ms into a write of a slow `cls` worker (inside the 20 ms its store takes over
+        it), kill(), then start() 0.2..1 s later. Bites when a read or write of `lock` failed or
+        had an unknown outcome in the outage."""
+        slow = [w for w in self.churners if isinstance(w, cls) and w.slow]
         deadline = now() + 3
         while not any(w.writing for w in slow) and now() < deadline:
             time.sleep(0.0005)
         time.sleep(self.rng.uniform(0.001, 0.01))
         t_kill = now()
-        self.pg.crash(pids)
+        kill()
         time.sleep(self.rng.uniform(0.2, 1.0))
-        self.pg.start()
+        start()
         time.sleep(0.3)
-        felt = [e for e in self.ended_since(t_kill) if e["lock"] == PG_LOCK and
+        felt = [e for e in self.ended_since(t_kill) if e["lock"] == lock and
                 e["op"] in ("get", "set") and e["out"] in ("unknown", "failed")]
         f.detail.update(down_s=round(now() - t_kill, 3), felt=len(felt),
                         unknown=sum(1 for e in felt if e["out"] == "unknown"))
         f.bit = bool(felt)
         return f
 
+    def nem_kill_postgres(self, target=None):
+        """With a PostgreSQL store (--pg): kill -9 PostgreSQL (postmaster and backends at once)
+        inside a slow SQL worker's batch (in its pg_sleep, sent with its COMMIT, which has not
+        run yet), start it again (kill_store_in_write()); crash recovery replays the WAL, so
+        every commit that was acknowledged survives. Meanwhile every acquisition fails: fence on
+        acquire cannot raise the store's fence row (fail closed)."""
+        f = Fault("kill-postgres", "postgres")
+        if not self.pg:
+            f.missed = True
+            return f
+        pids = self.pg.processes()   # beforehand, so that the kill lands at once
+        return self.kill_store_in_write(f, SqlWorker, PG_LOCK, lambda: self.pg.crash(pids),
+                                        self.pg.start)
+
     def nem_kill_http_store(self, target=None):
-        """With an HTTP store (--http-store): 1..10 ms into a slow ledger worker's write (the
-        ledger waits 20 ms before applying it), kill -9 the ledger, start it again 0.2..1 s later
-        from its file. Bites when a read or write of H failed or had an unknown outcome in the
-        outage."""
+        """With an HTTP store (--http-store): kill -9 the ledger inside a slow ledger worker's
+        write (the ledger waits 20 ms before applying it), start it again from its file
+        (kill_store_in_write())."""
         f = Fault("kill-http-store", "ledger")
         if not self.ledger:
             f.missed = True
             return f
-        slow = [w for w in self.churners if isinstance(w, LedgerWorker) and w.slow]
-        deadline = now() + 3
-        while not any(w.writing for w in slow) and now() < deadline:
-            time.sleep(0.0005)
-        time.sleep(self.rng.uniform(0.001, 0.01))
-        t_kill = now()
-        self.ledger.kill()
-        time.sleep(self.rng.uniform(0.2, 1.0))
-        self.ledger.start()
-        time.sleep(0.3)
-        felt = [e for e in self.ended_since(t_kill) if e["lock"] == HTTP_LOCK and
-                e["op"] in ("get", "set") and e["out"] in ("unknown", "failed")]
-        f.detail.update(down_s=round(now() - t_kill, 3), felt=len(felt),
-                        unknown=sum(1 for e in felt if e["out"] == "unknown"))
-        f.bit = bool(felt)
-        return f
+        return self.kill_store_in_write(f, LedgerWorker, HTTP_LOCK, self.ledger.kill,
+                                        self.ledger.start)
 
     def nem_partition_etcd(self, target=None):
         """With the etcd backend: cut the namespaced sidecar off from etcd (every member's client
