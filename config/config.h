@@ -139,6 +139,10 @@ int cfg_parse_addr(const char *s, struct cfg_addr *out, struct cfg_error *err) F
 /* Parses a URL of the kinds above. */
 int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err) FG_MUST_CHECK;
 
+/* Whether the lock backend is the Redis store itself: same host (as spelled), port and database,
+ * so the two share a keyspace. Spelled differently they are treated as two Redis servers. */
+int cfg_store_is_backend(const struct cfg *cfg);
+
 /* The text printed by --help (the flags, env variables and file keys). */
 const char *cfg_usage(void);
 

@@ -141,6 +141,15 @@ typedef void (*lock_mark_cb)(void *arg, int status, uint64_t mark, const char *m
 int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
                     lock_mark_cb cb, void *arg);
 
+/* The owner id of s, "<client uid>:<session number>" (under LOCK_OWNER_MAX bytes with its NUL):
+ * what the backend's lock keys hold while s holds them. */
+#define LOCK_OWNER_MAX 64
+void lock_owner(const struct lock_session *s, char *out, size_t cap);
+
+/* The Redis backend's lock key prefix ("<prefix>lock:"): lock L's key is that and "{L}", and holds
+ * its holder's owner id while the lease lasts. NULL with another backend. */
+const char *lock_client_redis_lock_prefix(const struct lock_client *c);
+
 /* Counters since start, for metrics. */
 struct lock_stats {
     uint64_t acquired, busy, released, renewals, renewal_round_trips, lost, token_repairs,

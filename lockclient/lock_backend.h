@@ -15,7 +15,6 @@ struct event;
 #define LOCK_DEFAULT_OP_TIMEOUT_MS 2000
 #define LOCK_MAX_FENCE_ROUNDS      3   /* hook calls after repairs before an acquire gives up */
 #define LOCK_UID_LEN               32  /* hex digits of a client's random 128-bit id */
-#define LOCK_OWNER_MAX             64  /* "<uid>:<session number>" and its NUL */
 #define LOCK_MSG_MAX               512 /* longest message handed to a callback */
 
 #if defined(__GNUC__)
@@ -188,8 +187,6 @@ const char *lock_url_userinfo(const char *p, int bare_is_user, char *user, size_
                               size_t pcap, int *have);
 /* A pseudo-random number for jitter (not for secrets). */
 uint64_t lock_random(struct lock_client *c);
-/* Writes s's owner id "<client uid>:<session number>" into out (LOCK_OWNER_MAX bytes). */
-void lock_owner(const struct lock_session *s, char *out, size_t cap);
 
 /* The backend granted r with token; sent_ms is when the granting call was sent (the lease is
  * counted from there). The backend no longer owns r. */

@@ -1510,3 +1510,8 @@ const struct lock_backend_ops lock_redis_ops = {
     .repair = rd_op_repair,
     .mark_raise = rd_op_mark_raise,
 };
+
+const char *lock_client_redis_lock_prefix(const struct lock_client *c)
+{
+    return c->ops == &lock_redis_ops ? ((const struct rd_client *)c->impl)->lock_prefix : NULL;
+}

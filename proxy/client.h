@@ -185,6 +185,9 @@ struct server {
     char write_sha[41];        /* SHA-1 of fence_write_script() */
     char group_sha[41];        /* SHA-1 of fence_group_script() */
     char raise_sha[41];        /* SHA-1 of fence_txn_raise_script() */
+    /* The store is the lock backend's Redis: the lock keys' prefix there, and the scripts check
+     * that each lock's key holds the session's owner id (fence_owner); NULL: marks alone. */
+    const char *owner_prefix;
     unsigned no_txn : 1; /* the upstream broke a pipelined transaction's rules: scripts only */
 };
 

@@ -322,6 +322,7 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     char name[FENCE_MAX_LOCK];
 
     out->verdict = FENCE_PASS;
+    out->owner = NULL;
     out->nlocks = 0;
     out->key_index = 0;
     out->offending.len = 0;
@@ -391,48 +392,71 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * that cannot be read is reported as fencegate's own error, not mistaken for the command's; the
  * command runs under pcall so its own error (WRONGTYPE, ...) comes back as its reply.
  *
- * one() judges and applies one fenced write, for the single and the grouped script alike: its
- * marks are KEYS[k+1 .. k+n]; ARGV[a] = n, then n tokens, n lock names, and the command up to
- * ARGV[last]. */
-#define FENCE_ONE_LUA                                                                              \
-    "local function one(k, a, last, db)\n"                                                         \
+ * ARGV[a] = n, ARGV[a + 1] = the owner id ("": none), then n tokens and n lock names; the write's
+ * KEYS are its n marks, then with an owner its n lock keys (nkeys() counts them). judge() checks
+ * them and returns the error that refuses the write, or nil and which marks to raise. one()
+ * judges and applies one fenced write, for the single and the grouped script alike: its keys
+ * start after KEYS[k], its ARGV at ARGV[a], and the command ends at ARGV[last]. */
+#define FENCE_JUDGE_LUA                                                                            \
+    "local function nkeys(a)\n"                                                                    \
     "  local n = tonumber(ARGV[a])\n"                                                              \
-    "  if n == nil or k + n > #KEYS then\n"                                                        \
-    "    return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"      \
+    "  if n and ARGV[a + 1] ~= '' then return 2 * n end\n"                                         \
+    "  return n\n"                                                                                 \
+    "end\n"                                                                                        \
+    "local function judge(k, a, what)\n"                                                           \
+    "  local n, owner = tonumber(ARGV[a]), ARGV[a + 1]\n"                                          \
+    "  if n == nil or owner == nil or k + nkeys(a) > #KEYS then\n"                                 \
+    "    return redis.error_reply('ERR fencegate ' .. what .. ': ' .. #KEYS .. ' keys for '\n"     \
     "      .. tostring(ARGV[a]) .. ' more locks (a fencegate bug; report it)')\n"                  \
     "  end\n"                                                                                      \
     "  local raise = {}\n"                                                                         \
     "  for i = 1, n do\n"                                                                          \
-    "    local tok, name, key = ARGV[a + i], ARGV[a + n + i], KEYS[k + i]\n"                       \
+    "    local tok, name, key = ARGV[a + 1 + i], ARGV[a + 1 + n + i], KEYS[k + i]\n"               \
     "    local mark = redis.pcall('GET', key)\n"                                                   \
     "    if type(mark) == 'table' then\n"                                                          \
-    "      return redis.error_reply('ERR fencegate write script: mark ' .. key .. ' of lock '\n"   \
+    "      return redis.error_reply('ERR fencegate ' .. what .. ': mark ' .. key .. ' of lock '\n" \
     "        .. name .. ': ' .. tostring(mark.err) .. ' (delete or repair that key)')\n"           \
     "    end\n"                                                                                    \
     "    mark = mark or '0'\n"                                                                     \
     "    local t, h = tonumber(tok), tonumber(mark)\n"                                             \
     "    if t == nil or h == nil then\n"                                                           \
-    "      return redis.error_reply('ERR fencegate write script: lock ' .. name .. ' token '\n"    \
+    "      return redis.error_reply('ERR fencegate ' .. what .. ': lock ' .. name .. ' token '\n"  \
     "        .. tok .. ' or mark ' .. mark .. ' is not a number (check key ' .. key .. ')')\n"     \
     "    end\n"                                                                                    \
     "    if t < h then\n"                                                                          \
     "      return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"                   \
     "        .. ' < high-water mark ' .. mark .. ' (a newer holder exists; re-acquire)')\n"        \
     "    end\n"                                                                                    \
+    "    if owner ~= '' then\n"                                                                    \
+    "      local holder = redis.pcall('GET', KEYS[k + n + i])\n"                                   \
+    "      if holder ~= owner then\n"                                                              \
+    "        return redis.error_reply('LOCKLOST lock ' .. name .. ' (token ' .. tok\n"             \
+    "          .. ') is not held in the store: ' .. (holder and 'another holder has it'\n"         \
+    "          or 'its lease ran out there') .. ' (the store lost data in a failover, or this '\n" \
+    "          .. 'sidecar fell behind); re-acquire')\n"                                           \
+    "      end\n"                                                                                  \
+    "    end\n"                                                                                    \
     "    raise[i] = t > h\n"                                                                       \
     "  end\n"                                                                                      \
+    "  return nil, raise\n"                                                                        \
+    "end\n"                                                                                        \
+    "local function one(k, a, last, db)\n"                                                         \
+    "  local err, raise = judge(k, a, 'write script')\n"                                           \
+    "  if err then return err end\n"                                                               \
+    "  local n = tonumber(ARGV[a])\n"                                                              \
     "  for i = 1, n do\n"                                                                          \
-    "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + i]) end\n"                       \
+    "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + 1 + i]) end\n"                   \
     "  end\n"                                                                                      \
     "  if db then redis.call('SELECT', db) end\n"                                                  \
-    "  return redis.pcall(unpack(ARGV, a + 2 * n + 1, last))\n"                                    \
+    "  return redis.pcall(unpack(ARGV, a + 2 * n + 2, last))\n"                                    \
     "end\n"
 
 static const char fence_write_lua[] =
-    "-- fencegate fenced write: KEYS = marks; ARGV = n, tokens, lock names, command\n"
-    /* defines one() */ FENCE_ONE_LUA /* then: */
-    "if tonumber(ARGV[1]) ~= #KEYS then\n"
-    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"
+    "-- fencegate fenced write: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, lock names,\n"
+    "-- command\n"
+    /* defines one() */ FENCE_JUDGE_LUA /* then: */
+    "if nkeys(1) ~= #KEYS then\n"
+    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
     "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
     "end\n"
     "return one(0, 1, #ARGV)\n";
@@ -441,11 +465,11 @@ static const char fence_write_lua[] =
  * script's SELECT does not outlast it). Selecting the client's database first makes one it
  * cannot use fail before anything is written. */
 static const char fence_write_db_lua[] =
-    "-- fencegate fenced write in another database: KEYS = marks; ARGV = the marks' database,\n"
-    "-- the command's, then as the write script\n"
-    /* defines one() */ FENCE_ONE_LUA /* then: */
-    "if tonumber(ARGV[3]) ~= #KEYS then\n"
-    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' marks for '\n"
+    "-- fencegate fenced write in another database: KEYS = marks[, lock keys]; ARGV = the marks'\n"
+    "-- database, the command's, then as the write script\n"
+    /* defines one() */ FENCE_JUDGE_LUA /* then: */
+    "if nkeys(3) ~= #KEYS then\n"
+    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
     "    .. tostring(ARGV[3]) .. ' locks (a fencegate bug; report it)')\n"
     "end\n"
     "redis.call('SELECT', ARGV[2])\n"
@@ -457,9 +481,9 @@ static const char fence_write_db_lua[] =
  * write that raises a Lua error (too many arguments for unpack, say) gets that error as its reply
  * instead of ending the script: the writes before it were applied and must be answered so. */
 static const char fence_group_lua[] =
-    "-- fencegate fenced writes, grouped: KEYS = the marks of every write, in order;\n"
+    "-- fencegate fenced writes, grouped: KEYS = the keys of every write, in order;\n"
     "-- ARGV = the number of writes, then per write its argument count and ARGV as above\n"
-    /* defines one() */ FENCE_ONE_LUA /* then: */
+    /* defines one() */ FENCE_JUDGE_LUA /* then: */
     "local out, k, a = {}, 0, 2\n"
     "for w = 1, tonumber(ARGV[1]) do\n"
     "  local last = a + tonumber(ARGV[a])\n"
@@ -469,7 +493,7 @@ static const char fence_group_lua[] =
     "      .. tostring(type(r) == 'table' and r.err or r))\n"
     "  end\n"
     "  out[w] = r\n"
-    "  k = k + tonumber(ARGV[a + 1])\n"
+    "  k = k + nkeys(a + 1)\n"
     "  a = last + 1\n"
     "end\n"
     "return out\n";
@@ -515,17 +539,11 @@ const char *fence_raise_script(void)
 
 /* Checks, raises nothing: the marks are raised by the fenced writes inside the transaction. */
 static const char fence_check_lua[] =
-    "-- fencegate transaction check: KEYS = marks; ARGV = n, n tokens, n lock names\n"
-    "local n = tonumber(ARGV[1])\n"
-    "for i = 1, n do\n"
-    "  local tok, name = ARGV[1 + i], ARGV[n + 1 + i]\n"
-    "  local mark = redis.call('GET', KEYS[i]) or '0'\n"
-    "  local t, h = tonumber(tok), tonumber(mark)\n"
-    "  if t == nil or h == nil or t < h then\n"
-    "    return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"
-    "      .. ' < high-water mark ' .. mark .. ' (a newer holder exists; re-acquire); the '\n"
-    "      .. 'transaction was not applied')\n"
-    "  end\n"
+    "-- fencegate transaction check: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, names\n"
+    /* defines judge() */ FENCE_JUDGE_LUA /* then: */
+    "local err = judge(0, 1, 'transaction check')\n"
+    "if err then\n"
+    "  return redis.error_reply(err.err .. '; the transaction was not applied')\n"
     "end\n"
     "return 0\n";
 
@@ -535,33 +553,24 @@ const char *fence_check_script(void)
 }
 
 /* The pipelined transaction's check runs between WATCH and MULTI. It cannot stop what follows, so
- * on any doubt it moves the mark away and back (RENAME works whatever the key holds, and leaves it
- * as it was): the mark counts as modified, and EXEC, watching it, applies nothing. */
+ * when it refuses it modifies the first mark and puts it back as it was (RENAME there and back
+ * works whatever the key holds; a missing one is set and deleted): EXEC, watching the marks,
+ * applies nothing. */
 static const char fence_txn_check_lua[] =
-    "-- fencegate pipelined writes, check: KEYS = marks; ARGV = n, tokens, lock names\n"
-    "local n = tonumber(ARGV[1])\n"
-    "for i = 1, n do\n"
-    "  local key, tok, name = KEYS[i], ARGV[1 + i], ARGV[n + 1 + i]\n"
-    "  local mark, why = redis.pcall('GET', key), nil\n"
-    "  if type(mark) == 'table' then\n"
-    "    why = 'ERR fencegate write check: mark ' .. key .. ' of lock ' .. name .. ': '\n"
-    "      .. tostring(mark.err) .. ' (delete or repair that key)'\n"
-    "  else\n"
-    "    mark = mark or '0'\n"
-    "    local t, h = tonumber(tok), tonumber(mark)\n"
-    "    if t == nil or h == nil then\n"
-    "      why = 'ERR fencegate write check: lock ' .. name .. ' token ' .. tok .. ' or mark '\n"
-    "        .. mark .. ' is not a number (check key ' .. key .. ')'\n"
-    "    elseif t < h then\n"
-    "      why = 'STALE lock ' .. name .. ' token ' .. tok .. ' < high-water mark ' .. mark\n"
-    "        .. ' (a newer holder exists; re-acquire)'\n"
-    "    end\n"
-    "  end\n"
-    "  if why then\n"
+    "-- fencegate pipelined writes, check: KEYS = marks[, lock keys]; ARGV = n, owner, tokens,\n"
+    "-- lock names\n"
+    /* defines judge() */ FENCE_JUDGE_LUA /* then: */
+    "local err = judge(0, 1, 'write check')\n"
+    "if err then\n"
+    "  local key = KEYS[1]\n"
+    "  if redis.call('EXISTS', key) == 1 then\n"
     "    redis.call('RENAME', key, key .. ':moving')\n"
     "    redis.call('RENAME', key .. ':moving', key)\n"
-    "    return redis.error_reply(why)\n"
+    "  else\n"
+    "    redis.call('SET', key, '0')\n"
+    "    redis.call('DEL', key)\n"
     "  end\n"
+    "  return err\n"
     "end\n"
     "return 0\n";
 
@@ -569,12 +578,13 @@ static const char fence_txn_check_lua[] =
  * the check and WATCH have made sure no mark is above its token. With a database after the lock
  * names it selects it first (for the script only: Redis 7 restores the caller's). */
 static const char fence_txn_raise_lua[] =
-    "-- fencegate raise: KEYS = marks; ARGV = n, tokens, lock names[, the marks' database]\n"
+    "-- fencegate raise: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, lock names[, the\n"
+    "-- marks' database]\n"
     "local n = tonumber(ARGV[1])\n"
-    "if ARGV[2 * n + 2] then redis.call('SELECT', ARGV[2 * n + 2]) end\n"
+    "if ARGV[2 * n + 3] then redis.call('SELECT', ARGV[2 * n + 3]) end\n"
     "for i = 1, n do\n"
     "  local mark = tonumber(redis.call('GET', KEYS[i]) or '0')\n"
-    "  if tonumber(ARGV[1 + i]) > mark then redis.call('SET', KEYS[i], ARGV[1 + i]) end\n"
+    "  if tonumber(ARGV[2 + i]) > mark then redis.call('SET', KEYS[i], ARGV[2 + i]) end\n"
     "end\n"
     "return 0\n";
 
@@ -750,41 +760,54 @@ static void fence_put_bulk_u64(struct fence_out *o, uint64_t v)
     fence_put_bulk(o, buf, fence_u64_dec(v, buf));
 }
 
-/* The write script's call: verb and its first argument (a SHA or the body), then the marks, then
- * the numbers in pre (leading ARGV), n, the tokens, the lock names and the command. Marks are
- * spelled out piece by piece rather than through fence_hwm_key() so no buffer limit applies
- * here; the layout is the same. */
+/* "<prefix>{<lock>}" as a bulk string. */
+static void fence_put_key(struct fence_out *o, const char *prefix, size_t plen,
+                          const struct fence_lock_ref *l)
+{
+    fence_put_header(o, '$', plen + 2 + l->len);
+    fence_put(o, prefix, plen);
+    fence_put(o, "{", 1);
+    fence_put(o, l->name, l->len);
+    fence_put(o, "}\r\n", 3);
+}
+
+/* The write script's call: verb and its first argument (a SHA or the body), then the marks and
+ * (with an owner) the lock keys, then the numbers in pre (leading ARGV), n, the owner, the
+ * tokens, the lock names and the command. Marks are spelled out piece by piece rather than
+ * through fence_hwm_key() so no buffer limit applies here; the layout is the same. */
 static size_t fence_encode(const char *verb, const char *head, size_t hlen, const uint64_t *pre,
                            size_t npre, const struct fence_decision *d, const char *const *argv,
                            const size_t *lens, size_t argc, char *out, size_t cap,
                            struct fence_layout *lay)
 {
     struct fence_out o = {out, cap, 0};
-    size_t n = d->nlocks;
-    size_t plen = sizeof(FENCE_HWM_PREFIX) - 1;
+    const struct fence_owner *own = d->owner;
+    size_t n = d->nlocks, nkeys = own ? 2 * n : n;
 
     if (lay)
         lay->start = 0;
-    fence_put_header(&o, '*', 4 + npre + 3 * n + argc);
+    fence_put_header(&o, '*', 3 + nkeys + npre + 2 + 2 * n + argc);
     fence_put_bulk(&o, verb, strlen(verb));
     fence_put_bulk(&o, head, hlen);
-    fence_put_bulk_u64(&o, n);
+    fence_put_bulk_u64(&o, nkeys);
     if (lay) {
         lay->keys_off = o.len;
-        lay->nkeys = n;
-        lay->nargv = npre + 1 + 2 * n + argc;
+        lay->nlocks = n;
+        lay->nkeys = nkeys;
+        lay->nargv = npre + 2 + 2 * n + argc;
     }
-    for (size_t i = 0; i < n; i++) {
-        fence_put_header(&o, '$', plen + 2 + d->locks[i].len);
-        fence_put(&o, FENCE_HWM_PREFIX "{", plen + 1);
-        fence_put(&o, d->locks[i].name, d->locks[i].len);
-        fence_put(&o, "}\r\n", 3);
-    }
+    for (size_t i = 0; i < n; i++)
+        fence_put_key(&o, FENCE_HWM_PREFIX, sizeof(FENCE_HWM_PREFIX) - 1, &d->locks[i]);
+    if (lay)
+        lay->marks_end = o.len;
+    for (size_t i = 0; own && i < n; i++)
+        fence_put_key(&o, own->key_prefix, own->plen, &d->locks[i]);
     if (lay)
         lay->argv_off = o.len;
     for (size_t i = 0; i < npre; i++)
         fence_put_bulk_u64(&o, pre[i]);
     fence_put_bulk_u64(&o, n);
+    fence_put_bulk(&o, own ? own->id : "", own ? own->idlen : 0);
     for (size_t i = 0; i < n; i++)
         fence_put_bulk_u64(&o, d->locks[i].token);
     for (size_t i = 0; i < n; i++)
@@ -800,11 +823,29 @@ static size_t fence_encode(const char *verb, const char *head, size_t hlen, cons
     return o.len;
 }
 
+void fence_layout_shift(struct fence_layout *l, size_t by)
+{
+    l->start += by;
+    l->keys_off += by;
+    l->marks_end += by;
+    l->argv_off += by;
+    l->cmd_off += by;
+    l->end += by;
+}
+
 size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
                           const char *const *argv, const size_t *lens, size_t argc, char *out,
                           size_t cap, struct fence_layout *lay)
 {
     return fence_encode("EVALSHA", sha, 40, NULL, 0, d, argv, lens, argc, out, cap, lay);
+}
+
+size_t fence_encode_eval(const char *script, const struct fence_decision *d,
+                         const char *const *argv, const size_t *lens, size_t argc, char *out,
+                         size_t cap)
+{
+    return fence_encode("EVAL", script, strlen(script), NULL, 0, d, argv, lens, argc, out, cap,
+                        NULL);
 }
 
 size_t fence_encode_write_db(unsigned mark_db, unsigned cmd_db, const struct fence_decision *d,
@@ -857,11 +898,11 @@ int fence_same_locks(const char *ra, const struct fence_layout *a, const char *r
 }
 
 /* One of the transaction's scripts over the writes' shared locks: the verb and its first argument,
- * then the marks and (n, tokens, names) exactly as the first write carries them. */
+ * then the keys and (n, owner, tokens, names) exactly as the first write carries them. */
 static void fence_put_txn_script(struct fence_out *o, const char *verb, const char *head,
                                  size_t hlen, const char *reqs, const struct fence_layout *l)
 {
-    fence_put_header(o, '*', 3 + l->nkeys + 1 + 2 * l->nkeys);
+    fence_put_header(o, '*', 3 + l->nkeys + 2 + 2 * l->nlocks);
     fence_put_bulk(o, verb, strlen(verb));
     fence_put_bulk(o, head, hlen);
     fence_put_bulk_u64(o, l->nkeys);
@@ -873,9 +914,9 @@ size_t fence_encode_txn(const char raise_sha[41], const char *reqs, const struct
 {
     struct fence_out o = {out, cap, 0};
 
-    fence_put_header(&o, '*', 1 + lay[0].nkeys);
+    fence_put_header(&o, '*', 1 + lay[0].nlocks);
     fence_put_bulk(&o, "WATCH", 5);
-    fence_put(&o, reqs + lay[0].keys_off, lay[0].argv_off - lay[0].keys_off);
+    fence_put(&o, reqs + lay[0].keys_off, lay[0].marks_end - lay[0].keys_off);
     fence_put_txn_script(&o, "EVAL", fence_txn_check_lua, sizeof(fence_txn_check_lua) - 1, reqs,
                          &lay[0]);
     fence_put(&o, "*1\r\n$5\r\nMULTI\r\n", 15);

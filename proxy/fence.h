@@ -57,8 +57,22 @@ struct fence_lock_ref {
     uint64_t token;
 };
 
+/* Whose locks a write runs under, when the lock backend is the store's own Redis. The scripts then
+ * also require each lock's key there (key_prefix "{" lock "}", which the backend keeps holding its
+ * holder's owner id while the lease lasts) to hold id: a write is applied only while the store
+ * itself says this session holds the lock. Marks alone cannot tell two holders apart once a
+ * failover lost a grant: the token counter and the marks went back with it, and the next holder
+ * is granted the lost token again. */
+struct fence_owner {
+    const char *key_prefix; /* "<backend prefix>lock:" */
+    size_t plen;
+    const char *id; /* the session's owner id */
+    size_t idlen;
+};
+
 struct fence_decision {
     enum fence_verdict verdict;
+    const struct fence_owner *owner; /* APPLY: set by the caller; NULL checks the marks alone */
     struct fence_lock_ref locks[FENCE_MAX_LOCKS]; /* APPLY: the distinct locks to check */
     size_t nlocks;
     size_t key_index;                /* NOLOCK / LOCKLOST: the argv index of the key */
@@ -82,10 +96,12 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
                   fence_lookup_fn lookup, void *lookup_arg, struct fence_decision *out);
 
 /* The script that applies one fenced write (Lua, for EVAL/EVALSHA/SCRIPT LOAD): KEYS are the marks
- * of the locks, ARGV = nlocks, tokens..., lock names..., then the command and its arguments. It
- * refuses with "STALE lock L token T < high-water mark H (a newer holder exists; re-acquire)"
- * when any token is older than its mark, else raises each mark to its token and returns the
- * command's own reply (errors included, unchanged). */
+ * of the locks, then (with an owner) their lock keys; ARGV = nlocks, the owner id ("" for none),
+ * tokens..., lock names..., then the command and its arguments. It refuses with "STALE lock L
+ * token T < high-water mark H (a newer holder exists; re-acquire)" when any token is older than
+ * its mark, with "LOCKLOST lock L (token T) is not held in the store: ..." when a lock key does not
+ * hold the owner id, else raises each mark to its token and returns the command's own reply
+ * (errors included, unchanged). */
 const char *fence_write_script(void);
 
 /* The script that applies fenced writes pipelined back to back, in one call: KEYS are the marks
@@ -99,9 +115,9 @@ const char *fence_group_script(void);
  * counter went backwards: the caller repairs it). */
 const char *fence_raise_script(void);
 
-/* The check run before a transaction with fenced writes: KEYS are the marks, ARGV = nlocks,
- * tokens..., lock names.... Returns 0 when every token is >= its mark, else the STALE error (ending
- * "the transaction was not applied"). Raises nothing. */
+/* The check run before a transaction with fenced writes: KEYS and ARGV as the write script's, up to
+ * the lock names. Returns 0 when every token is >= its mark (and every lock key holds the owner),
+ * else the STALE (LOCKLOST) error, ending "the transaction was not applied". Raises nothing. */
 const char *fence_check_script(void);
 
 /* Lowercase hex SHA-1 of a script (41 bytes with the NUL), as SCRIPT LOAD returns it. */
@@ -114,25 +130,36 @@ int fence_hwm_key(const char *lock, size_t len, char *out, size_t cap);
 /* Where the parts of a fence_encode_write() request lie, as byte offsets into it (or into a
  * buffer of several, once the caller has added the request's own offset to each). */
 struct fence_layout {
-    size_t start;    /* the request: [start, end) */
-    size_t keys_off; /* the marks' bulk strings: [keys_off, argv_off) */
-    size_t argv_off; /* ARGV's: [argv_off, end); its (n, tokens, lock names) end at cmd_off */
-    size_t cmd_off;  /* the command's own arguments: [cmd_off, end), argc of them */
+    size_t start;     /* the request: [start, end) */
+    size_t keys_off;  /* the KEYS' bulk strings: [keys_off, argv_off) */
+    size_t marks_end; /* the marks: [keys_off, marks_end); lock keys (with an owner) after */
+    size_t argv_off;  /* ARGV's: [argv_off, end); its (n, owner, tokens, names) end at cmd_off */
+    size_t cmd_off;   /* the command's own arguments: [cmd_off, end), argc of them */
     size_t end;
-    size_t nkeys, nargv, argc;
+    size_t nlocks, nkeys, nargv, argc;
 };
 
-/* Encodes "EVALSHA <sha> <nlocks> <marks...> <nlocks> <tokens...> <names...> <argv...>" as a RESP
+/* Moves every offset of l by `by` bytes (the request was copied `by` bytes further on). */
+void fence_layout_shift(struct fence_layout *l, size_t by);
+
+/* Encodes "EVALSHA <sha> <nkeys> <marks...> [<lock keys...>] <nlocks> <owner> <tokens...>
+ * <names...> <argv...>" (lock keys and owner from d->owner; "" as the owner without one) as a RESP
  * multibulk into out (cap bytes). Returns the length, or the length needed if > cap (nothing
  * useful written), like snprintf. Fills *lay when lay is not NULL. */
 size_t fence_encode_write(const char sha[41], const struct fence_decision *d,
                           const char *const *argv, const size_t *lens, size_t argc, char *out,
                           size_t cap, struct fence_layout *lay);
 
+/* "EVAL <script> <nkeys> <keys...> <nlocks> <owner> <tokens...> <names...> <argv...>": one of the
+ * scripts above by its body, over d's locks; returns the length as fence_encode_write() does. */
+size_t fence_encode_eval(const char *script, const struct fence_decision *d,
+                         const char *const *argv, const size_t *lens, size_t argc, char *out,
+                         size_t cap);
+
 /* The write script for a connection whose database (cmd_db) is not the marks' (mark_db): the
  * marks are judged and raised in mark_db, the command runs in cmd_db. Encoded as
- * "EVAL <body> <nlocks> <marks...> <mark_db> <cmd_db> <nlocks> <tokens...> <names...> <argv...>",
- * returning the length as fence_encode_write() does. */
+ * "EVAL <body> <nkeys> <keys...> <mark_db> <cmd_db> <nlocks> <owner> <tokens...> <names...>
+ * <argv...>", returning the length as fence_encode_write() does. */
 const char *fence_write_db_script(void);
 size_t fence_encode_write_db(unsigned mark_db, unsigned cmd_db, const struct fence_decision *d,
                              const char *const *argv, const size_t *lens, size_t argc, char *out,
@@ -145,13 +172,15 @@ size_t fence_encode_group(const char sha[41], const char *reqs, const struct fen
                           size_t k, char *out, size_t cap);
 
 /* Whether two fence_encode_write() requests (a in ra, b in rb) are fenced by the same locks and
- * tokens. */
+ * tokens, for the same owner. */
 int fence_same_locks(const char *ra, const struct fence_layout *a, const char *rb,
                      const struct fence_layout *b);
 
 /* Writes under the same locks (fence_same_locks()) arriving back to back, as one pipelined
  * transaction in place of script calls, so Redis runs them natively:
  *   WATCH <marks>; EVAL <check> ...; MULTI; EVALSHA <raise> ...; <the k commands>; EXEC
+ * (the lock keys are checked, not watched: every renewal touches them, and a new holder's grant
+ * raises the mark anyway)
  * The check (fence_txn_check_script(), always sent with its body: a missing script must not skip
  * it) refuses with the error the write script would give, and then touches the mark it refused
  * on, so EXEC answers nil and nothing is applied; a newer holder raising a mark before EXEC does

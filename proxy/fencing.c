@@ -398,6 +398,8 @@ enum req_action fencing_command(struct client *c, const char *m, const struct re
     }
     if (name_is(name, nlen, "fence.acquire"))
         fencing_acquire(c, m, r);
+    else if (name_is(name, nlen, "fence.release") && c->ops_count > 0)
+        return REQ_IDLE; /* after the writes sent before it: the store may check the lock key */
     else if (name_is(name, nlen, "fence.release"))
         fencing_release(c, m, r);
     else if (name_is(name, nlen, "fence.token"))
@@ -598,6 +600,30 @@ static size_t fencing_only(struct client *c, struct only_ctx *o)
     return o->n;
 }
 
+/* Counts a refusal by the store: a mark above the token, or (fence_owner) a lock key that does not
+ * name the session. */
+static void fencing_count_refusal(const char *r, size_t n)
+{
+    if (n > 6 && memcmp(r, "-STALE", 6) == 0)
+        metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
+    else if (n > 9 && memcmp(r, "-LOCKLOST", 9) == 0)
+        metrics_inc(&fg_metrics, M_LOCKLOST_REFUSED, 1);
+}
+
+/* Whom the store holds the locks of c's fenced writes to (fence_owner), with the id written into
+ * id (LOCK_OWNER_MAX bytes); NULL when the store is not the lock backend's Redis. */
+static const struct fence_owner *fencing_owner(struct client *c, struct fence_owner *own, char *id)
+{
+    if (!c->srv->owner_prefix || !c->sess)
+        return NULL;
+    lock_owner(c->sess, id, LOCK_OWNER_MAX);
+    own->key_prefix = c->srv->owner_prefix;
+    own->plen = strlen(own->key_prefix);
+    own->id = id;
+    own->idlen = strlen(id);
+    return own;
+}
+
 static void fencing_refuse_lost(struct client *c, const struct fence_lock_ref *l)
 {
     metrics_inc(&fg_metrics, M_LOCKLOST_REFUSED, 1);
@@ -684,6 +710,8 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     size_t lens_stack[FENCING_STACK_ARGS], *lens = lens_stack;
     struct only_ctx only;
     struct fence_decision d;
+    struct fence_owner own;
+    char owner_id[LOCK_OWNER_MAX];
     enum req_action act = REQ_SKIP;
     long nkeys;
 
@@ -739,6 +767,7 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     fence_decide(c->srv->rules, argv, lens, keys, (size_t)nkeys, only.n == 1 ? &only.ref : NULL,
                  fencing_lookup, c, &d);
     if (d.verdict == FENCE_APPLY) {
+        d.owner = fencing_owner(c, &own, owner_id);
         /* Re-check every lock now: a lease may have run out without its timer having fired yet
          * (a process frozen and resumed). */
         for (size_t i = 0; i < d.nlocks; i++) {
@@ -921,34 +950,25 @@ static int fencing_put_count(struct buf *b, size_t n)
     return buf_append(b, head, (size_t)hn) == FG_OK ? 0 : -1;
 }
 
-/* "EVAL <script> n <marks> n <tokens> <lock names> [extra]" over the block's locks. */
-static int fencing_put_script(struct buf *b, const char *script, const struct fencing_txn *t,
-                              const char *extra)
+/* "EVAL <script> ..." (fence_encode_eval()) over the block's locks, with extra as the last
+ * argument when not NULL. */
+static int fencing_put_script(struct client *c, struct buf *b, const char *script,
+                              const struct fencing_txn *t, const char *extra)
 {
-    char tok[32], key[FENCE_MAX_LOCK + 64];
+    struct fence_decision d;
+    struct fence_owner own;
+    char id[LOCK_OWNER_MAX];
+    size_t elen = extra ? strlen(extra) : 0, need;
 
-    if (fencing_put_count(b, 3 + 3 * t->nlocks + 1 + (extra != NULL)) < 0 ||
-        fencing_put(b, "EVAL", 4) < 0 || fencing_put(b, script, strlen(script)) < 0)
+    d.nlocks = t->nlocks;
+    memcpy(d.locks, t->locks, t->nlocks * sizeof(t->locks[0]));
+    d.owner = fencing_owner(c, &own, id);
+    need = fence_encode_eval(script, &d, &extra, &elen, extra != NULL, NULL, 0);
+    if (buf_reserve(b, need + 1) != FG_OK)
         return -1;
-    snprintf(tok, sizeof(tok), "%zu", t->nlocks);
-    if (fencing_put(b, tok, strlen(tok)) < 0)
-        return -1;
-    for (size_t i = 0; i < t->nlocks; i++) {
-        int kl = fence_hwm_key(t->locks[i].name, t->locks[i].len, key, sizeof(key));
-        if (kl < 0 || fencing_put(b, key, (size_t)kl) < 0)
-            return -1;
-    }
-    if (fencing_put(b, tok, strlen(tok)) < 0)
-        return -1;
-    for (size_t i = 0; i < t->nlocks; i++) {
-        snprintf(tok, sizeof(tok), "%" PRIu64, t->locks[i].token);
-        if (fencing_put(b, tok, strlen(tok)) < 0)
-            return -1;
-    }
-    for (size_t i = 0; i < t->nlocks; i++)
-        if (fencing_put(b, t->locks[i].name, t->locks[i].len) < 0)
-            return -1;
-    return extra ? fencing_put(b, extra, strlen(extra)) : 0;
+    fence_encode_eval(script, &d, &extra, &elen, extra != NULL, b->data + b->end, need + 1);
+    b->end += need;
+    return 0;
 }
 
 /* Sends MULTI, the commands and EXEC (and, before a script alone, the raise of the marks); the
@@ -967,7 +987,7 @@ static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
         struct buf b = {0};
         char db[16];
         snprintf(db, sizeof(db), "%d", c->srv->cfg->upstream.db);
-        if (fencing_put_script(&b, fence_txn_raise_script(), t, db) < 0) {
+        if (fencing_put_script(c, &b, fence_txn_raise_script(), t, db) < 0) {
             buf_free(&b);
             c->dead = 1;
             return;
@@ -1190,8 +1210,8 @@ static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span
         if (kl < 0 || fencing_put(&b, key, (size_t)kl) < 0)
             goto out;
     }
-    if (fencing_put_script(&b, piped ? fence_txn_check_script() : fence_check_script(), t, NULL) <
-        0)
+    if (fencing_put_script(c, &b, piped ? fence_txn_check_script() : fence_check_script(), t,
+                           NULL) < 0)
         goto out;
     up_send(c, buf_head(&b), buf_len(&b));
     if (!op_push(c, OP_HIDDEN)) /* WATCH's +OK */
@@ -1248,8 +1268,7 @@ int fencing_txn_checked(struct client *c, const char *r, size_t n)
         fencing_txn_commit(c, t);
         committed = 1;
     } else {
-        if (n > 6 && memcmp(r, "-STALE", 6) == 0)
-            metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
+        fencing_count_refusal(r, n);
         up_send(c, unwatch, sizeof(unwatch) - 1);
         if (!op_push(c, OP_HIDDEN))
             c->dead = 1;
@@ -1286,8 +1305,8 @@ int fencing_noscript(struct client *c, struct op *o)
 
 void fencing_on_reply(struct client *c, const char *r, size_t n)
 {
-    if (n > 6 && memcmp(r, "-STALE", 6) == 0)
-        metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
+    (void)c;
+    fencing_count_refusal(r, n);
 }
 
 void fencing_close(struct client *c)

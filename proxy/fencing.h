@@ -5,8 +5,9 @@
 #include "client.h"
 
 /* Handles a FENCE.* command: answers it (possibly later, for FENCE.ACQUIRE, holding back the
- * requests after it) and returns REQ_SKIP; returns REQ_FORWARD for a FENCE.* name it does not
- * know, so Redis answers it. */
+ * requests after it) and returns REQ_SKIP; returns REQ_IDLE for a FENCE.RELEASE while replies
+ * to earlier requests are due (the writes before it must land while the lock is held), and
+ * REQ_FORWARD for a FENCE.* name it does not know, so Redis answers it. */
 enum req_action fencing_command(struct client *c, const char *m, const struct resp_request *r);
 /* 1 when name is a command fencing_command() answers itself (FENCE.ACQUIRE, .RELEASE, .TOKEN,
  * .LOCKS), in any case. */

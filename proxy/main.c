@@ -166,15 +166,6 @@ static void main_lock_warn(void *arg, const char *msg)
     log_warn("lock backend: %s", msg);
 }
 
-/* Whether the lock backend is the Redis store itself: same host (as spelled), port and database,
- * so the two share a keyspace. Spelled differently, the store simply keeps its own fence hook. */
-static int main_same_redis(const struct cfg_url *backend, const struct cfg_url *store)
-{
-    return backend->kind == CFG_URL_REDIS && store->kind == CFG_URL_REDIS &&
-           backend->db == store->db && backend->hosts[0].port == store->hosts[0].port &&
-           strcmp(backend->hosts[0].host, store->hosts[0].host) == 0;
-}
-
 /* Reads a password file (a mounted Secret, say): its bytes without one trailing newline. Returns
  * 0, or -1 with the reason in err (unreadable, empty, too long, a NUL inside). */
 static int main_read_password(const char *path, char *out, size_t cap, char *err, size_t errlen)
@@ -289,7 +280,7 @@ int main(int argc, char **argv)
     /* Fence on acquire: every token is first raised in every store (fencehooks.h), here the
      * Redis store the RESP endpoint fronts; when that is the lock backend's own Redis, the
      * acquire script raises its mark itself (lock_options.mark_prefix). */
-    if (main_same_redis(&cfg.backend, &cfg.upstream)) {
+    if (cfg_store_is_backend(&cfg)) {
         snprintf(lopt.mark_prefix, sizeof(lopt.mark_prefix), "%s", FENCE_HWM_PREFIX);
     } else {
         marks = store_marks_new(m.base, &cfg.upstream, 2000);

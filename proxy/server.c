@@ -346,11 +346,7 @@ static int run_append(struct buf *b, struct fence_layout *g, const char *p, size
     if (buf_append(b, p, n) != FG_OK)
         return -1;
     *g = *lay;
-    g->start += base;
-    g->keys_off += base;
-    g->argv_off += base;
-    g->cmd_off += base;
-    g->end += base;
+    fence_layout_shift(g, base);
     return 0;
 }
 
@@ -1584,7 +1580,9 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         int ml = why ? snprintf(msg, sizeof(msg), "-%.960s%s\r\n", why,
                                 (o->flags & OPF_UNWRAP) ? "" : "; the transaction was not applied")
                      : 0;
-        metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
+        metrics_inc(&fg_metrics,
+                    why && strncmp(why, "LOCKLOST", 8) == 0 ? M_LOCKLOST_REFUSED : M_STALE_REFUSED,
+                    1);
         span_flush(c, sp, 0);
         if (!(o->flags & OPF_SILENT))
             cl_send(c, ml > 0 ? msg : moved, ml > 0 ? (size_t)ml : sizeof(moved) - 1);
@@ -1982,8 +1980,11 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         c->db = c->in_multi ? -1 : db_parse(m + r->argv[1].off, r->argv[1].len, c->db);
     else if (name_is(name, nlen, "reset"))
         c->db = 0;
-    if (nlen > 6 && name_is(name, 6, "fence.") && fencing_command(c, m, r) == REQ_SKIP)
-        return REQ_SKIP;
+    if (nlen > 6 && name_is(name, 6, "fence.")) {
+        enum req_action act = fencing_command(c, m, r);
+        if (act != REQ_FORWARD)
+            return act;
+    }
     if (c->txn && (name_is(name, nlen, "reset") || name_is(name, nlen, "quit")))
         fencing_txn_drop(c); /* Redis runs them at once inside MULTI, ending the block */
     if (c->txn)
@@ -2437,6 +2438,8 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     fence_script_sha(fence_write_script(), s->write_sha);
     fence_script_sha(fence_group_script(), s->group_sha);
     fence_script_sha(fence_txn_raise_script(), s->raise_sha);
+    if (locks && cfg_store_is_backend(cfg))
+        s->owner_prefix = lock_client_redis_lock_prefix(locks);
     if (srv_load_rules(s, err, errlen) < 0) {
         free(s);
         return NULL;

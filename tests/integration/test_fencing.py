@@ -312,7 +312,10 @@ class WhichWrites(FencingCase):
         self.assertEqual(c.call("SET", "plain:a", "1"), "OK")
         self.assertEqual(c.call("SWAPDB", 0, 1), "OK")
         self.assertEqual(self.direct.exists("plain:a"), 0, "SWAPDB was not applied")
-        self.assertEqual(c.call("SWAPDB", 0, 1), "OK")
+        # The swap took the lock's own key along (the locks live in this Redis): until it is
+        # back, the store does not say this session holds the lock.
+        self.assert_refused(c.call("SWAPDB", 0, 1), "LOCKLOST")
+        self.direct.swapdb(0, 1)
         self.assertEqual(self.hwm("solo"), t)
         self.direct.set(hwm_key("solo"), t + 1)
         self.assert_refused(c.call("FLUSHDB"), "STALE")
@@ -1043,6 +1046,101 @@ class RedisLost(FencingCase):
         self.assertEqual(self.hwm("wallet:6"), t2)
         self.assertGreater(t, 0)
 
+
+class LostGrant(FencingCase):
+    """A failover to a replica that missed a grant: the lock key, the token counter and the mark
+    all go back to before it, so the next holder is granted the same token again. Marks cannot
+    tell the two holders apart; the store's own lock key can (the locks live in the store's
+    Redis, the default), and writes of the holder it no longer names are refused."""
+
+    def rollback_grant(self, name, token):
+        """What the replica holds: no lock key, the counter and the mark one grant back."""
+        self.direct.delete(lock_key(name))
+        self.direct.set("fencegate:token:{%s}" % name, token - 1)
+        self.direct.set(hwm_key(name), token - 1)
+
+    def test_former_holder_refused_although_its_token_came_again(self):
+        a = self.fencegate()
+        b = self.fencegate()
+        ca = self.raw(a.resp_port)
+        cb = self.raw(b.resp_port)
+        ta = self.acquire(ca, "wallet:8")
+        self.assertEqual(ca.call("SET", "wallet:8", "A-1"), "OK")
+        self.rollback_grant("wallet:8", ta)
+        self.direct.delete("wallet:8")  # A's write went with the grant
+        tb = self.acquire(cb, "wallet:8", "WAIT", 0)
+        self.assertEqual(tb, ta, "the lost grant's token is granted again")
+        self.assertEqual(ca.call("FENCE.TOKEN", "wallet:8"), ta, "A should not know yet")
+
+        refused0 = metric(a, "fencegate_locklost_refused_total")
+        r = ca.call("SET", "wallet:8", "A-2")
+        self.assert_refused(r, "LOCKLOST")
+        self.assertTrue(r.startswith("LOCKLOST lock wallet:8 (token %d) is not held in the "
+                                     "store: another holder has it" % ta), r)
+        # Every form a write takes: a script, a MULTI block, a pipeline of writes.
+        self.assert_refused(ca.call("EVAL", "return redis.call('SET', KEYS[1], 'A-3')", 1,
+                                    "wallet:8"), "LOCKLOST")
+        ca.cmd("MULTI")
+        ca.cmd("SET", "wallet:8", "A-4")
+        ca.cmd("INCR", "plain:n8")
+        ca.cmd("EXEC")
+        self.assertEqual([ca.read_reply() for _ in range(3)], ["OK", "QUEUED", "QUEUED"])
+        self.assert_refused(ca.read_reply(), "LOCKLOST")
+        for i in range(5):
+            ca.cmd("SET", "wallet:8", "A-p%d" % i)
+        for _ in range(5):
+            self.assert_refused(ca.read_reply(), "LOCKLOST")
+        self.assertIsNone(self.direct.get("wallet:8"), "a write of the former holder applied")
+        self.assertEqual(self.direct.exists("plain:n8"), 0)
+        self.assertGreaterEqual(metric(a, "fencegate_locklost_refused_total"), refused0 + 8)
+
+        self.assertEqual(cb.call("SET", "wallet:8", "B-1"), "OK")
+        self.assertEqual(cb.call("INCR", "plain:n8"), 1)
+        self.assertEqual(self.direct.get("wallet:8"), b"B-1")
+        self.assertEqual(self.hwm("wallet:8"), tb)
+
+    def test_lease_gone_from_the_store_refuses_writes(self):
+        # The lock key is gone and nobody took the lock: the store does not say A holds it.
+        a = self.fencegate()
+        ca = self.raw(a.resp_port)
+        t = self.acquire(ca, "wallet:9")
+        self.direct.delete(lock_key("wallet:9"))
+        r = ca.call("SET", "wallet:9", "A")
+        self.assertTrue(r.startswith("LOCKLOST lock wallet:9 (token %d) is not held in the "
+                                     "store: its lease ran out there" % t), r)
+        self.assertEqual(self.direct.exists("wallet:9"), 0)
+
+    def test_restart_from_an_old_snapshot(self):
+        # The real thing: Redis restarts from a snapshot taken before A's grant, with A frozen
+        # through it and its write waiting in the socket; B takes the lock. A resumes.
+        a = self.fencegate()
+        b = self.fencegate()
+        ca = self.raw(a.resp_port, timeout=10)
+        self.assertEqual(self.direct.set("wallet:10", "before"), True)
+        self.direct.save()
+        ta = self.acquire(ca, "wallet:10")
+        self.assertEqual(ca.call("SET", "wallet:10", "A-1"), "OK")
+        self.freeze(a)
+        ca.cmd("SET", "wallet:10", "A-frozen")
+        self.redis.kill()
+        self.redis.start()  # loads the snapshot
+        self.direct.close()
+        self.direct = self.redis.client()
+        self.assertEqual(self.direct.get("wallet:10"), b"before")
+        cb = self.raw(b.resp_port, timeout=10)
+        tb = harness.wait_until(
+            lambda: (lambda r: r if isinstance(r, int) else None)(
+                cb.call("FENCE.ACQUIRE", "wallet:10", "WAIT", 0)),
+            10, 0.1, "B to acquire after the restart")
+        self.assertEqual(tb, ta, "the lost grant's token is granted again")
+        a.signal(signal.SIGCONT)
+        try:
+            self.assert_refused(ca.read_reply(timeout=5), "LOCKLOST", "UNAVAILABLE")
+        except (EOFError, OSError):
+            pass  # the connection closed: nothing applied either
+        self.assertEqual(self.direct.get("wallet:10"), b"before")
+        self.assertEqual(cb.call("SET", "wallet:10", "B-1"), "OK")
+        self.assertEqual(self.direct.get("wallet:10"), b"B-1")
 
 if __name__ == "__main__":
     unittest.main()

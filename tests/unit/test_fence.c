@@ -779,19 +779,20 @@ static void test_encode_write(void **state)
 
     struct arg args[32];
     size_t count = parse_multibulk(buf, n, args, ARRAY_LEN(args));
-    assert_int_equal(count, 4 + 3 * 2 + 4);
+    assert_int_equal(count, 5 + 3 * 2 + 4);
     assert_arg(&args[0], "EVALSHA", 7);
     assert_arg(&args[1], sha, 40);
     assert_arg(&args[2], "2", 1);
     assert_arg(&args[3], "fencegate:hwm:{wallet:7}", 24);
     assert_arg(&args[4], "fencegate:hwm:{b\r\n\0x}", 21);
     assert_arg(&args[5], "2", 1);
-    assert_arg(&args[6], "42", 2);
-    assert_arg(&args[7], "18446744073709551615", 20);
-    assert_arg(&args[8], "wallet:7", 8);
-    assert_arg(&args[9], "b\r\n\0x", 5);
+    assert_arg(&args[6], "", 0); /* no owner to check */
+    assert_arg(&args[7], "42", 2);
+    assert_arg(&args[8], "18446744073709551615", 20);
+    assert_arg(&args[9], "wallet:7", 8);
+    assert_arg(&args[10], "b\r\n\0x", 5);
     for (size_t i = 0; i < 4; i++)
-        assert_arg(&args[10 + i], argv[i], lens[i]);
+        assert_arg(&args[11 + i], argv[i], lens[i]);
 
     /* The marks are the same bytes fence_hwm_key() produces. */
     char mark[64];
@@ -811,6 +812,32 @@ static void test_encode_write(void **state)
     assert_int_equal(fence_encode_write(sha, &d, argv, lens, 4, small, n, NULL), n);
     assert_memory_equal(small, buf, n);
     assert_int_equal(small[n], '#');
+
+    /* With an owner: the lock keys follow the marks, the owner id follows n, and the layout
+     * tells the marks from the lock keys. */
+    const struct fence_owner own = {"fencegate:lock:", 15, "ab12:7", 6};
+    struct fence_layout lay;
+    d.owner = &own;
+    n = fence_encode_write(sha, &d, argv, lens, 4, buf, sizeof(buf), &lay);
+    assert_int_equal(fence_encode_write(sha, &d, argv, lens, 4, NULL, 0, NULL), n);
+    count = parse_multibulk(buf, n, args, ARRAY_LEN(args));
+    assert_int_equal(count, 5 + 4 * 2 + 4);
+    assert_arg(&args[2], "4", 1);
+    assert_arg(&args[3], "fencegate:hwm:{wallet:7}", 24);
+    assert_arg(&args[4], "fencegate:hwm:{b\r\n\0x}", 21);
+    assert_arg(&args[5], "fencegate:lock:{wallet:7}", 25);
+    assert_arg(&args[6], "fencegate:lock:{b\r\n\0x}", 22);
+    assert_arg(&args[7], "2", 1);
+    assert_arg(&args[8], "ab12:7", 6);
+    assert_arg(&args[9], "42", 2);
+    assert_arg(&args[11], "wallet:7", 8);
+    assert_int_equal(lay.nlocks, 2);
+    assert_int_equal(lay.nkeys, 4);
+    assert_int_equal(lay.nargv, 2 + 2 * 2 + 4);
+    assert_true(buf + lay.keys_off == args[3].p - 5);  /* "$24\r\n" */
+    assert_true(buf + lay.marks_end == args[5].p - 5); /* "$25\r\n" */
+    assert_true(buf + lay.argv_off == args[7].p - 4);  /* "$1\r\n" */
+    assert_true(buf + lay.cmd_off == args[13].p - 4);  /* "$3\r\n" */
 }
 
 /* Another database's write: EVAL with the db script's body, the marks, then the two databases
@@ -836,7 +863,7 @@ static void test_encode_write_db(void **state)
 
     struct arg args[16];
     size_t count = parse_multibulk(buf, n, args, ARRAY_LEN(args));
-    assert_int_equal(count, 4 + 2 + 3 + 3);
+    assert_int_equal(count, 5 + 2 + 3 + 3);
     assert_arg(&args[0], "EVAL", 4);
     assert_arg(&args[1], body, strlen(body));
     assert_arg(&args[2], "1", 1);
@@ -844,10 +871,11 @@ static void test_encode_write_db(void **state)
     assert_arg(&args[4], "0", 1);
     assert_arg(&args[5], "15", 2);
     assert_arg(&args[6], "1", 1);
-    assert_arg(&args[7], "5", 1);
-    assert_arg(&args[8], "job", 3);
+    assert_arg(&args[7], "", 0);
+    assert_arg(&args[8], "5", 1);
+    assert_arg(&args[9], "job", 3);
     for (size_t i = 0; i < 3; i++)
-        assert_arg(&args[9 + i], argv[i], lens[i]);
+        assert_arg(&args[10 + i], argv[i], lens[i]);
     /* The script selects both databases, the command's first. */
     assert_non_null(strstr(body, "redis.call('SELECT', ARGV[2])\nredis.call('SELECT', ARGV[1])"));
 }
@@ -864,21 +892,22 @@ static void test_encode_write_token_zero_and_no_locks(void **state)
     struct arg args[16];
 
     size_t n = fence_encode_write(sha, &d, argv, lens, 2, buf, sizeof(buf), NULL);
-    assert_int_equal(parse_multibulk(buf, n, args, ARRAY_LEN(args)), 6);
+    assert_int_equal(parse_multibulk(buf, n, args, ARRAY_LEN(args)), 7);
     assert_arg(&args[2], "0", 1);
     assert_arg(&args[3], "0", 1);
-    assert_arg(&args[4], "INCR", 4);
-    assert_arg(&args[5], "n", 1);
+    assert_arg(&args[4], "", 0);
+    assert_arg(&args[5], "INCR", 4);
+    assert_arg(&args[6], "n", 1);
 
     d.nlocks = 1;
     memcpy(d.locks[0].name, "L", 1);
     d.locks[0].len = 1;
     d.locks[0].token = 0;
     n = fence_encode_write(sha, &d, argv, lens, 2, buf, sizeof(buf), NULL);
-    assert_int_equal(parse_multibulk(buf, n, args, ARRAY_LEN(args)), 9);
+    assert_int_equal(parse_multibulk(buf, n, args, ARRAY_LEN(args)), 10);
     assert_arg(&args[3], "fencegate:hwm:{L}", 17);
-    assert_arg(&args[5], "0", 1);
-    assert_arg(&args[6], "L", 1);
+    assert_arg(&args[6], "0", 1);
+    assert_arg(&args[7], "L", 1);
 }
 
 /* A group is the writes' marks in order, the count of writes, and each write's count and ARGV. */
@@ -907,13 +936,11 @@ static void test_encode_group(void **state)
     size_t n1 = fence_encode_write(sha, &d1, argv1, lens1, 3, enc, sizeof(enc), &lay[0]);
     fence_encode_write(sha, &d2, argv2, lens2, 2, enc + n1, sizeof(enc) - n1, &lay[1]);
     assert_int_equal(lay[0].nkeys, 1);
-    assert_int_equal(lay[0].nargv, 6);
+    assert_int_equal(lay[0].nargv, 7);
     assert_int_equal(lay[0].end, n1);
     assert_int_equal(lay[1].nkeys, 2);
-    assert_int_equal(lay[1].nargv, 7);
-    lay[1].keys_off += n1; /* as the caller rebases them */
-    lay[1].argv_off += n1;
-    lay[1].end += n1;
+    assert_int_equal(lay[1].nargv, 8);
+    fence_layout_shift(&lay[1], n1); /* as the caller rebases them */
 
     char buf[1024];
     struct arg args[32];
@@ -927,15 +954,17 @@ static void test_encode_group(void **state)
                           "fencegate:hwm:{b}",
                           "fencegate:hwm:{c\r\n}",
                           "2",
-                          "6",
+                          "7",
                           "1",
+                          "",
                           "7",
                           "a",
                           "SET",
                           "k",
                           "",
-                          "7",
+                          "8",
                           "2",
+                          "",
                           "8",
                           "9",
                           "b",
@@ -986,11 +1015,7 @@ static void test_encode_txn(void **state)
                                       sizeof(enc) - off, &lay[i]);
         assert_int_equal(lay[i].start, 0);
         assert_int_equal(lay[i].argc, argc[i]);
-        lay[i].start += off; /* as the caller rebases them */
-        lay[i].keys_off += off;
-        lay[i].argv_off += off;
-        lay[i].cmd_off += off;
-        lay[i].end += off;
+        fence_layout_shift(&lay[i], off); /* as the caller rebases them */
         off += n;
     }
     assert_true(fence_same_locks(enc, &lay[0], enc, &lay[1]));
@@ -1001,10 +1026,10 @@ static void test_encode_txn(void **state)
     size_t n = fence_encode_txn(sha, enc, lay, 2, buf, sizeof(buf)), pos = 0;
     assert_true(n > 0 && n < sizeof(buf));
     const char *watch[] = {"WATCH", "fencegate:hwm:{a}"};
-    const char *check[] = {"EVAL", fence_txn_check_script(), "1", "fencegate:hwm:{a}", "1", "7",
+    const char *check[] = {"EVAL", fence_txn_check_script(), "1", "fencegate:hwm:{a}", "1", "", "7",
                            "a"};
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-    const char *raise[] = {"EVALSHA", sha, "1", "fencegate:hwm:{a}", "1", "7", "a"};
+    const char *raise[] = {"EVALSHA", sha, "1", "fencegate:hwm:{a}", "1", "", "7", "a"};
     const char *set[] = {"SET", "k", ""}, *incr[] = {"INCR", "n"};
     assert_command(buf, n, &pos, watch, ARRAY_LEN(watch));
     assert_command(buf, n, &pos, check, ARRAY_LEN(check));
@@ -1030,6 +1055,43 @@ static void test_encode_txn(void **state)
     assert_int_equal(fence_encode_txn(sha, enc, lay, 2, buf, 10),
                      fence_encode_txn(sha, enc, lay, 2, NULL, 0));
     assert_int_equal(buf[10], '#');
+
+    /* With owners: the same lock and token under two owners (a grant repeated after a failover)
+     * are not the same locks; WATCH takes the marks alone, the scripts the lock keys too. */
+    const struct fence_owner own[2] = {{"fencegate:lock:", 15, "u:1", 3},
+                                       {"fencegate:lock:", 15, "u:2", 3}};
+    const int who[3] = {0, 0, 1};
+    off = 0;
+    for (int i = 0; i < 3; i++) {
+        d[1].owner = &own[who[i]];
+        size_t m = fence_encode_write(sha, &d[1], argv[1], lens[1], argc[1], enc + off,
+                                      sizeof(enc) - off, &lay[i]);
+        fence_layout_shift(&lay[i], off);
+        off += m;
+    }
+    assert_true(fence_same_locks(enc, &lay[0], enc, &lay[1]));
+    assert_false(fence_same_locks(enc, &lay[0], enc, &lay[2]));
+    n = fence_encode_txn(sha, enc, lay, 2, buf, sizeof(buf));
+    pos = 0;
+    const char *check_own[] = {"EVAL",
+                               fence_txn_check_script(),
+                               "2",
+                               "fencegate:hwm:{a}",
+                               "fencegate:lock:{a}",
+                               "1",
+                               "u:1",
+                               "7",
+                               "a"};
+    const char *raise_own[] = {"EVALSHA", sha, "2", "fencegate:hwm:{a}", "fencegate:lock:{a}", "1",
+                               "u:1",     "7", "a"};
+    assert_command(buf, n, &pos, watch, ARRAY_LEN(watch));
+    assert_command(buf, n, &pos, check_own, ARRAY_LEN(check_own));
+    assert_command(buf, n, &pos, multi, ARRAY_LEN(multi));
+    assert_command(buf, n, &pos, raise_own, ARRAY_LEN(raise_own));
+    assert_command(buf, n, &pos, incr, ARRAY_LEN(incr));
+    assert_command(buf, n, &pos, incr, ARRAY_LEN(incr));
+    assert_command(buf, n, &pos, exec, ARRAY_LEN(exec));
+    assert_int_equal(pos, n);
 }
 
 int main(void)
