@@ -392,21 +392,16 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * that cannot be read is reported as fencegate's own error, not mistaken for the command's; the
  * command runs under pcall so its own error (WRONGTYPE, ...) comes back as its reply.
  *
- * ARGV[a] = n, ARGV[a + 1] = the owner id ("": none), then n tokens and n lock names; the write's
- * KEYS are its n marks, then with an owner its n lock keys (nkeys() counts them). judge() checks
- * them and returns the error that refuses the write, or nil and which marks to raise. one()
- * judges and applies one fenced write, for the single and the grouped script alike: its keys
- * start after KEYS[k], its ARGV at ARGV[a], and the command ends at ARGV[last]. */
-#define FENCE_JUDGE_LUA                                                                            \
-    "local function nkeys(a)\n"                                                                    \
-    "  local n = tonumber(ARGV[a])\n"                                                              \
-    "  if n and ARGV[a + 1] ~= '' then return 2 * n end\n"                                         \
-    "  return n\n"                                                                                 \
-    "end\n"                                                                                        \
-    "local function judge(k, a, what)\n"                                                           \
+ * one() judges and applies one fenced write, for the single and the grouped script alike:
+ * ARGV[a] = n, ARGV[a + 1] = the owner id ("": none), then n tokens, n lock names, and the
+ * command up to ARGV[last]; the write's keys after KEYS[k] are its n marks, then with an owner
+ * its n lock keys. It is the scripts' only function: Redis runs a script's body at every call,
+ * and each function defined there is made anew each time. */
+#define FENCE_ONE_LUA                                                                              \
+    "local function one(k, a, last, db)\n"                                                         \
     "  local n, owner = tonumber(ARGV[a]), ARGV[a + 1]\n"                                          \
-    "  if n == nil or owner == nil or k + nkeys(a) > #KEYS then\n"                                 \
-    "    return redis.error_reply('ERR fencegate ' .. what .. ': ' .. #KEYS .. ' keys for '\n"     \
+    "  if n == nil or owner == nil or k + (owner == '' and n or 2 * n) > #KEYS then\n"             \
+    "    return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"       \
     "      .. tostring(ARGV[a]) .. ' more locks (a fencegate bug; report it)')\n"                  \
     "  end\n"                                                                                      \
     "  local raise = {}\n"                                                                         \
@@ -414,13 +409,13 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "    local tok, name, key = ARGV[a + 1 + i], ARGV[a + 1 + n + i], KEYS[k + i]\n"               \
     "    local mark = redis.pcall('GET', key)\n"                                                   \
     "    if type(mark) == 'table' then\n"                                                          \
-    "      return redis.error_reply('ERR fencegate ' .. what .. ': mark ' .. key .. ' of lock '\n" \
+    "      return redis.error_reply('ERR fencegate write script: mark ' .. key .. ' of lock '\n"   \
     "        .. name .. ': ' .. tostring(mark.err) .. ' (delete or repair that key)')\n"           \
     "    end\n"                                                                                    \
     "    mark = mark or '0'\n"                                                                     \
     "    local t, h = tonumber(tok), tonumber(mark)\n"                                             \
     "    if t == nil or h == nil then\n"                                                           \
-    "      return redis.error_reply('ERR fencegate ' .. what .. ': lock ' .. name .. ' token '\n"  \
+    "      return redis.error_reply('ERR fencegate write script: lock ' .. name .. ' token '\n"    \
     "        .. tok .. ' or mark ' .. mark .. ' is not a number (check key ' .. key .. ')')\n"     \
     "    end\n"                                                                                    \
     "    if t < h then\n"                                                                          \
@@ -438,12 +433,6 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "    end\n"                                                                                    \
     "    raise[i] = t > h\n"                                                                       \
     "  end\n"                                                                                      \
-    "  return nil, raise\n"                                                                        \
-    "end\n"                                                                                        \
-    "local function one(k, a, last, db)\n"                                                         \
-    "  local err, raise = judge(k, a, 'write script')\n"                                           \
-    "  if err then return err end\n"                                                               \
-    "  local n = tonumber(ARGV[a])\n"                                                              \
     "  for i = 1, n do\n"                                                                          \
     "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + 1 + i]) end\n"                   \
     "  end\n"                                                                                      \
@@ -451,15 +440,19 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "  return redis.pcall(unpack(ARGV, a + 2 * n + 2, last))\n"                                    \
     "end\n"
 
+/* The count of KEYS a write whose ARGV starts at ARGV[a] carries, as a Lua expression. */
+#define FENCE_NKEYS_LUA(a) "(ARGV[" a " + 1] == '' and 1 or 2) * (tonumber(ARGV[" a "]) or -1)"
+
 static const char fence_write_lua[] =
     "-- fencegate fenced write: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, lock names,\n"
     "-- command\n"
-    /* defines one() */ FENCE_JUDGE_LUA /* then: */
-    "if nkeys(1) ~= #KEYS then\n"
-    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
-    "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
-    "end\n"
-    "return one(0, 1, #ARGV)\n";
+    /* defines one() */ FENCE_ONE_LUA /* then: */
+    "if " FENCE_NKEYS_LUA(
+        "1") " ~= #KEYS then\n"
+             "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
+             "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
+             "end\n"
+             "return one(0, 1, #ARGV)\n";
 
 /* A write from a connection in another database than the store's, where the marks live (a
  * script's SELECT does not outlast it). Selecting the client's database first makes one it
@@ -467,14 +460,15 @@ static const char fence_write_lua[] =
 static const char fence_write_db_lua[] =
     "-- fencegate fenced write in another database: KEYS = marks[, lock keys]; ARGV = the marks'\n"
     "-- database, the command's, then as the write script\n"
-    /* defines one() */ FENCE_JUDGE_LUA /* then: */
-    "if nkeys(3) ~= #KEYS then\n"
-    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
-    "    .. tostring(ARGV[3]) .. ' locks (a fencegate bug; report it)')\n"
-    "end\n"
-    "redis.call('SELECT', ARGV[2])\n"
-    "redis.call('SELECT', ARGV[1])\n"
-    "return one(0, 3, #ARGV, ARGV[2])\n";
+    /* defines one() */ FENCE_ONE_LUA /* then: */
+    "if " FENCE_NKEYS_LUA(
+        "3") " ~= #KEYS then\n"
+             "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
+             "    .. tostring(ARGV[3]) .. ' locks (a fencegate bug; report it)')\n"
+             "end\n"
+             "redis.call('SELECT', ARGV[2])\n"
+             "redis.call('SELECT', ARGV[1])\n"
+             "return one(0, 3, #ARGV, ARGV[2])\n";
 
 /* Writes that were pipelined back to back, in one script: each is judged and applied on its own,
  * in order, exactly as the single script would, and its reply is one element of the array. A
@@ -483,7 +477,7 @@ static const char fence_write_db_lua[] =
 static const char fence_group_lua[] =
     "-- fencegate fenced writes, grouped: KEYS = the keys of every write, in order;\n"
     "-- ARGV = the number of writes, then per write its argument count and ARGV as above\n"
-    /* defines one() */ FENCE_JUDGE_LUA /* then: */
+    /* defines one() */ FENCE_ONE_LUA /* then: */
     "local out, k, a = {}, 0, 2\n"
     "for w = 1, tonumber(ARGV[1]) do\n"
     "  local last = a + tonumber(ARGV[a])\n"
@@ -493,10 +487,10 @@ static const char fence_group_lua[] =
     "      .. tostring(type(r) == 'table' and r.err or r))\n"
     "  end\n"
     "  out[w] = r\n"
-    "  k = k + nkeys(a + 1)\n"
-    "  a = last + 1\n"
-    "end\n"
-    "return out\n";
+    "  k = k + " FENCE_NKEYS_LUA("a + 1") "\n"
+                                          "  a = last + 1\n"
+                                          "end\n"
+                                          "return out\n";
 
 static const char fence_raise_lua[] =
     "-- fencegate fence on acquire: KEYS[1] = the mark, ARGV[1] = the new token\n"
@@ -537,14 +531,37 @@ const char *fence_raise_script(void)
     return fence_raise_lua;
 }
 
+/* The checks before a transaction go with their bodies every time (a flushed script cache must not
+ * skip them), and Redis hashes a body at every EVAL: they are kept short. FENCE_CHECK_LUA judges
+ * the locks as one() does, mark first, and leaves the refusal in `why` (nil when all pass). */
+#define FENCE_CHECK_LUA                                                                            \
+    "local n, owner, why = tonumber(ARGV[1]), ARGV[2], nil\n"                                      \
+    "for i = 1, n do\n"                                                                            \
+    "  local tok, name = ARGV[2 + i], ARGV[2 + n + i]\n"                                           \
+    "  local m = redis.pcall('GET', KEYS[i])\n"                                                    \
+    "  local t, h = tonumber(tok), type(m) ~= 'table' and tonumber(m or '0')\n"                    \
+    "  if not t or not h then\n"                                                                   \
+    "    why = 'ERR fencegate write check: mark ' .. KEYS[i] .. ' of lock ' .. name\n"             \
+    "      .. ' is not a number (delete or repair that key)'\n"                                    \
+    "  elseif t < h then\n"                                                                        \
+    "    why = 'STALE lock ' .. name .. ' token ' .. tok .. ' < high-water mark ' .. m\n"          \
+    "      .. ' (a newer holder exists; re-acquire)'\n"                                            \
+    "  elseif owner ~= '' then\n"                                                                  \
+    "    local holder = redis.pcall('GET', KEYS[n + i])\n"                                         \
+    "    if holder ~= owner then\n"                                                                \
+    "      why = 'LOCKLOST lock ' .. name .. ' (token ' .. tok .. ') is not held in the '\n"       \
+    "        .. 'store: ' .. (holder and 'another holder has it' or 'its lease ran out there')\n"  \
+    "        .. '; re-acquire'\n"                                                                  \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "  if why then break end\n"                                                                    \
+    "end\n"
+
 /* Checks, raises nothing: the marks are raised by the fenced writes inside the transaction. */
 static const char fence_check_lua[] =
     "-- fencegate transaction check: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, names\n"
-    /* defines judge() */ FENCE_JUDGE_LUA /* then: */
-    "local err = judge(0, 1, 'transaction check')\n"
-    "if err then\n"
-    "  return redis.error_reply(err.err .. '; the transaction was not applied')\n"
-    "end\n"
+    /* sets why */ FENCE_CHECK_LUA /* then: */
+    "if why then return redis.error_reply(why .. '; the transaction was not applied') end\n"
     "return 0\n";
 
 const char *fence_check_script(void)
@@ -559,18 +576,17 @@ const char *fence_check_script(void)
 static const char fence_txn_check_lua[] =
     "-- fencegate pipelined writes, check: KEYS = marks[, lock keys]; ARGV = n, owner, tokens,\n"
     "-- lock names\n"
-    /* defines judge() */ FENCE_JUDGE_LUA /* then: */
-    "local err = judge(0, 1, 'write check')\n"
-    "if err then\n"
-    "  local key = KEYS[1]\n"
-    "  if redis.call('EXISTS', key) == 1 then\n"
-    "    redis.call('RENAME', key, key .. ':moving')\n"
-    "    redis.call('RENAME', key .. ':moving', key)\n"
+    /* sets why */ FENCE_CHECK_LUA /* then: */
+    "if why then\n"
+    "  local k = KEYS[1]\n"
+    "  if redis.call('EXISTS', k) == 1 then\n"
+    "    redis.call('RENAME', k, k .. ':moving')\n"
+    "    redis.call('RENAME', k .. ':moving', k)\n"
     "  else\n"
-    "    redis.call('SET', key, '0')\n"
-    "    redis.call('DEL', key)\n"
+    "    redis.call('SET', k, '0')\n"
+    "    redis.call('DEL', k)\n"
     "  end\n"
-    "  return err\n"
+    "  return redis.error_reply(why)\n"
     "end\n"
     "return 0\n";
 

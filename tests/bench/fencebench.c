@@ -26,12 +26,12 @@
 #define FB_MAX_PIPELINE  1024
 #define FB_MAX_LOCKS     100000 /* locks one connection may hold in hold mode */
 #define FB_MAX_SECONDS   3600
-#define FB_READ_BUF      65536                  /* one reply larger than this is refused */
-#define FB_CMD_MAX       2048                   /* upper bound of one encoded command */
-#define FB_MAX_ELEMS     32                     /* elements of a reply array we accept */
-#define FB_MAX_GROUP     16                     /* writes of one group-set call */
-#define FB_MAX_ARGS      (4 + 8 * FB_MAX_GROUP) /* a group-set call of FB_MAX_GROUP writes */
-#define FB_MAX_DEPTH     4                      /* nesting of arrays in a reply */
+#define FB_READ_BUF      65536                   /* one reply larger than this is refused */
+#define FB_CMD_MAX       4096                    /* upper bound of one encoded command */
+#define FB_MAX_ELEMS     32                      /* elements of a reply array we accept */
+#define FB_MAX_GROUP     16                      /* writes of one group-set call */
+#define FB_MAX_ARGS      (5 + 10 * FB_MAX_GROUP) /* a group-set call of FB_MAX_GROUP writes */
+#define FB_MAX_DEPTH     4                       /* nesting of arrays in a reply */
 #define FB_IO_TIMEOUT_S  10 /* a send or receive that blocks longer is a failure */
 #define FB_NAME_MAX      160
 #define FB_MAX_LATENCIES 1000000 /* acquire round trips recorded per connection (--latency) */
@@ -385,36 +385,42 @@ static int fb_push_set(struct fb_conn *c)
 {
     char key[64];
     const char *argv[3] = {"SET", key, "xxx"};
-    const char *script[10] = {"EVALSHA", c->sha,  "1",   c->hwm_key, "1",
-                              c->token,  c->lock, "SET", key,        "xxx"};
+    /* As fencegate sends it with the locks in the store's Redis (the default): the mark and the
+     * lock key, whose owner the script checks. */
+    const char *script[12] = {"EVALSHA", c->sha,   "2",     c->hwm_key, c->lock_key, "1",
+                              c->owner,  c->token, c->lock, "SET",      key,         "xxx"};
 
     snprintf(key, sizeof(key), "k:%d:%" PRIu64, c->id, c->seq % (uint64_t)fb_opt.keyspace);
     c->seq++;
     if (fb_opt.mode == FB_SCRIPT_SET)
-        return fb_cmd(c, 10, script);
+        return fb_cmd(c, 12, script);
     return fb_cmd(c, 3, argv);
 }
 
 /* group-set: one call of the group script carrying n SETs. */
 static int fb_push_group(struct fb_conn *c, int n)
 {
-    char keys[FB_MAX_GROUP][64], count[16];
+    char keys[FB_MAX_GROUP][64], count[16], nkeys[16];
     const char *argv[FB_MAX_ARGS];
     int argc = 0;
 
     snprintf(count, sizeof(count), "%d", n);
     argv[argc++] = "EVALSHA";
     argv[argc++] = c->sha;
-    argv[argc++] = count;
-    for (int i = 0; i < n; i++)
+    snprintf(nkeys, sizeof(nkeys), "%d", 2 * n);
+    argv[argc++] = nkeys;
+    for (int i = 0; i < n; i++) {
         argv[argc++] = c->hwm_key;
+        argv[argc++] = c->lock_key;
+    }
     argv[argc++] = count;
     for (int i = 0; i < n; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k:%d:%" PRIu64, c->id,
                  c->seq % (uint64_t)fb_opt.keyspace);
         c->seq++;
-        argv[argc++] = "6"; /* n, token, lock, SET, key, value */
+        argv[argc++] = "7"; /* n, owner, token, lock, SET, key, value */
         argv[argc++] = "1";
+        argv[argc++] = c->owner;
         argv[argc++] = c->token;
         argv[argc++] = c->lock;
         argv[argc++] = "SET";
@@ -530,12 +536,14 @@ static int fb_read_batch(struct fb_conn *c, int cmds, int cycle, uint64_t cycle_
 static int fb_push_txn(struct fb_conn *c, int n)
 {
     const char *watch[2] = {"WATCH", c->hwm_key}, *multi[1] = {"MULTI"}, *exec[1] = {"EXEC"};
-    const char *check[7] = {"EVAL", fence_txn_check_script(), "1", c->hwm_key, "1", c->token,
-                            c->lock};
-    const char *raise[7] = {"EVALSHA", c->sha, "1", c->hwm_key, "1", c->token, c->lock};
+    const char *check[9] = {
+        "EVAL", fence_txn_check_script(), "2", c->hwm_key, c->lock_key, "1", c->owner, c->token,
+        c->lock};
+    const char *raise[9] = {"EVALSHA", c->sha,   "2",      c->hwm_key, c->lock_key,
+                            "1",       c->owner, c->token, c->lock};
 
-    if (fb_cmd(c, 2, watch) < 0 || fb_cmd(c, 7, check) < 0 || fb_cmd(c, 1, multi) < 0 ||
-        fb_cmd(c, 7, raise) < 0)
+    if (fb_cmd(c, 2, watch) < 0 || fb_cmd(c, 9, check) < 0 || fb_cmd(c, 1, multi) < 0 ||
+        fb_cmd(c, 9, raise) < 0)
         return -1;
     for (int i = 0; i < n; i++)
         if (fb_push_set(c) < 0)
