@@ -440,19 +440,15 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "  return redis.pcall(unpack(ARGV, a + 2 * n + 2, last))\n"                                    \
     "end\n"
 
-/* The count of KEYS a write whose ARGV starts at ARGV[a] carries, as a Lua expression. */
-#define FENCE_NKEYS_LUA(a) "(ARGV[" a " + 1] == '' and 1 or 2) * (tonumber(ARGV[" a "]) or -1)"
-
 static const char fence_write_lua[] =
     "-- fencegate fenced write: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, lock names,\n"
     "-- command\n"
     /* defines one() */ FENCE_ONE_LUA /* then: */
-    "if " FENCE_NKEYS_LUA(
-        "1") " ~= #KEYS then\n"
-             "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
-             "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
-             "end\n"
-             "return one(0, 1, #ARGV)\n";
+    "if (ARGV[2] == '' and 1 or 2) * (tonumber(ARGV[1]) or -1) ~= #KEYS then\n"
+    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
+    "    .. tostring(ARGV[1]) .. ' locks (a fencegate bug; report it)')\n"
+    "end\n"
+    "return one(0, 1, #ARGV)\n";
 
 /* A write from a connection in another database than the store's, where the marks live (a
  * script's SELECT does not outlast it). Selecting the client's database first makes one it
@@ -461,14 +457,13 @@ static const char fence_write_db_lua[] =
     "-- fencegate fenced write in another database: KEYS = marks[, lock keys]; ARGV = the marks'\n"
     "-- database, the command's, then as the write script\n"
     /* defines one() */ FENCE_ONE_LUA /* then: */
-    "if " FENCE_NKEYS_LUA(
-        "3") " ~= #KEYS then\n"
-             "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
-             "    .. tostring(ARGV[3]) .. ' locks (a fencegate bug; report it)')\n"
-             "end\n"
-             "redis.call('SELECT', ARGV[2])\n"
-             "redis.call('SELECT', ARGV[1])\n"
-             "return one(0, 3, #ARGV, ARGV[2])\n";
+    "if (ARGV[4] == '' and 1 or 2) * (tonumber(ARGV[3]) or -1) ~= #KEYS then\n"
+    "  return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"
+    "    .. tostring(ARGV[3]) .. ' locks (a fencegate bug; report it)')\n"
+    "end\n"
+    "redis.call('SELECT', ARGV[2])\n"
+    "redis.call('SELECT', ARGV[1])\n"
+    "return one(0, 3, #ARGV, ARGV[2])\n";
 
 /* Writes that were pipelined back to back, in one script: each is judged and applied on its own,
  * in order, exactly as the single script would, and its reply is one element of the array. A
@@ -487,10 +482,10 @@ static const char fence_group_lua[] =
     "      .. tostring(type(r) == 'table' and r.err or r))\n"
     "  end\n"
     "  out[w] = r\n"
-    "  k = k + " FENCE_NKEYS_LUA("a + 1") "\n"
-                                          "  a = last + 1\n"
-                                          "end\n"
-                                          "return out\n";
+    "  k = k + (ARGV[a + 2] == '' and 1 or 2) * tonumber(ARGV[a + 1])\n"
+    "  a = last + 1\n"
+    "end\n"
+    "return out\n";
 
 static const char fence_raise_lua[] =
     "-- fencegate fence on acquire: KEYS[1] = the mark, ARGV[1] = the new token\n"
