@@ -575,6 +575,15 @@ static void lock_session_tick(evutil_socket_t fd, short what, void *arg)
     lock_session_schedule(s);
 }
 
+void lock_session_renew_soon(struct lock_session *s)
+{
+    int64_t now = lock_now_ms();
+
+    if (s->next_renew_ms > now)
+        s->next_renew_ms = now;
+    lock_session_schedule(s);
+}
+
 void lock_renew_result(struct lock_session *s, const char *name, size_t len, uint64_t token,
                        int64_t sent_ms, int held)
 {

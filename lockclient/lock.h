@@ -141,6 +141,11 @@ typedef void (*lock_mark_cb)(void *arg, int status, uint64_t mark, const char *m
 int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
                     lock_mark_cb cb, void *arg);
 
+/* Renews s's locks now rather than at the next tick (none while a renewal is in flight or the
+ * backend is down; then as soon as it can): for a caller that learned the backend may no longer
+ * hold one of them, so that a lost lock is reported lost without waiting for the tick. */
+void lock_session_renew_soon(struct lock_session *s);
+
 /* The owner id of s, "<client uid>:<session number>" (under LOCK_OWNER_MAX bytes with its NUL):
  * what the backend's lock keys hold while s holds them. */
 #define LOCK_OWNER_MAX 64

@@ -600,14 +600,22 @@ static size_t fencing_only(struct client *c, struct only_ctx *o)
     return o->n;
 }
 
-/* Counts a refusal by the store: a mark above the token, or (fence_owner) a lock key that does not
- * name the session. */
-static void fencing_count_refusal(const char *r, size_t n)
+/* Counts a refusal by the store (a reply, or an error's text without its '-'): a mark above the
+ * token, or (fence_owner) a lock key that does not name the session; the session then renews at
+ * once, so that the lock is reported lost. */
+static void fencing_store_refusal(struct client *c, const char *r, size_t n)
 {
-    if (n > 6 && memcmp(r, "-STALE", 6) == 0)
+    if (n > 0 && r[0] == '-') {
+        r++;
+        n--;
+    }
+    if (n > 5 && memcmp(r, "STALE", 5) == 0) {
         metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
-    else if (n > 9 && memcmp(r, "-LOCKLOST", 9) == 0)
+    } else if (n > 8 && memcmp(r, "LOCKLOST", 8) == 0) {
         metrics_inc(&fg_metrics, M_LOCKLOST_REFUSED, 1);
+        if (c->sess)
+            lock_session_renew_soon(c->sess);
+    }
 }
 
 /* Whom the store holds the locks of c's fenced writes to (fence_owner), with the id written into
@@ -1268,7 +1276,7 @@ int fencing_txn_checked(struct client *c, const char *r, size_t n)
         fencing_txn_commit(c, t);
         committed = 1;
     } else {
-        fencing_count_refusal(r, n);
+        fencing_store_refusal(c, r, n);
         up_send(c, unwatch, sizeof(unwatch) - 1);
         if (!op_push(c, OP_HIDDEN))
             c->dead = 1;
@@ -1305,8 +1313,7 @@ int fencing_noscript(struct client *c, struct op *o)
 
 void fencing_on_reply(struct client *c, const char *r, size_t n)
 {
-    (void)c;
-    fencing_count_refusal(r, n);
+    fencing_store_refusal(c, r, n);
 }
 
 void fencing_close(struct client *c)

@@ -24,7 +24,8 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
  * stays queued; 0 when the op must be answered with the error fencing_noscript_error() wrote. */
 int fencing_noscript(struct client *c, struct op *o);
 
-/* Counts a fenced write's reply (STALE refusals) for the metrics. */
+/* Takes note of a fenced write's reply, or of a refusal's text without its '-': STALE and LOCKLOST
+ * refusals by the store are counted, and after a LOCKLOST the session renews at once. */
 void fencing_on_reply(struct client *c, const char *r, size_t n);
 
 /* 1 when a write of this connection may need fencing (protect rules exist, or it holds or lost

@@ -1580,9 +1580,10 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         int ml = why ? snprintf(msg, sizeof(msg), "-%.960s%s\r\n", why,
                                 (o->flags & OPF_UNWRAP) ? "" : "; the transaction was not applied")
                      : 0;
-        metrics_inc(&fg_metrics,
-                    why && strncmp(why, "LOCKLOST", 8) == 0 ? M_LOCKLOST_REFUSED : M_STALE_REFUSED,
-                    1);
+        if (why)
+            fencing_on_reply(c, why, strlen(why));
+        else
+            metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
         span_flush(c, sp, 0);
         if (!(o->flags & OPF_SILENT))
             cl_send(c, ml > 0 ? msg : moved, ml > 0 ? (size_t)ml : sizeof(moved) - 1);

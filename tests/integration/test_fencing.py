@@ -1060,44 +1060,69 @@ class LostGrant(FencingCase):
         self.direct.set(hwm_key(name), token - 1)
 
     def test_former_holder_refused_although_its_token_came_again(self):
-        a = self.fencegate()
+        # A holds four locks; one at a time, a failover loses its grant and B is granted the same
+        # token. A then writes under it in one of the forms a write takes: alone, as a script, in
+        # a MULTI block, in a pipeline. The store refuses each; A's session then renews at once,
+        # learns that this lock is lost, and keeps the others.
+        a = self.fencegate("--session-ttl-ms", "30000")  # its next renewal is 10 s away
         b = self.fencegate()
         ca = self.raw(a.resp_port)
         cb = self.raw(b.resp_port)
-        ta = self.acquire(ca, "wallet:8")
-        self.assertEqual(ca.call("SET", "wallet:8", "A-1"), "OK")
-        self.rollback_grant("wallet:8", ta)
-        self.direct.delete("wallet:8")  # A's write went with the grant
-        tb = self.acquire(cb, "wallet:8", "WAIT", 0)
-        self.assertEqual(tb, ta, "the lost grant's token is granted again")
-        self.assertEqual(ca.call("FENCE.TOKEN", "wallet:8"), ta, "A should not know yet")
-
+        names = ["wallet:8%s" % x for x in "abcd"]
+        tokens = {n: self.acquire(ca, n) for n in names}
         refused0 = metric(a, "fencegate_locklost_refused_total")
-        r = ca.call("SET", "wallet:8", "A-2")
-        self.assert_refused(r, "LOCKLOST")
-        self.assertTrue(r.startswith("LOCKLOST lock wallet:8 (token %d) is not held in the "
-                                     "store: another holder has it" % ta), r)
-        # Every form a write takes: a script, a MULTI block, a pipeline of writes.
+
+        def repeat(name):
+            ta = tokens[name]
+            self.assertEqual(ca.call("SET", name, "A-1"), "OK")
+            self.rollback_grant(name, ta)
+            self.direct.delete(name)  # A's write went with the grant
+            self.assertEqual(self.acquire(cb, name, "WAIT", 0), ta,
+                             "the lost grant's token is granted again")
+            self.assertEqual(ca.call("FENCE.TOKEN", name), ta, "A should not know yet")
+            return ta
+
+        def lost():
+            return sorted(x[0].decode() for x in ca.call("FENCE.LOCKS") if x[3] == b"lost")
+
+        t = repeat("wallet:8a")
+        r = ca.call("SET", "wallet:8a", "A-2")
+        self.assertTrue(r.startswith("LOCKLOST lock wallet:8a (token %d) is not held in the "
+                                     "store: another holder has it" % t), r)
+        harness.wait_until(lambda: lost() == ["wallet:8a"], 3, 0.05,
+                           "A's session to find wallet:8a lost after the store's refusal")
+
+        repeat("wallet:8b")
         self.assert_refused(ca.call("EVAL", "return redis.call('SET', KEYS[1], 'A-3')", 1,
-                                    "wallet:8"), "LOCKLOST")
+                                    "wallet:8b"), "LOCKLOST")
+        harness.wait_until(lambda: lost() == names[:2], 3, 0.05, "wallet:8b lost")
+
+        repeat("wallet:8c")
         ca.cmd("MULTI")
-        ca.cmd("SET", "wallet:8", "A-4")
-        ca.cmd("INCR", "plain:n8")
+        ca.cmd("SET", "wallet:8c", "A-4")
+        ca.cmd("INCR", "{wallet:8c}n")
         ca.cmd("EXEC")
         self.assertEqual([ca.read_reply() for _ in range(3)], ["OK", "QUEUED", "QUEUED"])
         self.assert_refused(ca.read_reply(), "LOCKLOST")
-        for i in range(5):
-            ca.cmd("SET", "wallet:8", "A-p%d" % i)
-        for _ in range(5):
-            self.assert_refused(ca.read_reply(), "LOCKLOST")
-        self.assertIsNone(self.direct.get("wallet:8"), "a write of the former holder applied")
-        self.assertEqual(self.direct.exists("plain:n8"), 0)
-        self.assertGreaterEqual(metric(a, "fencegate_locklost_refused_total"), refused0 + 8)
+        harness.wait_until(lambda: lost() == names[:3], 3, 0.05, "wallet:8c lost")
 
-        self.assertEqual(cb.call("SET", "wallet:8", "B-1"), "OK")
-        self.assertEqual(cb.call("INCR", "plain:n8"), 1)
-        self.assertEqual(self.direct.get("wallet:8"), b"B-1")
-        self.assertEqual(self.hwm("wallet:8"), tb)
+        repeat("wallet:8d")
+        for i in range(5):
+            ca.cmd("SET", "wallet:8d", "A-p%d" % i)
+        replies = [ca.read_reply() for _ in range(5)]
+        for r in replies:
+            self.assert_refused(r, "LOCKLOST")
+        self.assertTrue(replies[0].startswith("LOCKLOST lock wallet:8d (token %d) is not held "
+                                              "in the store" % tokens["wallet:8d"]), replies)
+
+        for n in names:
+            self.assertIsNone(self.direct.get(n), "a write of the former holder applied")
+        self.assertEqual(self.direct.exists("{wallet:8c}n"), 0)
+        self.assertGreaterEqual(metric(a, "fencegate_locklost_refused_total"), refused0 + 8)
+        for n in names:
+            self.assertEqual(cb.call("SET", n, "B-1"), "OK")
+            self.assertEqual(self.direct.get(n), b"B-1")
+            self.assertEqual(self.hwm(n), tokens[n])
 
     def test_lease_gone_from_the_store_refuses_writes(self):
         # The lock key is gone and nobody took the lock: the store does not say A holds it.

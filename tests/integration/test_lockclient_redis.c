@@ -791,6 +791,36 @@ static void test_deleted_key_is_lost(void **state)
     client_free(c);
 }
 
+/* A caller that learns the key is gone (a store refused a write under it) has the session renew
+ * at once, and the lock is reported lost long before the next tick. The key is named by
+ * lock_client_redis_lock_prefix() and holds lock_owner(). */
+static void test_renew_soon_finds_a_lost_key(void **state)
+{
+    struct acq a;
+    struct lost l;
+    char owner[LOCK_OWNER_MAX], v[LOCK_OWNER_MAX], cmd[256];
+    memset(&l, 0, sizeof(l));
+    struct lock_client *c = client_new(g_redis.port, NULL);
+    struct lock_session *s = lock_session_new(c, 30000, lost_cb, &l); /* renews every 10 s */
+    assert_int_equal(acquire_sync(s, "soon-1", 0, 0, 0, &a), LOCK_OK);
+    assert_string_equal(lock_client_redis_lock_prefix(c), TEST_PREFIX "lock:");
+    lock_owner(s, owner, sizeof(owner));
+    snprintf(cmd, sizeof(cmd), "GET %s{soon-1}", lock_client_redis_lock_prefix(c));
+    assert_true(admin_str(g_redis.port, v, sizeof(v), cmd));
+    assert_string_equal(v, owner);
+    lock_session_renew_soon(s); /* held: nothing changes */
+    run_for(100);
+    assert_int_equal(l.count, 0);
+    assert_int_equal(admin_int(g_redis.port, "DEL " TEST_PREFIX "lock:{soon-1}"), 1);
+    int64_t t0 = now_ms();
+    lock_session_renew_soon(s);
+    assert_true(run_until(&l.count, 1, 1000));
+    assert_true(l.at_ms - t0 <= 200);
+    assert_string_equal(l.name, "soon-1");
+    assert_int_equal(lock_state(s, "soon-1", 6, NULL, NULL), -1);
+    client_free(c);
+}
+
 struct hook {
     int calls;
     uint64_t mark;      /* the stores' high-water mark */
@@ -1356,6 +1386,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_renewals_batched_per_session, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_deleted_key_is_lost, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_renew_soon_finds_a_lost_key, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_fence_hook_repairs_lost_counter, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_session_free_releases, test_setup, test_teardown),
