@@ -662,9 +662,6 @@ static const char *cfg_url_any(const char *s, size_t n, struct cfg_url *u)
     return "unknown scheme (expected " CFG_SCHEMES ")";
 }
 
-/* Parses a redis://, etcd://, postgresql:// (or postgres://) or http:// URL into *out. Returns
- * FG_OK, or FG_ERR_CONFIG with "bad URL '<s>': <why>" in err (a password shown as "***") and
- * *out zeroed. */
 int cfg_store_is_backend(const struct cfg *cfg)
 {
     const struct cfg_url *b = &cfg->backend, *u = &cfg->upstream;
@@ -673,6 +670,9 @@ int cfg_store_is_backend(const struct cfg *cfg)
            b->hosts[0].port == u->hosts[0].port && strcmp(b->hosts[0].host, u->hosts[0].host) == 0;
 }
 
+/* Parses a redis://, etcd://, postgresql:// (or postgres://) or http:// URL into *out. Returns
+ * FG_OK, or FG_ERR_CONFIG with "bad URL '<s>': <why>" in err (a password shown as "***") and
+ * *out zeroed. */
 int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err)
 {
     char shown[CFG_SHOW_BUF];
