@@ -579,8 +579,9 @@ void lock_session_renew_soon(struct lock_session *s)
 {
     int64_t now = lock_now_ms();
 
-    if (s->next_renew_ms > now)
-        s->next_renew_ms = now;
+    if (s->next_renew_ms <= now)
+        return; /* one is due already: a burst of calls costs one renewal, and no scans */
+    s->next_renew_ms = now;
     lock_session_schedule(s);
 }
 
