@@ -75,6 +75,15 @@ int net_connect(const struct net_addr *a)
         return -1;
     if (net_prepare(fd) < 0)
         goto fail;
+#ifdef TCP_USER_TIMEOUT
+    {
+        /* Sent data unacknowledged this long: the peer is cut off. Without it, retransmissions
+         * backing off across repeated cuts hold a request for minutes; with it the connection
+         * fails and its requests are answered. A busy Redis still acknowledges at once. */
+        unsigned ms = NET_USER_TIMEOUT_MS;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+    }
+#endif
     if (connect(fd, (const struct sockaddr *)&a->ss, a->len) < 0 && errno != EINPROGRESS)
         goto fail;
     return fd;

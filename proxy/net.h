@@ -21,6 +21,8 @@ int net_resolve(const char *host, int port, struct net_addr *out, char *err,
  * reason in err. */
 int net_listen(const char *host, int port, int backlog, char *err, size_t errlen);
 
+#define NET_USER_TIMEOUT_MS 10000 /* TCP_USER_TIMEOUT of the connections net_connect() makes */
+
 /* Starts a non-blocking connect; returns the fd (the connect may still be in progress) or -1 with
  * errno set. */
 int net_connect(const struct net_addr *a);
