@@ -10,6 +10,8 @@
 #include <strings.h>
 
 #include "buf.h"
+#include "fence.h"
+#include "lock.h"
 #include "resp.h"
 
 struct event;
@@ -149,7 +151,11 @@ struct client {
     char marker[48];
     size_t marker_len;
 
-    struct lock_session *sess;        /* created by the first FENCE.ACQUIRE */
+    struct lock_session *sess; /* created by the first FENCE.ACQUIRE */
+    /* With the store as lock backend (server.owner_prefix): whom the store holds this session's
+     * locks to, the id in owner_id; owner.id is NULL otherwise. Set with the session. */
+    struct fence_owner owner;
+    char owner_id[LOCK_OWNER_MAX];
     uint64_t wait_t0_us;              /* when the pending FENCE.ACQUIRE started */
     struct fencing_held *held;        /* when each lock was granted (fencing.c) */
     struct fencing_txn *txn;          /* a MULTI held back until EXEC, to fence it as a whole */

@@ -87,7 +87,16 @@ static int fencing_session(struct client *c)
     if (c->sess)
         return 0;
     c->sess = lock_session_new(c->srv->locks, c->srv->cfg->session_ttl_ms, fencing_on_lost, c);
-    return c->sess ? 0 : -1;
+    if (!c->sess)
+        return -1;
+    if (c->srv->owner_prefix) {
+        lock_owner(c->sess, c->owner_id, sizeof(c->owner_id));
+        c->owner.key_prefix = c->srv->owner_prefix;
+        c->owner.plen = strlen(c->owner.key_prefix);
+        c->owner.id = c->owner_id;
+        c->owner.idlen = strlen(c->owner_id);
+    }
+    return 0;
 }
 
 /* The FENCE.ACQUIRE still waiting for its answer (there is at most one: it is a barrier). */
@@ -618,18 +627,11 @@ static void fencing_store_refusal(struct client *c, const char *r, size_t n)
     }
 }
 
-/* Whom the store holds the locks of c's fenced writes to (fence_owner), with the id written into
- * id (LOCK_OWNER_MAX bytes); NULL when the store is not the lock backend's Redis. */
-static const struct fence_owner *fencing_owner(struct client *c, struct fence_owner *own, char *id)
+/* Whom the store holds the locks of c's fenced writes to (fence_owner), or NULL when the store is
+ * not the lock backend's Redis. */
+static const struct fence_owner *fencing_owner(const struct client *c)
 {
-    if (!c->srv->owner_prefix || !c->sess)
-        return NULL;
-    lock_owner(c->sess, id, LOCK_OWNER_MAX);
-    own->key_prefix = c->srv->owner_prefix;
-    own->plen = strlen(own->key_prefix);
-    own->id = id;
-    own->idlen = strlen(id);
-    return own;
+    return c->owner.id ? &c->owner : NULL;
 }
 
 static void fencing_refuse_lost(struct client *c, const struct fence_lock_ref *l)
@@ -718,8 +720,6 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     size_t lens_stack[FENCING_STACK_ARGS], *lens = lens_stack;
     struct only_ctx only;
     struct fence_decision d;
-    struct fence_owner own;
-    char owner_id[LOCK_OWNER_MAX];
     enum req_action act = REQ_SKIP;
     long nkeys;
 
@@ -775,7 +775,7 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     fence_decide(c->srv->rules, argv, lens, keys, (size_t)nkeys, only.n == 1 ? &only.ref : NULL,
                  fencing_lookup, c, &d);
     if (d.verdict == FENCE_APPLY) {
-        d.owner = fencing_owner(c, &own, owner_id);
+        d.owner = fencing_owner(c);
         /* Re-check every lock now: a lease may have run out without its timer having fired yet
          * (a process frozen and resumed). */
         for (size_t i = 0; i < d.nlocks; i++) {
@@ -964,13 +964,11 @@ static int fencing_put_script(struct client *c, struct buf *b, const char *scrip
                               const struct fencing_txn *t, const char *extra)
 {
     struct fence_decision d;
-    struct fence_owner own;
-    char id[LOCK_OWNER_MAX];
     size_t elen = extra ? strlen(extra) : 0, need;
 
     d.nlocks = t->nlocks;
     memcpy(d.locks, t->locks, t->nlocks * sizeof(t->locks[0]));
-    d.owner = fencing_owner(c, &own, id);
+    d.owner = fencing_owner(c);
     need = fence_encode_eval(script, &d, &extra, &elen, extra != NULL, NULL, 0);
     if (buf_reserve(b, need + 1) != FG_OK)
         return -1;
