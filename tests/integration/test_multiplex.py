@@ -210,7 +210,11 @@ class Multiplex(FgTestCase):
             c.close()
             return None
 
+        def exec_calls():
+            return self.direct.info("commandstats").get("cmdstat_exec", {}).get("calls", 0)
+
         for rnd in range(6):
+            execs0 = exec_calls()
             # The kill also cut fencegate's own connections (probe, lock backend): the lock of
             # the last round may still be held until its lease ends, hence a new name.
             conns = [harness.wait_until(lambda: named(i), 10, 0.1, "the upstream back")
@@ -223,6 +227,10 @@ class Multiplex(FgTestCase):
                 vals = ["%d.%d" % (rnd, j) for j in range(200)]
                 sent.setdefault(i, []).extend(vals)
                 c.send(b"".join(encode("RPUSH", "{p%d.%d}l" % (i, rnd), v) for v in vals))
+            if rnd % 2:
+                # Every other round the kill waits for a transaction to have run, so that some
+                # surely did (a slow build, under ASan, could otherwise lose every race).
+                harness.wait_until(lambda: exec_calls() > execs0, 10, 0.002, "a transaction")
             self.direct.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
             for i, c in enumerate(conns):
                 for j in range(200):
@@ -242,8 +250,7 @@ class Multiplex(FgTestCase):
                         unknown.setdefault(i, set()).add(v)
                 c.close()
         self.assertGreater(disrupted, 0, "no connection was killed with writes in flight")
-        stats = self.direct.info("commandstats")
-        self.assertGreater(stats.get("cmdstat_exec", {}).get("calls", 0), 0, "no transaction")
+        self.assertGreater(exec_calls(), 0, "no transaction")
         for i in sent:
             stored = [v.decode() for rnd in range(6)
                       for v in self.direct.lrange("{p%d.%d}l" % (i, rnd), 0, -1)]
