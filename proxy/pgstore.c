@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "http.h"
@@ -975,17 +976,15 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
 
 /* ---- running batches ----------------------------------------------------------------------- */
 
-/* A random id for fencegate.batch. */
+/* A unique id for fencegate.batch: a random prefix drawn once per process, and a counter. It
+ * only has to differ from every other batch's; a statement can read it anyway. */
 static void pg_batch_id(char *out, size_t n)
 {
-    static uint64_t counter;
-    uint64_t v[2] = {0, 0};
+    static uint64_t prefix, counter;
 
-    if (getrandom(v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
-        v[0] = (uint64_t)time(NULL) ^ ((uint64_t)rand() << 20);
-        v[1] = ++counter;
-    }
-    snprintf(out, n, "%016" PRIx64 "%016" PRIx64, v[0], v[1]);
+    if (prefix == 0 && getrandom(&prefix, sizeof(prefix), GRND_NONBLOCK) != (ssize_t)sizeof(prefix))
+        prefix = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)rand();
+    snprintf(out, n, "%016" PRIx64 "%016" PRIx64, prefix, ++counter);
 }
 
 static void pc_run(struct pg_conn *c, struct pg_job *j)
