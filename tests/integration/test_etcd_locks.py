@@ -110,16 +110,22 @@ class EtcdLocks(EtcdTestCase):
         conns = [self.raw(fg.resp_port) for _ in range(n)]
         for c in conns:
             self.assertEqual(c.call("PING"), "PONG")
-        for rnd in range(4):
+        shared = None
+        for rnd in range(12):  # from round 3 on, until a burst met in one turn (a busy CI seldom)
             tokens = self.burst(conns, [("FENCE.ACQUIRE", "m%d" % i) for i in range(n)])
             for i, t in enumerate(tokens):
                 self.assertIsInstance(t, int, "round %d, m%d: %r" % (rnd, i, t))
             self.assertEqual(self.burst(conns, [("FENCE.RELEASE", "m%d" % i) for i in range(n)]),
                              [1] * n)
+            if rnd < 3:
+                continue
+            self.assertLessEqual(max(tokens.count(t) for t in tokens), 4,
+                                 "more acquisitions in one Txn than etcd takes: %r" % tokens)
+            if len(set(tokens)) < n:
+                shared = tokens
+                break
         self.assertEqual(small.keys(PREFIX), [])
-        self.assertLess(len(set(tokens)), n, "after the refusals no Txn went as one: %r" % tokens)
-        self.assertLessEqual(max(tokens.count(t) for t in tokens), 4,
-                             "more acquisitions in one Txn than etcd takes: %r" % tokens)
+        self.assertIsNotNone(shared, "after the refusals no Txn went as one")
 
     def test_a_burst_on_one_lock_still_grants_it_to_one_holder_at_a_time(self):
         # Txns of one lock never go as one: their keys would share a create_revision, by which
