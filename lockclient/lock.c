@@ -1167,10 +1167,12 @@ void lock_mark_done(struct lock_client *c, lock_mark_cb cb, void *arg, int statu
     lock_note_push(c, n);
 }
 
-int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
-                    lock_mark_cb cb, void *arg)
+static int lock_mark_raise_as(struct lock_client *c, const struct lock_session *holder,
+                              const char *name, const char *key, size_t len, uint64_t token,
+                              lock_mark_cb cb, void *arg)
 {
     char msg[LOCK_MSG_MAX];
+    size_t nlen = name ? strnlen(name, LOCK_MAX_NAME + 1) : 0;
     if (c == NULL || cb == NULL || c->free_pending)
         return -1;
     if (key == NULL || len == 0 || len > LOCK_MAX_MARK_KEY || memchr(key, '\0', len) != NULL) {
@@ -1186,13 +1188,39 @@ int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t
         lock_mark_done(c, cb, arg, LOCK_INVALID, 0, msg);
         return 0;
     }
+    if (holder && (nlen == 0 || nlen > LOCK_MAX_NAME)) {
+        lock_fmt(msg, sizeof(msg), "invalid lock name: it must be 1..%d bytes", LOCK_MAX_NAME);
+        lock_mark_done(c, cb, arg, LOCK_INVALID, 0, msg);
+        return 0;
+    }
     if (c->ops->mark_raise == NULL) {
         lock_fmt(msg, sizeof(msg), "the %s lock backend cannot hold marks", c->ops->scheme);
         lock_mark_done(c, cb, arg, LOCK_UNAVAILABLE, 0, msg);
         return 0;
     }
-    c->ops->mark_raise(c, key, len, token, cb, arg);
+    c->ops->mark_raise(c, key, len, token, holder, name, nlen, cb, arg);
     return 0;
+}
+
+int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                    lock_mark_cb cb, void *arg)
+{
+    return lock_mark_raise_as(c, NULL, NULL, key, len, token, cb, arg);
+}
+
+int lock_mark_raise_held(struct lock_session *s, const char *name, const char *key, size_t len,
+                         uint64_t token, lock_mark_cb cb, void *arg)
+{
+    return s ? lock_mark_raise_as(s->c, s, name, key, len, token, cb, arg) : -1;
+}
+
+void lock_holder_lost(struct lock_client *c, uint64_t session_id)
+{
+    for (struct lock_session *s = c->sessions; s; s = s->next)
+        if (s->id == session_id) {
+            lock_session_renew_soon(s);
+            return;
+        }
 }
 
 void lock_client_stats(const struct lock_client *c, struct lock_stats *out)

@@ -27,6 +27,7 @@ enum lock_status {
     LOCK_CANCELLED = 4,   /* the session was closed while the call was pending */
     LOCK_INVALID = 5,     /* bad arguments (empty or too long name, ttl out of range) */
     LOCK_STALE = 6,       /* lock_mark_raise(): a mark above the token */
+    LOCK_LOST = 7,        /* lock_mark_raise_held(): the backend does not hold the lock for s */
 };
 
 enum lock_flag {
@@ -140,6 +141,14 @@ typedef void (*lock_mark_cb)(void *arg, int status, uint64_t mark, const char *m
  * or -1 when the call could not even be queued (cb is then not called). */
 int lock_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
                     lock_mark_cb cb, void *arg);
+
+/* lock_mark_raise() on s's client for a write under lock `name` that s holds with token. Where the
+ * backend keeps the lock where the mark is (Redis), the same atomic step also requires the lock
+ * to be held by s: otherwise nothing changes, cb gets LOCK_LOST and s renews at once (so the lock
+ * is reported lost). A Redis failover that lost a grant hands its token out again; the holder is
+ * what tells the two apart. With etcd tokens never repeat, and the mark alone decides. */
+int lock_mark_raise_held(struct lock_session *s, const char *name, const char *key, size_t len,
+                         uint64_t token, lock_mark_cb cb, void *arg);
 
 /* Renews s's locks now rather than at the next tick (none while a renewal is in flight or the
  * backend is down; then as soon as it can): for a caller that learned the backend may no longer

@@ -167,8 +167,11 @@ struct lock_backend_ops {
     void (*repair)(struct lock_req *r, uint64_t repaired_min);
     /* Checks and raises the mark of key (already validated) to token in one atomic step; ends with
      * exactly one lock_mark_done(c, cb, arg, ...) unless the client closes first (then never).
+     * With a holder (non-NULL), a backend that keeps lock `name` (validated) where the mark is
+     * also requires the holder to hold it in that step (else LOCK_LOST, and lock_holder_lost()).
      * NULL when the backend cannot hold marks (lock_mark_raise() answers LOCK_UNAVAILABLE). */
     void (*mark_raise)(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                       const struct lock_session *holder, const char *name, size_t nlen,
                        lock_mark_cb cb, void *arg);
 };
 
@@ -205,6 +208,9 @@ void lock_renew_done(struct lock_session *s);
  * message. cb runs later, from the client's dispatch event. */
 void lock_mark_done(struct lock_client *c, lock_mark_cb cb, void *arg, int status, uint64_t mark,
                     const char *msg);
+/* The backend found that the session with this id (if it still exists) no longer holds a lock it
+ * believes it holds: it renews at once, so the loss is reported. */
+void lock_holder_lost(struct lock_client *c, uint64_t session_id);
 /* The backend (re)connected: renewals that fell due while it was down are sent now. */
 void lock_backend_up(struct lock_client *c);
 

@@ -1875,10 +1875,15 @@ static void ed_mark_done(void *arg, int status, const char *err, const uint8_t *
 }
 
 /* One Txn: if mark > token then read it (stale) else put token. A missing key fails a value
- * compare in etcd, so the first raise puts. */
+ * compare in etcd, so the first raise puts. No holder check: a token is its key's create_revision,
+ * never handed out twice, and a newer holder's fence on acquire raised the mark above it. */
 static void ed_op_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                             const struct lock_session *holder, const char *name, size_t nlen,
                              lock_mark_cb cb, void *arg)
 {
+    (void)holder;
+    (void)name;
+    (void)nlen;
     struct ed_client *ec = ed_of(c);
     size_t plen = strlen(ec->mark_prefix);
     char *full = malloc(plen + len), num[ED_MARK_DIGITS + 1];

@@ -87,12 +87,14 @@ static const char *const rd_scripts[RD_NSCRIPTS] = {
     "  redis.call('SET', KEYS[2], min)\n"
     "end\n"
     "return redis.call('INCR', KEYS[2])\n",
-    /* mark. KEYS: mark. ARGV: token. Raises the mark to the token unless it is above it; returns
-     * {1, token} or {0, mark}. Compared as decimal strings (length, then bytes): Lua numbers are
-     * doubles, inexact beyond 2^53, and tokens go up to 2^63-1. */
+    /* mark. KEYS: mark[, lock]. ARGV: token[, owner]. A mark above the token: {0, mark}. Else,
+     * with a lock key that does not hold the owner: {2, "0"}. Else raises the mark to the token
+     * and returns {1, token}; nothing changes otherwise. Compared as decimal strings (length,
+     * then bytes): Lua numbers are doubles, inexact beyond 2^53, and tokens go up to 2^63-1. */
     "local cur = redis.call('GET', KEYS[1])\n"
     "local t = ARGV[1]\n"
     "if cur and (#cur > #t or (#cur == #t and cur > t)) then return {0, cur} end\n"
+    "if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[2] then return {2, '0'} end\n"
     "redis.call('SET', KEYS[1], t)\n"
     "return {1, t}\n",
 };
@@ -148,6 +150,7 @@ struct rd_call {
     uint64_t *tokens;     /* RENEW: the token of each key when sent */
     lock_mark_cb mark_cb; /* MARK */
     void *mark_arg;
+    uint64_t holder_id; /* MARK with a holder check: its session id (ids start at 1) */
     char *text;
     size_t textlen, textcap;
     char owner[LOCK_OWNER_MAX];
@@ -903,12 +906,26 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
 
 /* ---- call results ---- */
 
-/* The reply of a mark script: {1, token} raised, {0, mark} refused. A mark that is not a decimal
- * number in range proves nothing, so it fails closed. */
+/* The reply of a mark script: {1, token} raised, {0, mark} refused, {2, "0"} the holder does not
+ * hold the lock. A mark that is not a decimal number in range proves nothing, so it fails closed.
+ * argv: EVALSHA sha numkeys mark [lock] token [owner]. */
 static void rd_mark_outcome(struct rd_call *k, const redisReply *reply)
 {
     struct rd_client *rc = k->rc;
     char msg[LOCK_MSG_MAX], num[32];
+    const char *token = k->argv[k->holder_id ? 5 : 4];
+    if (k->holder_id && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[0]->type == REDIS_REPLY_INTEGER && reply->element[0]->integer == 2) {
+        size_t nlen;
+        const char *name = rd_key_name(k, 1, &nlen);
+        lock_fmt(msg, sizeof(msg),
+                 "lock %.*s (token %s) is not held by this session in %s: another holder has "
+                 "it, or its lease ran out there (a failover that lost the grant?)",
+                 (int)nlen, name, token, rc->where);
+        lock_holder_lost(rc->lc, k->holder_id);
+        lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_LOST, 0, msg);
+        return;
+    }
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
         reply->element[0]->type == REDIS_REPLY_INTEGER &&
         reply->element[1]->type == REDIS_REPLY_STRING && reply->element[1]->len > 0 &&
@@ -923,7 +940,7 @@ static void rd_mark_outcome(struct rd_call *k, const redisReply *reply)
                 lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_OK, v, NULL);
             } else {
                 lock_fmt(msg, sizeof(msg), "the mark in %s is %llu, above token %s", rc->where, v,
-                         k->argv[4]);
+                         token);
                 lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_STALE, v, msg);
             }
             return;
@@ -1305,16 +1322,25 @@ static void rd_op_repair(struct lock_req *r, uint64_t repaired_min)
 }
 
 static void rd_op_mark_raise(struct lock_client *c, const char *key, size_t len, uint64_t token,
+                             const struct lock_session *holder, const char *name, size_t nlen,
                              lock_mark_cb cb, void *arg)
 {
     struct rd_client *rc = rd_of(c);
     char num[32];
-    struct rd_call *k =
-        rd_call_begin(rc, RD_CALL_MARK, RD_MARK, 1, 1, 0, rd_text_cap(rc, 1, len, sizeof(num)));
+    int with = holder != NULL;
+    struct rd_call *k = rd_call_begin(rc, RD_CALL_MARK, RD_MARK, 1 + with, 1 + with, 0,
+                                      rd_text_cap(rc, 2, len + nlen, sizeof(num) + LOCK_OWNER_MAX));
     if (k) {
         rd_arg_key(k, "mark:", key, len);
+        if (with) {
+            rd_arg_key(k, "lock:", name, nlen);
+            lock_owner(holder, k->owner, sizeof(k->owner));
+            k->holder_id = holder->id;
+        }
         lock_fmt(num, sizeof(num), "%llu", (unsigned long long)token);
         rd_arg(k, num);
+        if (with)
+            rd_arg(k, k->owner);
         if (k->overflow) {
             free(k);
             k = NULL;

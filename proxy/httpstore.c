@@ -591,6 +591,14 @@ static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
         hs_fwd_finish(f);
         return;
     }
+    if (status == LOCK_LOST) {
+        metrics_inc(&fg_metrics, M_HSTORE_LOCKLOST, 1);
+        snprintf(text, sizeof(text), "%s; re-acquire it; nothing was forwarded to store '%s'",
+                 msg && *msg ? msg : "the lock backend does not hold the lock for this sidecar",
+                 f->st->name);
+        hs_fwd_fail(f, 409, "lock_lost", text);
+        return;
+    }
     snprintf(text, sizeof(text),
              "cannot prove token %" PRIu64 " of lock %.300s is current for store '%s': %s; "
              "nothing was forwarded",
@@ -743,7 +751,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         hs->fwds->prev = f;
     hs->fwds = f;
     httpwatch_start(&f->watch, req, hs_on_client_gone, f);
-    if (lock_mark_raise(hs->locks, key, (size_t)klen, token, hs_on_marked, f) != 0)
+    if (lock_mark_raise_held(sess, lock, key, (size_t)klen, token, hs_on_marked, f) != 0)
         hs_fwd_fail(f, 503, "unavailable", "the lock backend took no more calls");
 }
 

@@ -685,5 +685,38 @@ class HttpStoreTwoSidecars(HttpStoreCase):
         self.assertEqual(metrics.get("fencegate_http_store_stale_refused_total"), 1)
 
 
+    def test_former_holder_refused_although_its_token_came_again(self):
+        """A failover to a replica that missed A's grant takes the lock key, the token counter
+        and the store's mark (kept in the lock backend) back together, and B is granted A's very
+        token. The mark cannot tell them apart; the lock key, checked in the same script, can:
+        A's request is refused lock_lost before it is sent, A's sidecar finds the lock lost at
+        once (its next renewal is 10 s away), and B's goes through."""
+        a = self.sidecar(ttl_ms=30000)
+        b = self.sidecar(ttl_ms=30000)
+        ta = self.acquire(a, "R")
+        st, _, _ = self.store(a, "PUT", "/r", "R", b"a-before")
+        self.assertEqual(st, 201)
+        self.direct.delete("fencegate:lock:{R}")
+        self.direct.set("fencegate:token:{R}", ta - 1)
+        self.direct.set(mark_key("blobs", "R"), ta - 1)
+        self.direct.set("fencegate:hwm:{R}", ta - 1)  # the mark of the Redis store "cache"
+        self.assertEqual(self.acquire(b, "R"), ta, "the lost grant's token is granted again")
+        doc = self.assert_error(self.store(a, "PUT", "/r", "R", b"a-after"), 409, "lock_lost")
+        self.assertIn("not held by this session", doc["message"])
+
+        def state():
+            st, _, data = harness.http_request(a.http_port, "GET", "/v1/locks", timeout=5)
+            return [x.get("state") for x in json.loads(data)["locks"] if x["name"] == "R"]
+        harness.wait_until(lambda: state() in ([], ["lost"]), 3, 0.05,
+                           "A's sidecar to find R lost after the backend's refusal")
+        st, _, _ = self.store(b, "PUT", "/r", "R", b"b")
+        self.assertEqual(st, 201)
+        self.assertEqual([r["body"] for r in self.up.seen()], [b"a-before", b"b"])
+        self.assertEqual([Upstream.header(r, "Fencing-Token") for r in self.up.seen()],
+                         [[str(ta)], [str(ta)]])
+        metrics = harness.parse_metrics(harness.http_get(a.http_port, "/metrics")[1].decode())
+        self.assertEqual(metrics.get("fencegate_http_store_stale_refused_total", 0), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

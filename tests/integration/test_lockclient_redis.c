@@ -1256,6 +1256,56 @@ static void test_mark_raise(void **state)
     client_free(c);
 }
 
+/* lock_mark_raise_held(): the mark moves only while the lock key names the session, in the same
+ * script; otherwise LOCK_LOST, the mark unchanged, and the session reports the lock lost at once
+ * (its next renewal is 10 s away). */
+static int mark_held_sync(struct lock_session *s, const char *name, const char *key, uint64_t token,
+                          struct mark *k)
+{
+    memset(k, 0, sizeof(*k));
+    if (lock_mark_raise_held(s, name, key, strlen(key), token, mark_cb, k) != 0)
+        return -2;
+    if (!run_until(&k->done, 1, 3000))
+        return -1;
+    return k->status;
+}
+
+static void test_mark_raise_held(void **state)
+{
+    struct acq a;
+    struct lost l;
+    struct mark k;
+    char v[64];
+    memset(&l, 0, sizeof(l));
+    struct lock_client *c = client_new(g_redis.port, NULL);
+    struct lock_session *s = lock_session_new(c, 30000, lost_cb, &l);
+    struct lock_session *o = lock_session_new(c, 30000, NULL, NULL);
+    admin_int(g_redis.port, "DEL " TEST_PREFIX "mark:{svc/h1}");
+    assert_int_equal(acquire_sync(s, "h1", 0, 0, 0, &a), LOCK_OK);
+
+    assert_int_equal(mark_held_sync(s, "h1", "svc/h1", a.token, &k), LOCK_OK);
+    assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{svc/h1}"));
+    assert_int_equal(strtoull(v, NULL, 10), a.token);
+    /* Another session of the same client, with the very token: not its lock. */
+    assert_int_equal(mark_held_sync(o, "h1", "svc/h1", a.token + 1, &k), LOCK_LOST);
+    assert_non_null(strstr(k.msg, "h1"));
+    assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{svc/h1}"));
+    assert_int_equal(strtoull(v, NULL, 10), a.token);
+    /* The grant rolled back (key gone, as a failover to a lagging replica leaves it): refused,
+     * and the session finds the lock lost without waiting for its renewal. */
+    assert_int_equal(admin_int(g_redis.port, "DEL " TEST_PREFIX "lock:{h1}"), 1);
+    int64_t t0 = now_ms();
+    assert_int_equal(mark_held_sync(s, "h1", "svc/h1", a.token, &k), LOCK_LOST);
+    assert_non_null(strstr(k.msg, "not held by this session"));
+    assert_true(run_until(&l.count, 1, 1000));
+    assert_true(l.at_ms - t0 <= 300);
+    assert_int_equal(lock_state(s, "h1", 2, NULL, NULL), -1);
+    /* Bad name: answered without the backend. */
+    assert_int_equal(mark_held_sync(s, "", "svc/h1", 5, &k), LOCK_INVALID);
+    assert_int_equal(lock_mark_raise_held(NULL, "h1", "svc/h1", 6, 5, mark_cb, &k), -1);
+    client_free(c);
+}
+
 static void test_mark_backend_down(void **state)
 {
     static struct redis_proc rp;
@@ -1400,6 +1450,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_killed_and_restarted, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_stopped_times_out, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_raise, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_mark_raise_held, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_backend_down, test_setup, test_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
