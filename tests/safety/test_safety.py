@@ -103,6 +103,13 @@ class Safety(unittest.TestCase):
         res = self.run_nemesis("rollback-locks", ["rollback-locks"], backend="redis-apart")
         self.assertGreaterEqual(res["token_repairs"], 1, "no token was repaired")
 
+    def test_rollback_store(self):
+        """The one Redis that holds locks, marks and data (the default) cut back to a point of
+        its AOF 0.3-1.5 s earlier, as a failover to a lagging replica would: tokens granted since
+        come again, and former holders still believe they hold their locks. Writes the store's
+        lock keys no longer name must be refused LOCKLOST."""
+        self.run_nemesis("rollback-store", ["rollback-store"])
+
     def test_pg_kill_postgres(self):
         """A PostgreSQL store with SQL workers on lock P over the HTTP API; PostgreSQL killed
         (postmaster and backends, kill -9) with a batch in flight, started again."""

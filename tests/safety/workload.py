@@ -43,7 +43,10 @@ Nemeses (NEMESES): freeze, stall, kill-sidecar, kill-redis, clock, partition (a 
 with a veth pair and iptables when running as root; otherwise Redis SIGSTOPped past the lease),
 kill-etcd-leader (ETCD_NEMESES: with the etcd backend and 3 members), rollback-locks
 (LOCK_REDIS_NEMESES: with --backend redis-apart, the locks in a Redis of their own, rolled back
-to an older snapshot as a failover to a lagging replica would), kill-postgres (PG_NEMESES: with
+to an older snapshot as a failover to a lagging replica would), rollback-store (STORE_NEMESES:
+with the default --backend redis, the one Redis that holds locks, marks and data cut back to an
+earlier point of its AOF, as a failover to a lagging replica would; mixed draws it only in the
+long form), kill-postgres (PG_NEMESES: with
 --pg, a PostgreSQL store of both sidecars and SQL workers on lock P over the HTTP API, checked
 like L), kill-http-store (HTTP_STORE_NEMESES: with --http-store, an HTTP store in front of
 ledger.py and ledger workers on lock H, checked like L), and mixed. Used by test_safety.py
@@ -172,7 +175,8 @@ class AofRedis(harness.RedisServer):
     def start(self):
         assert self.proc is None or self.proc.poll() is not None, "redis already running"
         argv = [harness.REDIS_SERVER, "--save", "", "--appendonly", "yes" if self.aof else "no",
-                "--appendfsync", "always", "--bind", " ".join(self.binds),
+                "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0",
+                "--bind", " ".join(self.binds),
                 "--port", str(self.port), "--dir", self.dir, "--logfile", self.log_path,
                 "--daemonize", "no", "--maxmemory-policy", "noeviction"]
         argv = DIE_WITH_US + argv
@@ -211,6 +215,24 @@ class AofRedis(harness.RedisServer):
         self.kill()
         shutil.copyfile(os.path.join(self.dir, "snapshot.rdb"), os.path.join(self.dir, "dump.rdb"))
         self.start()
+
+    def aof_end(self):
+        """(path, size) of the AOF's increment file now: every write acknowledged so far is in
+        it (fsync always: Redis writes it before it replies). No rewrite moves it (started with
+        automatic rewrites off)."""
+        d = os.path.join(self.dir, "appendonlydir")
+        with open(os.path.join(d, "appendonly.aof.manifest")) as f:
+            incr = [ln.split()[1] for ln in f if ln.split()[-1:] == ["i"]]
+        path = os.path.join(d, incr[-1])
+        return path, os.path.getsize(path)
+
+    def cut_back(self, end):
+        """With Redis killed: cut its AOF back to `end` (aof_end()), so that it starts as it was
+        then; a command cut in two is dropped as it loads (aof-load-truncated)."""
+        assert self.proc.poll() is not None, "redis still running"
+        path, size = end
+        assert self.aof_end()[0] == path, "the AOF was rewritten since"
+        os.truncate(path, size)
 
     def pause(self):
         self.proc.send_signal(signal.SIGSTOP)
@@ -1227,6 +1249,7 @@ class Workload:
         self.think_ms = think_ms
         self.history = []
         self.faults = []
+        self.rollbacks = []          # (AOF end noted, Redis dead) of each rollback-store fault
         self.stop = threading.Event()
         self.hard_deadline = now() + hard_seconds
         self.arms = []
@@ -1687,6 +1710,48 @@ class Workload:
         f.bit = repaired > 0 or a.set_outcome in REFUSED
         return f
 
+    def nem_rollback_store(self, target):
+        """With the locks in the store's own Redis (the default layout): note where its AOF ends,
+        let the workload run 0.3..1.5 s, stop a worker of `target` between GET and SET, then
+        kill -9 Redis, cut its AOF back to that point and start it: what a failover to a replica
+        that lagged that long leaves. Lock keys, token counters, marks and data go back together:
+        a token granted since is granted again, and holders whose grants were lost still believe
+        they hold their locks, with tokens the marks cannot tell from the new holders'. Only the
+        lock key, which every fenced write's script checks, names the holder. The worker writes
+        1..2 leases later or, in half the faults, 50..300 ms later. Writes acknowledged since the
+        AOF's end was noted are lost by design; the checker knows (Workload.rollbacks). Bites
+        when a write was refused LOCKLOST (fencegate_locklost_refused_total moved: by the store,
+        or by a sidecar that found its lock lost) or the worker's write was refused."""
+        f = Fault("rollback-store", "redis")
+        if self.backend != "redis":
+            f.missed = True
+            return f
+        t_end = now()
+        end = self.redis.aof_end()
+        time.sleep(self.rng.uniform(0.3, 1.5))
+        a = self.rendezvous(f, target)
+        if a is None:
+            return f
+        refused = sum(s.metric("fencegate_locklost_refused_total") for s in self.sidecars)
+        self.redis.kill()
+        self.rollbacks.append((t_end, now()))
+        self.redis.cut_back(end)
+        self.redis.start()
+        t_back = now()
+        early = self.rng.random() < 0.5
+        try:
+            time.sleep(self.rng.uniform(0.05, 0.3) if early else
+                       self.rng.uniform(1.0, 2.0) * SESSION_TTL_MS / 1000.0)
+        finally:
+            a.go.set()
+        a.done.wait(CALL_TIMEOUT + 5)
+        refused = sum(s.metric("fencegate_locklost_refused_total") for s in self.sidecars) - \
+            refused
+        f.detail.update(behind_s=round(t_back - t_end, 3), early=early, set=a.set_outcome,
+                        locklost_refused=int(refused))
+        f.bit = refused > 0 or a.set_outcome in REFUSED
+        return f
+
     def kill_store_in_write(self, f, cls, lock, kill, start):
         """1..10 ms into a write of a slow `cls` worker (inside the 20 ms its store takes over
         it), kill(), then start() 0.2..1 s later. Bites when a read or write of `lock` failed or
@@ -1856,6 +1921,8 @@ class Workload:
             f = self.nem_partition_etcd()
         elif kind == "rollback-locks":
             f = self.nem_rollback_locks(target)
+        elif kind == "rollback-store":
+            f = self.nem_rollback_store(target)
         elif kind == "kill-postgres":
             f = self.nem_kill_postgres()
         elif kind == "kill-http-store":
@@ -1894,25 +1961,28 @@ NEMESES = ("freeze", "stall", "kill-sidecar", "kill-redis", "clock", "partition"
 ETCD_NEMESES = ("partition-etcd", "kill-etcd-leader")
 # With --backend redis-apart (the locks in a Redis of their own).
 LOCK_REDIS_NEMESES = ("rollback-locks",)
+# With the default --backend redis (locks, marks and data in one Redis).
+STORE_NEMESES = ("rollback-store",)
 # With --pg (a PostgreSQL store and SQL workers), with --http-store (ledger.py and its workers).
 PG_NEMESES = ("kill-postgres",)
 HTTP_STORE_NEMESES = ("kill-http-store",)
 
 
 def schedule_for(name, rng, netns=True, etcd=False, etcd3=False, lock_redis=False, pg=False,
-                 http_store=False):
+                 http_store=False, store_rollback=False):
     """i -> nemesis kind. Kill nemeses alternate with a worker stall: a killed sidecar or Redis
     takes the connection of the writer with it, so nothing stale is left to send, and a killed
     etcd leader seldom costs a lease; the stalls keep the fence exercised in those runs too. So
     does the partition without a network namespace (a Redis SIGSTOP, which seldom lets another
     holder in before the stopped write). "mixed" draws from ETCD_NEMESES too, those the set-up
     allows (etcd: the etcd backend; etcd3: with 3 members), and LOCK_REDIS_NEMESES with
-    lock_redis (the locks in a Redis of their own), PG_NEMESES with pg, HTTP_STORE_NEMESES with
-    http_store."""
+    lock_redis (the locks in a Redis of their own), STORE_NEMESES with store_rollback (the locks
+    in the store's Redis), PG_NEMESES with pg, HTTP_STORE_NEMESES with http_store."""
     if name == "mixed":
         kinds = NEMESES + (("partition-etcd",) if etcd and netns else ()) + \
             (("kill-etcd-leader",) if etcd3 else ()) + \
-            (LOCK_REDIS_NEMESES if lock_redis else ()) + (PG_NEMESES if pg else ()) + \
+            (LOCK_REDIS_NEMESES if lock_redis else ()) + \
+            (STORE_NEMESES if store_rollback else ()) + (PG_NEMESES if pg else ()) + \
             (HTTP_STORE_NEMESES if http_store else ())
         return lambda i: rng.choice(kinds)
     if name in ("kill-sidecar", "kill-redis", "kill-etcd-leader", "kill-postgres",
@@ -1940,20 +2010,32 @@ def token_order(grants):
     return out
 
 
-def check_lock(H, fin):
+def rolled_back(windows):
+    """e -> True when a store rollback (windows: Workload.rollbacks) may have taken e back: it
+    ended after the AOF's end was noted and began before Redis died."""
+    return lambda e: any(e["t1"] > t_end and e["t0"] < t_dead for t_end, t_dead in windows)
+
+
+def check_lock(H, fin, lost=lambda e: False):
     """Checks 1-4 for one lock: H is the history of its turns, fin its final counter, log and
-    mark. Returns the violations."""
+    mark. With store rollbacks, lost(e) tells the steps they may have taken back: such an
+    acknowledged write may be missing and its value written again, such a grant's token granted
+    again. What survived must still be one holder at a time: the log's values and tokens never
+    go back, no refused write is in it, and every step that survived counts as before. Returns
+    the violations."""
     V = []
     sets = [e for e in H if e["op"] == "set"]
     pushes = [e for e in H if e["op"] == "rpush"]
-    grants = [e for e in H if e["op"] == "acquire" and e["out"] == "ok"]
+    grants = [e for e in H if e["op"] == "acquire" and e["out"] == "ok" and not lost(e)]
 
     # 1. counter
     F = fin["counter"]
-    ack_vals = collections.Counter(e["value"] for e in sets if e["out"] == "ok")
-    unk_vals = set(e["value"] for e in sets if e["out"] in ("unknown", "error"))
+    ack_vals = collections.Counter(e["value"] for e in sets if e["out"] == "ok" and not lost(e))
+    unk_vals = set(e["value"] for e in sets if e["out"] in ("unknown", "error") or
+                   (e["out"] == "ok" and lost(e)))
     n_ack = sum(ack_vals.values())
-    n_unk = sum(1 for e in sets if e["out"] in ("unknown", "error"))
+    n_unk = sum(1 for e in sets if e["out"] in ("unknown", "error") or
+                (e["out"] == "ok" and lost(e)))
     for v, n in ack_vals.items():
         if n > 1:
             V.append("[safety] lost update: %d acknowledged SETs wrote counter=%d" % (n, v))
@@ -1993,10 +2075,11 @@ def check_lock(H, fin):
     for entry, n in seen.items():
         if n > 1:
             V.append("[safety] log entry %r appears %d times" % (entry, n))
-    p_ack = sum(1 for e in pushes if e["out"] == "ok")
-    p_unk = sum(1 for e in pushes if e["out"] in ("unknown", "error"))
+    p_ack = sum(1 for e in pushes if e["out"] == "ok" and not lost(e))
+    p_unk = sum(1 for e in pushes if e["out"] in ("unknown", "error") or
+                (e["out"] == "ok" and lost(e)))
     for e in pushes:
-        if e["out"] == "ok" and "%d:%d" % (e["token"], e["value"]) not in seen:
+        if e["out"] == "ok" and not lost(e) and "%d:%d" % (e["token"], e["value"]) not in seen:
             V.append("[safety] acknowledged RPUSH %d:%d is missing from the log" % (e["token"],
                                                                            e["value"]))
     if not (p_ack <= len(fin["log"]) <= p_ack + p_unk):
@@ -2033,7 +2116,7 @@ def check_lock(H, fin):
             fin["hwm"], max(toks)))
 
     # 4. reads never go below an acknowledged write
-    acked = sorted((e for e in sets if e["out"] == "ok"), key=lambda e: e["t1"])
+    acked = sorted((e for e in sets if e["out"] == "ok" and not lost(e)), key=lambda e: e["t1"])
     j, hi = 0, 0
     for g in sorted((e for e in H if e["op"] == "get" and e["out"] == "ok"),
                     key=lambda e: e["t0"]):
@@ -2055,13 +2138,15 @@ def check(wl):
     for e in wl.history:
         by_lock[e["lock"]].append(e)
     H = by_lock[LOCK]
-    V = check_lock(H, fin)
+    lost = rolled_back(wl.rollbacks)
+    V = check_lock(H, fin, lost)
     for name, state in sorted(fin["churn"].items()):
-        V += [v.replace("] ", "] lock %s: " % name, 1) for v in check_lock(by_lock[name], state)]
+        V += [v.replace("] ", "] lock %s: " % name, 1)
+              for v in check_lock(by_lock[name], state, lost)]
     for key, lock, what in (("pg", PG_LOCK, "PostgreSQL"), ("http", HTTP_LOCK, "HTTP store")):
         if key in fin:
             V += [v.replace("] ", "] lock %s (%s): " % (lock, what), 1)
-                  for v in check_lock(by_lock[lock], fin[key])]
+                  for v in check_lock(by_lock[lock], fin[key], lost)]
     bank = by_lock["bank"]
     total = sum(fin["bank"])
     if total != BANK_ACCOUNTS * BANK_INITIAL:
@@ -2070,7 +2155,8 @@ def check(wl):
                                                             BANK_ACCOUNTS * BANK_INITIAL))
     for n in range(BANK_ACCOUNTS):
         name = "k%d" % n
-        g = [e for e in by_lock[name] if e["op"] == "acquire" and e["out"] == "ok"]
+        g = [e for e in by_lock[name] if e["op"] == "acquire" and e["out"] == "ok" and
+             not lost(e)]
         toks = collections.Counter(e["token"] for e in g)
         V += ["[safety] bank lock %s: token %d granted %d times" % (name, t, c)
               for t, c in toks.items() if c > 1]
@@ -2210,7 +2296,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="fencegate safety workload")
     ap.add_argument("--nemesis", default="mixed",
                     choices=list(NEMESES) + list(ETCD_NEMESES) + list(LOCK_REDIS_NEMESES) +
-                    list(PG_NEMESES) + list(HTTP_STORE_NEMESES) + ["mixed"])
+                    list(STORE_NEMESES) + list(PG_NEMESES) + list(HTTP_STORE_NEMESES) +
+                    ["mixed"])
     ap.add_argument("--faults", type=int, default=200, help="stop after this many faults")
     ap.add_argument("--seconds", type=float, default=None, help="or after this many seconds")
     ap.add_argument("--workers", type=int, default=6, help="workers per sidecar")
@@ -2249,6 +2336,8 @@ def main(argv=None):
         ap.error("kill-http-store needs --http-store")
     if args.nemesis in LOCK_REDIS_NEMESES and args.backend != "redis-apart":
         ap.error("rollback-locks needs --backend redis-apart")
+    if args.nemesis in STORE_NEMESES and args.backend != "redis":
+        ap.error("rollback-store needs --backend redis (the locks in the store's Redis)")
     if args.nemesis == "kill-etcd-leader" and args.etcd_members != 3:
         ap.error("kill-etcd-leader needs --etcd-members 3")
     if args.nemesis == "partition-etcd" and not use_netns:
@@ -2260,7 +2349,8 @@ def main(argv=None):
         res = wl.run(schedule_for(args.nemesis, rng, use_netns, etcd=args.backend == "etcd",
                                   etcd3=args.etcd_members == 3,
                                   lock_redis=args.backend == "redis-apart", pg=args.pg,
-                                  http_store=args.http_store),
+                                  http_store=args.http_store,
+                                  store_rollback=args.backend == "redis"),
                      seconds=cap, faults=args.faults)
         if args.history:
             with open(args.history, "w") as f:
