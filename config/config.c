@@ -667,7 +667,8 @@ int cfg_store_is_backend(const struct cfg *cfg)
     const struct cfg_url *b = &cfg->backend, *u = &cfg->upstream;
 
     return b->kind == CFG_URL_REDIS && u->kind == CFG_URL_REDIS && b->db == u->db &&
-           b->hosts[0].port == u->hosts[0].port && strcmp(b->hosts[0].host, u->hosts[0].host) == 0;
+           b->hosts[0].port == u->hosts[0].port &&
+           strcasecmp(b->hosts[0].host, u->hosts[0].host) == 0;
 }
 
 /* Parses a redis://, etcd://, postgresql:// (or postgres://) or http:// URL into *out. Returns

@@ -139,8 +139,9 @@ int cfg_parse_addr(const char *s, struct cfg_addr *out, struct cfg_error *err) F
 /* Parses a URL of the kinds above. */
 int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err) FG_MUST_CHECK;
 
-/* Whether the lock backend is the Redis store itself: same host (as spelled), port and database,
- * so the two share a keyspace. Spelled differently they are treated as two Redis servers. */
+/* Whether the lock backend is the Redis store itself: same host (as spelled, in any case), port
+ * and database, so the two share a keyspace; the user does not matter. Spelled differently
+ * (localhost and 127.0.0.1) they are treated as two Redis servers. */
 int cfg_store_is_backend(const struct cfg *cfg);
 
 /* The text printed by --help (the flags, env variables and file keys). */

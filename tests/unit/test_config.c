@@ -578,6 +578,37 @@ static void test_store_entries(void **state)
     }
 }
 
+/* The lock backend is the store's own Redis when host (in any case), port and db agree. */
+static void test_store_is_backend(void **state)
+{
+    static const struct {
+        const char *upstream, *backend;
+        int same;
+    } cases[] = {
+        {"redis://127.0.0.1:6379", NULL, 1}, /* backend defaults to the upstream */
+        {"redis://Redis.Local:7000/2", "redis://redis.local:7000/2", 1},
+        {"redis://u:p@h:7000", "redis://other:q@h:7000", 1},
+        {"redis://h:7000/2", "redis://h:7000/3", 0},
+        {"redis://h:7000", "redis://h:7001", 0},
+        {"redis://localhost:6379", "redis://127.0.0.1:6379", 0},
+        {"redis://h:7000", "etcd://h:2379", 0},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cfg *c = new_cfg();
+        struct cfg_error err;
+
+        assert_int_equal(cfg_parse_url(cases[i].upstream, &c->upstream, &err), FG_OK);
+        if (cases[i].backend)
+            assert_int_equal(cfg_parse_url(cases[i].backend, &c->backend, &err), FG_OK);
+        finish_ok(c);
+        if (cfg_store_is_backend(c) != cases[i].same)
+            fail_msg("case %zu: %s and %s", i, cases[i].upstream,
+                     cases[i].backend ? cases[i].backend : "(none)");
+        free(c);
+    }
+}
+
 /* A second document replaces lists rather than appending to them. */
 static void test_lists_replace(void **state)
 {
@@ -1720,6 +1751,7 @@ int main(void)
         cmocka_unit_test(test_bad_url_in_yaml),
         cmocka_unit_test(test_numbers_and_ranges),
         cmocka_unit_test(test_lock_templates),
+        cmocka_unit_test(test_store_is_backend),
         cmocka_unit_test(test_store_entries),
         cmocka_unit_test(test_lists_replace),
         cmocka_unit_test(test_every_truncation_is_positioned),
