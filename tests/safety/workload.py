@@ -1688,14 +1688,27 @@ class Workload:
         if not self.lock_redis:
             f.missed = True
             return f
-        self.lock_redis.snapshot()
-        t_snap = now()
+        a, repaired = self.roll_back(f, target, self.lock_redis.snapshot,
+                                     lambda t_noted: self.lock_redis.restore(),
+                                     "fencegate_token_repairs_total")
+        f.detail["repairs"] = int(repaired)
+        f.bit = a is not None and (repaired > 0 or a.set_outcome in REFUSED)
+        return f
+
+    def roll_back(self, f, target, note, restore, metric):
+        """What the rollback nemeses share: note() the state to go back to, let the workload run
+        0.3..1.5 s, stop a worker of `target` between GET and SET, restore(t_noted) (kill -9 and
+        start from what note() kept), and let the worker write 1..2 leases later or, in half the
+        faults, 50..300 ms later. Returns the rendezvous's arm (None: missed, nothing rolled
+        back) and how far the sidecars' `metric` moved from the rendezvous on."""
+        t_noted = now()
+        note()
         time.sleep(self.rng.uniform(0.3, 1.5))
         a = self.rendezvous(f, target)
         if a is None:
-            return f
-        repairs = sum(s.metric("fencegate_token_repairs_total") for s in self.sidecars)
-        self.lock_redis.restore()
+            return None, 0
+        before = sum(s.metric(metric) for s in self.sidecars)
+        restore(t_noted)
         t_back = now()
         early = self.rng.random() < 0.5
         try:
@@ -1704,11 +1717,8 @@ class Workload:
         finally:
             a.go.set()
         a.done.wait(CALL_TIMEOUT + 5)
-        repaired = sum(s.metric("fencegate_token_repairs_total") for s in self.sidecars) - repairs
-        f.detail.update(behind_s=round(t_back - t_snap, 3), early=early, set=a.set_outcome,
-                        repairs=int(repaired))
-        f.bit = repaired > 0 or a.set_outcome in REFUSED
-        return f
+        f.detail.update(behind_s=round(t_back - t_noted, 3), early=early, set=a.set_outcome)
+        return a, sum(s.metric(metric) for s in self.sidecars) - before
 
     def nem_rollback_store(self, target):
         """With the locks in the store's own Redis (the default layout): note where its AOF ends,
@@ -1726,30 +1736,17 @@ class Workload:
         if self.backend != "redis":
             f.missed = True
             return f
-        t_end = now()
-        end = self.redis.aof_end()
-        time.sleep(self.rng.uniform(0.3, 1.5))
-        a = self.rendezvous(f, target)
-        if a is None:
-            return f
-        refused = sum(s.metric("fencegate_locklost_refused_total") for s in self.sidecars)
-        self.redis.kill()
-        self.rollbacks.append((t_end, now()))
-        self.redis.cut_back(end)
-        self.redis.start()
-        t_back = now()
-        early = self.rng.random() < 0.5
-        try:
-            time.sleep(self.rng.uniform(0.05, 0.3) if early else
-                       self.rng.uniform(1.0, 2.0) * SESSION_TTL_MS / 1000.0)
-        finally:
-            a.go.set()
-        a.done.wait(CALL_TIMEOUT + 5)
-        refused = sum(s.metric("fencegate_locklost_refused_total") for s in self.sidecars) - \
-            refused
-        f.detail.update(behind_s=round(t_back - t_end, 3), early=early, set=a.set_outcome,
-                        locklost_refused=int(refused))
-        f.bit = refused > 0 or a.set_outcome in REFUSED
+        end = []
+
+        def restore(t_noted):
+            self.redis.kill()
+            self.rollbacks.append((t_noted, now()))
+            self.redis.cut_back(end[0])
+            self.redis.start()
+        a, refused = self.roll_back(f, target, lambda: end.append(self.redis.aof_end()), restore,
+                                    "fencegate_locklost_refused_total")
+        f.detail["locklost_refused"] = int(refused)
+        f.bit = a is not None and (refused > 0 or a.set_outcome in REFUSED)
         return f
 
     def kill_store_in_write(self, f, cls, lock, kill, start):
