@@ -2,6 +2,8 @@
 -UNAVAILABLE instead of hanging, recovers without a restart, and keeps its memory bounded."""
 
 import os
+import shutil
+import subprocess
 import time
 import unittest
 
@@ -79,6 +81,39 @@ class UpstreamLost(FgTestCase):
         self.redis = self.start_redis()
         self.fg = self.start_fencegate(self.redis)
         self.where = "127.0.0.1:%d" % self.redis.port
+
+    def cut(self, port):
+        """Drops every packet sent to 127.0.0.1:port from now until the test ends (iptables, this
+        test's own Redis port on loopback only); skips without root or iptables."""
+        if os.geteuid() != 0 or not shutil.which("iptables"):
+            self.skipTest("needs root and iptables (scripts/deps.sh test installs it)")
+        rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "-d", "127.0.0.1", "--dport", str(port),
+                "-m", "comment", "--comment", "fencegate-test", "-j", "DROP"]
+        r = subprocess.run(["iptables", "-w", "-I"] + rule, capture_output=True, text=True)
+        if r.returncode != 0:
+            self.skipTest("iptables refused the rule: %s" % r.stderr.strip())
+        heal = lambda: subprocess.run(["iptables", "-w", "-D"] + rule, capture_output=True)
+        self.addCleanup(heal)
+        return heal
+
+    def test_a_request_into_a_cut_network_is_answered(self):
+        """Redis's host stops acknowledging (its port cut on loopback): a request sent into the
+        cut is answered -UNAVAILABLE once its bytes have gone unacknowledged for 10 s
+        (TCP_USER_TIMEOUT), not after TCP's retransmissions give up (about 15 minutes by
+        default); after the heal the next request is served (on a new connection: with an
+        upstream connection of its own, a client's connection is closed with it)."""
+        c = self.raw(self.fg.resp_port, timeout=40)
+        self.assertEqual(c.call("SET", "cut", "before"), "OK")
+        heal = self.cut(self.redis.port)
+        t0 = time.monotonic()
+        got = c.call("SET", "cut", "during", timeout=40)
+        waited = time.monotonic() - t0
+        self.assertIsInstance(got, Err)
+        self.assertTrue(got.startswith("UNAVAILABLE"), got)
+        self.assertLess(waited, 14, "answered after %.1f s" % waited)
+        heal()
+        harness.wait_until(lambda: self.raw(self.fg.resp_port).call("GET", "cut", timeout=10)
+                           in (b"before", b"during"), 15, 0.2, "a request served after the heal")
 
     def test_a_busy_redis_answers_for_itself(self):
         """A script past busy-reply-threshold makes Redis answer -BUSY to nearly everything, the
