@@ -761,7 +761,8 @@ class EtcdCluster3(EtcdTestCase):
             grants = sorted((h for h in history if h[0] == lock), key=lambda h: h[2])
             self.assertGreater(len(grants), 5, lock)
             for a, b in zip(grants, grants[1:]):
-                self.assertGreater(b[1], a[1], "%s: token went backwards: %r then %r" % (lock, a, b))
+                self.assertGreater(b[1], a[1],
+                                   "%s: token went backwards: %r then %r" % (lock, a, b))
                 if a[4] == 1:
                     self.assertGreater(b[2], a[3], "%s: granted to two holders: %r and %r" % (
                         lock, a, b))
