@@ -662,13 +662,15 @@ static const char *cfg_url_any(const char *s, size_t n, struct cfg_url *u)
     return "unknown scheme (expected " CFG_SCHEMES ")";
 }
 
-int cfg_store_is_backend(const struct cfg *cfg)
+int cfg_store_is_backend(const struct cfg *cfg, int (*same_host)(const char *a, const char *b))
 {
     const struct cfg_url *b = &cfg->backend, *u = &cfg->upstream;
 
-    return b->kind == CFG_URL_REDIS && u->kind == CFG_URL_REDIS && b->db == u->db &&
-           b->hosts[0].port == u->hosts[0].port &&
-           strcasecmp(b->hosts[0].host, u->hosts[0].host) == 0;
+    if (b->kind != CFG_URL_REDIS || u->kind != CFG_URL_REDIS || b->db != u->db ||
+        b->hosts[0].port != u->hosts[0].port)
+        return 0;
+    return strcasecmp(b->hosts[0].host, u->hosts[0].host) == 0 ||
+           (same_host && same_host(b->hosts[0].host, u->hosts[0].host));
 }
 
 /* Parses a redis://, etcd://, postgresql:// (or postgres://) or http:// URL into *out. Returns

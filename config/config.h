@@ -139,10 +139,10 @@ int cfg_parse_addr(const char *s, struct cfg_addr *out, struct cfg_error *err) F
 /* Parses a URL of the kinds above. */
 int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err) FG_MUST_CHECK;
 
-/* Whether the lock backend is the Redis store itself: same host (as spelled, in any case), port
- * and database, so the two share a keyspace; the user does not matter. Spelled differently
- * (localhost and 127.0.0.1) they are treated as two Redis servers. */
-int cfg_store_is_backend(const struct cfg *cfg);
+/* Whether the lock backend is the Redis store itself: same port and database, and the same host,
+ * as spelled (in any case) or, when same_host is given, as same_host(a, b) says (fencegate passes
+ * net_same_host: localhost and 127.0.0.1 are one); the user does not matter. */
+int cfg_store_is_backend(const struct cfg *cfg, int (*same_host)(const char *a, const char *b));
 
 /* The text printed by --help (the flags, env variables and file keys). */
 const char *cfg_usage(void);

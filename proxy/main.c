@@ -16,6 +16,7 @@
 #include "httpstore.h"
 #include "lock.h"
 #include "log.h"
+#include "net.h"
 #include "pgstore.h"
 #include "pqlib.h"
 #include "server.h"
@@ -252,6 +253,7 @@ int main(int argc, char **argv)
     struct httpstore *hstores;
     struct lock_options lopt;
     struct event *sigterm, *sigint;
+    int same_redis;
     char err[512];
     int rc;
 
@@ -295,9 +297,15 @@ int main(int argc, char **argv)
         return 1;
     }
     /* Fence on acquire: every token is first raised in every store (fencehooks.h), here the
-     * Redis store the RESP endpoint fronts; when that is the lock backend's own Redis, the
-     * acquire script raises its mark itself (lock_options.mark_prefix). */
-    if (cfg_store_is_backend(&cfg)) {
+     * Redis store the RESP endpoint fronts; when that is the lock backend's own Redis (spelled
+     * alike, or two names of one address), the acquire script raises its mark itself
+     * (lock_options.mark_prefix), and fenced writes check its lock keys (server_new). */
+    same_redis = cfg_store_is_backend(&cfg, net_same_host);
+    if (same_redis) {
+        if (!cfg_store_is_backend(&cfg, NULL))
+            log_info("upstream %s and lock backend %s are one Redis (one address): fenced writes "
+                     "check its lock keys",
+                     main_url_shown(&cfg.upstream), main_url_shown(&cfg.backend));
         snprintf(lopt.mark_prefix, sizeof(lopt.mark_prefix), "%s", FENCE_HWM_PREFIX);
     } else {
         marks = store_marks_new(m.base, &cfg.upstream, 2000);
@@ -346,7 +354,7 @@ int main(int argc, char **argv)
         return 2; /* a backend this build cannot use (TLS files, say) is a configuration error */
     }
     httpstore_set_lock_client(hstores, locks);
-    m.srv = server_new(m.base, &cfg, up, locks, err, sizeof(err));
+    m.srv = server_new(m.base, &cfg, up, locks, same_redis, err, sizeof(err));
     if (!m.srv) {
         fprintf(stderr, "fencegate: RESP listener: %s\n", err);
         return 1;

@@ -32,6 +32,40 @@ int net_resolve(const char *host, int port, struct net_addr *out, char *err, siz
     return FG_OK;
 }
 
+static int net_same_sockaddr(const struct sockaddr *x, const struct sockaddr *y)
+{
+    if (x->sa_family != y->sa_family)
+        return 0;
+    if (x->sa_family == AF_INET)
+        return memcmp(&((const struct sockaddr_in *)(const void *)x)->sin_addr,
+                      &((const struct sockaddr_in *)(const void *)y)->sin_addr,
+                      sizeof(struct in_addr)) == 0;
+    if (x->sa_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)(const void *)x)->sin6_addr,
+                      &((const struct sockaddr_in6 *)(const void *)y)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return 0;
+}
+
+int net_same_host(const char *a, const char *b)
+{
+    struct addrinfo hints, *ra = NULL, *rb = NULL;
+    int same = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(a, NULL, &hints, &ra) == 0 && getaddrinfo(b, NULL, &hints, &rb) == 0)
+        for (const struct addrinfo *x = ra; x && !same; x = x->ai_next)
+            for (const struct addrinfo *y = rb; y && !same; y = y->ai_next)
+                same = net_same_sockaddr(x->ai_addr, y->ai_addr);
+    if (ra)
+        freeaddrinfo(ra);
+    if (rb)
+        freeaddrinfo(rb);
+    return same;
+}
+
 int net_prepare(int fd)
 {
     int one = 1, fl = fcntl(fd, F_GETFL);

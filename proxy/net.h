@@ -17,6 +17,11 @@ struct net_addr {
 int net_resolve(const char *host, int port, struct net_addr *out, char *err,
                 size_t errlen) FG_MUST_CHECK;
 
+/* Whether hosts a and b (numeric or names) resolve to a common address: two spellings of one
+ * endpoint ("localhost" and "127.0.0.1", two DNS names of one service). 0 when either cannot be
+ * resolved. Blocks on the resolver: for start-up. */
+int net_same_host(const char *a, const char *b);
+
 /* A non-blocking listening socket on host:port with SO_REUSEADDR. Returns the fd, or -1 with the
  * reason in err. */
 int net_listen(const char *host, int port, int backlog, char *err, size_t errlen);

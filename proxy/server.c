@@ -2423,7 +2423,7 @@ static int srv_load_rules(struct server *s, char *err, size_t errlen)
 }
 
 struct server *server_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          struct lock_client *locks, char *err, size_t errlen)
+                          struct lock_client *locks, int store_is_backend, char *err, size_t errlen)
 {
     struct server *s = calloc(1, sizeof(*s));
 
@@ -2439,7 +2439,7 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     fence_script_sha(fence_write_script(), s->write_sha);
     fence_script_sha(fence_group_script(), s->group_sha);
     fence_script_sha(fence_txn_raise_script(), s->raise_sha);
-    if (locks && cfg_store_is_backend(cfg))
+    if (locks && store_is_backend)
         s->owner_prefix = lock_client_redis_lock_prefix(locks);
     if (srv_load_rules(s, err, errlen) < 0) {
         free(s);

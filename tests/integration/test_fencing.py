@@ -1135,6 +1135,27 @@ class LostGrant(FencingCase):
                                      "store: its lease ran out there" % t), r)
         self.assertEqual(self.direct.exists("wallet:9"), 0)
 
+    def test_one_redis_under_two_names_is_still_checked(self):
+        # --upstream redis://localhost:P, --backend redis://127.0.0.1:P: one Redis spelled two
+        # ways (one address). fencegate says so at start and checks the lock keys as when the two
+        # are spelled alike: A's write under a token granted again is refused. (Taken for two
+        # servers, as before, the write passed: its token equals the mark.)
+        a = self.fencegate("--upstream", "redis://localhost:%d" % self.redis.port,
+                           "--session-ttl-ms", "30000")
+        b = self.fencegate()
+        ca, cb = self.raw(a.resp_port), self.raw(b.resp_port)
+        with open(a.stderr_path) as f:
+            self.assertIn("are one Redis (one address): fenced writes check its lock keys",
+                          f.read())
+        t = self.acquire(ca, "wallet:11")
+        self.assertEqual(ca.call("SET", "wallet:11", "A-1"), "OK")
+        self.rollback_grant("wallet:11", t)
+        self.direct.delete("wallet:11")
+        self.assertEqual(self.acquire(cb, "wallet:11", "WAIT", 0), t)
+        self.assert_refused(ca.call("SET", "wallet:11", "A-2"), "LOCKLOST")
+        self.assertEqual(self.direct.exists("wallet:11"), 0)
+        self.assertEqual(cb.call("SET", "wallet:11", "B"), "OK")
+
     def test_restart_from_an_old_snapshot(self):
         # The real thing: Redis restarts from a snapshot taken before A's grant, with A frozen
         # through it and its write waiting in the socket; B takes the lock. A resumes.

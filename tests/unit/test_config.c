@@ -578,7 +578,15 @@ static void test_store_entries(void **state)
     }
 }
 
-/* The lock backend is the store's own Redis when host (in any case), port and db agree. */
+/* A stand-in resolver: "alias" and "h" are one address. */
+static int same_host_stub(const char *a, const char *b)
+{
+    return (strcmp(a, "alias") == 0 && strcmp(b, "h") == 0) ||
+           (strcmp(a, "h") == 0 && strcmp(b, "alias") == 0);
+}
+
+/* The lock backend is the store's own Redis when port and db agree and the host does: spelled
+ * alike (in any case), or one address as the resolver says. */
 static void test_store_is_backend(void **state)
 {
     static const struct {
@@ -592,6 +600,9 @@ static void test_store_is_backend(void **state)
         {"redis://h:7000", "redis://h:7001", 0},
         {"redis://localhost:6379", "redis://127.0.0.1:6379", 0},
         {"redis://h:7000", "etcd://h:2379", 0},
+        {"redis://h:7000", "redis://alias:7000", 2},     /* 2: one address, the resolver says */
+        {"redis://h:7000/1", "redis://alias:7000/2", 0}, /* but never across databases */
+        {"redis://h:7000", "redis://alias:7001", 0},
     };
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -602,7 +613,8 @@ static void test_store_is_backend(void **state)
         if (cases[i].backend)
             assert_int_equal(cfg_parse_url(cases[i].backend, &c->backend, &err), FG_OK);
         finish_ok(c);
-        if (cfg_store_is_backend(c) != cases[i].same)
+        if (cfg_store_is_backend(c, NULL) != (cases[i].same == 1) ||
+            cfg_store_is_backend(c, same_host_stub) != (cases[i].same != 0))
             fail_msg("case %zu: %s and %s", i, cases[i].upstream,
                      cases[i].backend ? cases[i].backend : "(none)");
         free(c);
