@@ -1188,18 +1188,26 @@ static void mark_cb(void *arg, int status, uint64_t m, const char *msg)
     snprintf(k->msg, sizeof(k->msg), "%s", msg ? msg : "(null)");
 }
 
-/* Raises key's mark to token and runs the loop until the callback ran; returns the status (-1:
- * no callback within 3 s, -2: not queued). The callback must never run inside the call. */
-static int mark_sync(struct lock_client *c, const char *key, uint64_t token, struct mark *k)
+/* Raises key's mark to token (with s: lock_mark_raise_held() for s's lock `name`) and runs the
+ * loop until the callback ran; returns the status (-1: no callback within 3 s, -2: not queued).
+ * The callback must never run inside the call. */
+static int mark_sync_as(struct lock_client *c, struct lock_session *s, const char *name,
+                        const char *key, uint64_t token, struct mark *k)
 {
     memset(k, 0, sizeof(*k));
-    if (lock_mark_raise(c, key, strlen(key), token, mark_cb, k) != 0)
+    if ((s ? lock_mark_raise_held(s, name, key, strlen(key), token, mark_cb, k)
+           : lock_mark_raise(c, key, strlen(key), token, mark_cb, k)) != 0)
         return -2;
     if (k->done != 0)
         return -3;
     if (!run_until(&k->done, 1, 3000))
         return -1;
     return k->status;
+}
+
+static int mark_sync(struct lock_client *c, const char *key, uint64_t token, struct mark *k)
+{
+    return mark_sync_as(c, NULL, NULL, key, token, k);
 }
 
 static void test_mark_raise(void **state)
@@ -1259,17 +1267,6 @@ static void test_mark_raise(void **state)
 /* lock_mark_raise_held(): the mark moves only while the lock key names the session, in the same
  * script; otherwise LOCK_LOST, the mark unchanged, and the session reports the lock lost at once
  * (its next renewal is 10 s away). */
-static int mark_held_sync(struct lock_session *s, const char *name, const char *key, uint64_t token,
-                          struct mark *k)
-{
-    memset(k, 0, sizeof(*k));
-    if (lock_mark_raise_held(s, name, key, strlen(key), token, mark_cb, k) != 0)
-        return -2;
-    if (!run_until(&k->done, 1, 3000))
-        return -1;
-    return k->status;
-}
-
 static void test_mark_raise_held(void **state)
 {
     struct acq a;
@@ -1283,11 +1280,11 @@ static void test_mark_raise_held(void **state)
     admin_int(g_redis.port, "DEL " TEST_PREFIX "mark:{svc/h1}");
     assert_int_equal(acquire_sync(s, "h1", 0, 0, 0, &a), LOCK_OK);
 
-    assert_int_equal(mark_held_sync(s, "h1", "svc/h1", a.token, &k), LOCK_OK);
+    assert_int_equal(mark_sync_as(c, s, "h1", "svc/h1", a.token, &k), LOCK_OK);
     assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{svc/h1}"));
     assert_int_equal(strtoull(v, NULL, 10), a.token);
     /* Another session of the same client, with the very token: not its lock. */
-    assert_int_equal(mark_held_sync(o, "h1", "svc/h1", a.token + 1, &k), LOCK_LOST);
+    assert_int_equal(mark_sync_as(c, o, "h1", "svc/h1", a.token + 1, &k), LOCK_LOST);
     assert_non_null(strstr(k.msg, "h1"));
     assert_true(admin_str(g_redis.port, v, sizeof(v), "GET " TEST_PREFIX "mark:{svc/h1}"));
     assert_int_equal(strtoull(v, NULL, 10), a.token);
@@ -1295,13 +1292,13 @@ static void test_mark_raise_held(void **state)
      * and the session finds the lock lost without waiting for its renewal. */
     assert_int_equal(admin_int(g_redis.port, "DEL " TEST_PREFIX "lock:{h1}"), 1);
     int64_t t0 = now_ms();
-    assert_int_equal(mark_held_sync(s, "h1", "svc/h1", a.token, &k), LOCK_LOST);
+    assert_int_equal(mark_sync_as(c, s, "h1", "svc/h1", a.token, &k), LOCK_LOST);
     assert_non_null(strstr(k.msg, "not held by this session"));
     assert_true(run_until(&l.count, 1, 1000));
     assert_true(l.at_ms - t0 <= 300);
     assert_int_equal(lock_state(s, "h1", 2, NULL, NULL), -1);
     /* Bad name: answered without the backend. */
-    assert_int_equal(mark_held_sync(s, "", "svc/h1", 5, &k), LOCK_INVALID);
+    assert_int_equal(mark_sync_as(c, s, "", "svc/h1", 5, &k), LOCK_INVALID);
     assert_int_equal(lock_mark_raise_held(NULL, "h1", "svc/h1", 6, 5, mark_cb, &k), -1);
     client_free(c);
 }
