@@ -1083,6 +1083,26 @@ void lock_session_lose_all(struct lock_session *s, const char *why)
     lock_session_schedule(s);
 }
 
+struct lock_session_ref lock_session_ref(const struct lock_session *s)
+{
+    struct lock_session_ref r = {s ? s->c : NULL, s ? s->id : 0};
+    return r;
+}
+
+int lock_forfeit(struct lock_session_ref ref, const char *name, size_t len, uint64_t token,
+                 const char *why)
+{
+    struct lock_session *s = ref.c ? ref.c->sessions : NULL;
+    while (s && s->id != ref.id)
+        s = s->next;
+    struct lock_entry *e = s && name ? lock_entry_find(s, name, len) : NULL;
+    if (e == NULL || e->state != LOCK_ENTRY_HELD || e->token != token)
+        return 0;
+    lock_mark_lost(s, e, why);
+    lock_session_schedule(s);
+    return 1;
+}
+
 int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,
                long long *remaining_ms)
 {

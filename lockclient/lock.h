@@ -112,6 +112,22 @@ int lock_release(struct lock_session *s, const char *name, size_t len, lock_rele
  * leases. Acquisitions in flight are not affected. NULL is a no-op. */
 void lock_session_lose_all(struct lock_session *s, const char *why);
 
+/* A reference to a session that may be freed before it is used (an answer that comes after a
+ * round trip): lock_forfeit() finds the session only while it exists. */
+struct lock_session_ref {
+    struct lock_client *c;
+    uint64_t id;
+};
+struct lock_session_ref lock_session_ref(const struct lock_session *s);
+
+/* Gives up name, held by ref's session with token, as if it had been lost (why): the lost callback
+ * runs, writes under it are refused from now on, the backend is asked to free its key, and the
+ * next lock_acquire() of name gets a new token. For a caller whose store can no longer prove the
+ * token current (the mark raised when it was granted is gone). Returns 1 when the session (still
+ * there) held name with that token, else 0 (nothing changes). */
+int lock_forfeit(struct lock_session_ref ref, const char *name, size_t len, uint64_t token,
+                 const char *why);
+
 /* Local state of name in the session: 1 held (token, remaining lease in ms), 0 not held, -1 lost
  * (token of the lost lock). Never blocks. */
 int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,

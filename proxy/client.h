@@ -42,9 +42,9 @@ struct ulink;
 #define SRV_GROUP_MAX_BYTES  (64 * 1024)
 /* At least this many of them in a row under the same locks go as one pipelined transaction
  * (fence_encode_txn()) instead: Redis runs the writes natively, with one small script to check
- * and one to raise the marks. It answers with this many replies more than there are writes. */
+ * the marks. It answers with this many replies more than there are writes. */
 #define SRV_TXN_MIN_WRITES    2
-#define SRV_TXN_EXTRA_REPLIES 5
+#define SRV_TXN_EXTRA_REPLIES 4
 
 enum op_kind {
     OP_FORWARD = 0, /* a client command sent upstream; its replies go back to the client */
@@ -63,7 +63,7 @@ enum op_flag {
     OPF_TXN_CHECK = 1 << 7,     /* the fence check before a transaction: it decides the commit */
     OPF_ENTER_REPLICA = 1 << 8, /* SYNC / PSYNC: its reply starts a replication stream */
     OPF_SILENT = 1 << 9,        /* CLIENT REPLY OFF / SKIP: its reply is read and dropped */
-    OPF_UNWRAP = 1 << 10,       /* EXEC of a script sent alone: after the raise's, its reply */
+    OPF_UNWRAP = 1 << 10,       /* EXEC of a script sent alone: answered with the script's reply */
     OPF_TXN_QUEUED = 1 << 11,   /* OP_HIDDEN MULTI/QUEUED of a held-back block: an error is kept */
     OPF_SCRIPT_LOAD = 1 << 12,  /* OP_HIDDEN SCRIPT LOAD of the fence script: an error (-BUSY)
                                    means it is not loaded after all */
@@ -141,7 +141,6 @@ struct client {
     unsigned dead : 1;
     unsigned processing : 1;    /* inside req_process: callbacks must not re-enter it */
     unsigned script_loaded : 1; /* the fence script was loaded on this upstream connection */
-    unsigned raise_loaded : 1;  /* the same for the pipelined transactions' raise script */
     unsigned pinned : 1;        /* has (or is about to get) an upstream connection of its own */
     unsigned pin_pending : 1;   /* pins at its next request, once no reply is due to it */
     unsigned slow_reader : 1;   /* left max_pending_bytes of replies unread: pins next time */
@@ -190,7 +189,6 @@ struct server {
     struct fence_rules *rules; /* protect rules for the upstream store */
     char write_sha[41];        /* SHA-1 of fence_write_script() */
     char group_sha[41];        /* SHA-1 of fence_group_script() */
-    char raise_sha[41];        /* SHA-1 of fence_txn_raise_script() */
     /* The store is the lock backend's Redis: the lock keys' prefix there, and the scripts check
      * that each lock's key holds the session's owner id (fence_owner); NULL: marks alone. */
     const char *owner_prefix;

@@ -388,7 +388,12 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
 
 /* Tokens and marks are compared with tonumber (exact below 2^53) but always printed and stored
  * from their original decimal strings, since tostring() of a large number goes to exponent form.
- * Every mark is checked before any is raised, so a refusal leaves all marks as they were. A mark
+ * A write needs each mark to equal its token, and raises none: fence on acquire set the mark to
+ * the token before the token was handed out, and only a newer grant moves it. Above the token:
+ * STALE, a newer holder exists. Below it, or missing: the mark set at the grant is gone (a
+ * failover to a replica that missed it, a deleted key), and nothing proves that no former holder
+ * wrote since: LOCKLOST "... is above its high-water mark ...", on which the sidecar gives the
+ * lock up (lock_forfeit()) so that the next FENCE.ACQUIRE gets a new token and a new mark. A mark
  * that cannot be read is reported as fencegate's own error, not mistaken for the command's; the
  * command runs under pcall so its own error (WRONGTYPE, ...) comes back as its reply.
  *
@@ -404,7 +409,6 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "    return redis.error_reply('ERR fencegate write script: ' .. #KEYS .. ' keys for '\n"       \
     "      .. tostring(ARGV[a]) .. ' more locks (a fencegate bug; report it)')\n"                  \
     "  end\n"                                                                                      \
-    "  local raise = {}\n"                                                                         \
     "  for i = 1, n do\n"                                                                          \
     "    local tok, name, key = ARGV[a + 1 + i], ARGV[a + 1 + n + i], KEYS[k + i]\n"               \
     "    local mark = redis.pcall('GET', key)\n"                                                   \
@@ -431,10 +435,12 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "          .. 'sidecar fell behind); re-acquire')\n"                                           \
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
-    "    raise[i] = t > h\n"                                                                       \
-    "  end\n"                                                                                      \
-    "  for i = 1, n do\n"                                                                          \
-    "    if raise[i] then redis.call('SET', KEYS[k + i], ARGV[a + 1 + i]) end\n"                   \
+    "    if t > h then\n"                                                                          \
+    "      return redis.error_reply('LOCKLOST lock ' .. name .. ' (token ' .. tok\n"               \
+    "        .. ') is above its high-water mark ' .. mark .. ': the mark set when it was '\n"      \
+    "        .. 'granted is gone (the store lost data in a failover, or ' .. key .. ' was '\n"     \
+    "        .. 'deleted), so a former holder may have written since; re-acquire')\n"              \
+    "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "  if db then redis.call('SELECT', db) end\n"                                                  \
     "  return redis.pcall(unpack(ARGV, a + 2 * n + 2, last))\n"                                    \
@@ -549,10 +555,15 @@ const char *fence_raise_script(void)
     "        .. '; re-acquire'\n"                                                                  \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
+    "  if not why and t > h then\n"                                                                \
+    "    why = 'LOCKLOST lock ' .. name .. ' (token ' .. tok .. ') is above its '\n"               \
+    "      .. 'high-water mark ' .. (m or '0') .. ': its mark is gone (failover? deleted?); '\n"   \
+    "      .. 're-acquire'\n"                                                                      \
+    "  end\n"                                                                                      \
     "  if why then break end\n"                                                                    \
     "end\n"
 
-/* Checks, raises nothing: the marks are raised by the fenced writes inside the transaction. */
+/* Checks, and raises nothing: no write does (fence on acquire set the marks). */
 static const char fence_check_lua[] =
     "-- fencegate transaction check: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, names\n"
     /* sets why */ FENCE_CHECK_LUA /* then: */
@@ -585,28 +596,9 @@ static const char fence_txn_check_lua[] =
     "end\n"
     "return 0\n";
 
-/* The raise queued in MULTI before the writes of a pipelined transaction (or a fenced script):
- * the check and WATCH have made sure no mark is above its token. With a database after the lock
- * names it selects it first (for the script only: Redis 7 restores the caller's). */
-static const char fence_txn_raise_lua[] =
-    "-- fencegate raise: KEYS = marks[, lock keys]; ARGV = n, owner, tokens, lock names[, the\n"
-    "-- marks' database]\n"
-    "local n = tonumber(ARGV[1])\n"
-    "if ARGV[2 * n + 3] then redis.call('SELECT', ARGV[2 * n + 3]) end\n"
-    "for i = 1, n do\n"
-    "  local mark = tonumber(redis.call('GET', KEYS[i]) or '0')\n"
-    "  if tonumber(ARGV[2 + i]) > mark then redis.call('SET', KEYS[i], ARGV[2 + i]) end\n"
-    "end\n"
-    "return 0\n";
-
 const char *fence_txn_check_script(void)
 {
     return fence_txn_check_lua;
-}
-
-const char *fence_txn_raise_script(void)
-{
-    return fence_txn_raise_lua;
 }
 
 /* ---- SHA-1 (FIPS 180-4), just enough to name a script the way SCRIPT LOAD does ------------- */
@@ -908,34 +900,22 @@ int fence_same_locks(const char *ra, const struct fence_layout *a, const char *r
            memcmp(ra + a->argv_off, rb + b->argv_off, locks) == 0;
 }
 
-/* One of the transaction's scripts over the writes' shared locks: the verb and its first argument,
- * then the keys and (n, owner, tokens, names) exactly as the first write carries them. */
-static void fence_put_txn_script(struct fence_out *o, const char *verb, const char *head,
-                                 size_t hlen, const char *reqs, const struct fence_layout *l)
-{
-    fence_put_header(o, '*', 3 + l->nkeys + 2 + 2 * l->nlocks);
-    fence_put_bulk(o, verb, strlen(verb));
-    fence_put_bulk(o, head, hlen);
-    fence_put_bulk_u64(o, l->nkeys);
-    fence_put(o, reqs + l->keys_off, l->cmd_off - l->keys_off);
-}
-
-size_t fence_encode_txn(const char raise_sha[41], const char *reqs, const struct fence_layout *lay,
-                        size_t k, char *out, size_t cap)
+size_t fence_encode_txn(const char *reqs, const struct fence_layout *lay, size_t k, char *out,
+                        size_t cap)
 {
     struct fence_out o = {out, cap, 0};
+    const struct fence_layout *l = &lay[0]; /* its keys and locks are every write's */
 
-    fence_put_header(&o, '*', 1 + lay[0].nlocks);
+    fence_put_header(&o, '*', 1 + l->nlocks);
     fence_put_bulk(&o, "WATCH", 5);
-    fence_put(&o, reqs + lay[0].keys_off, lay[0].marks_end - lay[0].keys_off);
-    fence_put_txn_script(&o, "EVAL", fence_txn_check_lua, sizeof(fence_txn_check_lua) - 1, reqs,
-                         &lay[0]);
+    fence_put(&o, reqs + l->keys_off, l->marks_end - l->keys_off);
+    /* The check, over the keys and (n, owner, tokens, names) as the first write has them. */
+    fence_put_header(&o, '*', 3 + l->nkeys + 2 + 2 * l->nlocks);
+    fence_put_bulk(&o, "EVAL", 4);
+    fence_put_bulk(&o, fence_txn_check_lua, sizeof(fence_txn_check_lua) - 1);
+    fence_put_bulk_u64(&o, l->nkeys);
+    fence_put(&o, reqs + l->keys_off, l->cmd_off - l->keys_off);
     fence_put(&o, "*1\r\n$5\r\nMULTI\r\n", 15);
-    if (raise_sha)
-        fence_put_txn_script(&o, "EVALSHA", raise_sha, 40, reqs, &lay[0]);
-    else
-        fence_put_txn_script(&o, "EVAL", fence_txn_raise_lua, sizeof(fence_txn_raise_lua) - 1, reqs,
-                             &lay[0]);
     for (size_t i = 0; i < k; i++) {
         fence_put_header(&o, '*', lay[i].argc);
         fence_put(&o, reqs + lay[i].cmd_off, lay[i].end - lay[i].cmd_off);

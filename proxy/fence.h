@@ -99,9 +99,11 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * of the locks, then (with an owner) their lock keys; ARGV = nlocks, the owner id ("" for none),
  * tokens..., lock names..., then the command and its arguments. It refuses with "STALE lock L
  * token T < high-water mark H (a newer holder exists; re-acquire)" when any token is older than
- * its mark, with "LOCKLOST lock L (token T) is not held in the store: ..." when a lock key does not
- * hold the owner id, else raises each mark to its token and returns the command's own reply
- * (errors included, unchanged). */
+ * its mark, with "LOCKLOST lock L (token T) is above its high-water mark H: ..." when a mark is
+ * below its token or missing (the mark fence on acquire set is gone: the lock must be given up),
+ * with "LOCKLOST lock L (token T) is not held in the store: ..." when a lock key does not hold the
+ * owner id, else returns the command's own reply (errors included, unchanged). Marks are never
+ * raised by writes: fence on acquire raised them to the token. */
 const char *fence_write_script(void);
 
 /* The script that applies fenced writes pipelined back to back, in one call: KEYS are the marks
@@ -116,7 +118,7 @@ const char *fence_group_script(void);
 const char *fence_raise_script(void);
 
 /* The check run before a transaction with fenced writes: KEYS and ARGV as the write script's, up to
- * the lock names. Returns 0 when every token is >= its mark (and every lock key holds the owner),
+ * the lock names. Returns 0 when every token equals its mark (and every lock key holds the owner),
  * else the STALE (LOCKLOST) error, ending "the transaction was not applied". Raises nothing. */
 const char *fence_check_script(void);
 
@@ -178,22 +180,20 @@ int fence_same_locks(const char *ra, const struct fence_layout *a, const char *r
 
 /* Writes under the same locks (fence_same_locks()) arriving back to back, as one pipelined
  * transaction in place of script calls, so Redis runs them natively:
- *   WATCH <marks>; EVAL <check> ...; MULTI; EVALSHA <raise> ...; <the k commands>; EXEC
+ *   WATCH <marks>; EVAL <check> ...; MULTI; <the k commands>; EXEC
  * (the lock keys are checked, not watched: every renewal touches them, and a new holder's grant
  * raises the mark anyway)
  * The check (fence_txn_check_script(), always sent with its body: a missing script must not skip
  * it) refuses with the error the write script would give, and then touches the mark it refused
  * on, so EXEC answers nil and nothing is applied; a newer holder raising a mark before EXEC does
- * the same. The raise (fence_txn_raise_script(), by raise_sha, or with its body when raise_sha is
- * NULL) lifts each mark to its token atomically with the writes. Replies: +OK, the check's (:0 or
- * the refusal), +OK, k + 1 times +QUEUED (or a refusal of that command), then EXEC's: an array
- * whose first element answers the raise and the rest the k writes, or nil. Redis 7 ends the
+ * the same. Nothing raises a mark: each equals its token, as the check found. Replies: +OK, the
+ * check's (:0 or the refusal), +OK, k times +QUEUED (or a refusal of that command), then EXEC's:
+ * an array answering the k writes, or nil. Redis 7 ends the
  * transaction even when it refuses EXEC itself (-BUSY: a script past its time limit); Redis 6.0
  * leaves the connection inside MULTI then, so this needs Redis 7. Returns the length, or the
  * length needed if > cap, like snprintf. */
-size_t fence_encode_txn(const char raise_sha[41], const char *reqs, const struct fence_layout *lay,
-                        size_t k, char *out, size_t cap);
+size_t fence_encode_txn(const char *reqs, const struct fence_layout *lay, size_t k, char *out,
+                        size_t cap);
 const char *fence_txn_check_script(void);
-const char *fence_txn_raise_script(void);
 
 #endif

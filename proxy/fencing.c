@@ -609,9 +609,39 @@ static size_t fencing_only(struct client *c, struct only_ctx *o)
     return o->n;
 }
 
+/* The held lock a store's "LOCKLOST lock L (token T) is above its high-water mark ..." is about. */
+struct fencing_above {
+    const char *r;
+    size_t n;
+    const char *name; /* the session's own copy; NULL: none matched */
+    size_t len;
+    uint64_t token;
+};
+
+static void fencing_above_one(void *arg, const char *name, size_t len, int state, uint64_t token,
+                              long long remaining_ms)
+{
+    static const char head[] = "LOCKLOST lock ", tail[] = ") is above its high-water mark";
+    struct fencing_above *a = arg;
+    const char *p = a->r;
+    char tok[32];
+    size_t hl = sizeof(head) - 1, tl = sizeof(tail) - 1;
+    size_t kl = (size_t)snprintf(tok, sizeof(tok), " (token %" PRIu64, token);
+
+    if (state != 1 || a->name || a->n < hl + len + kl + tl)
+        return;
+    if (memcmp(p, head, hl) == 0 && memcmp(p + hl, name, len) == 0 &&
+        memcmp(p + hl + len, tok, kl) == 0 && memcmp(p + hl + len + kl, tail, tl) == 0) {
+        a->name = name;
+        a->len = len;
+        a->token = token;
+    }
+}
+
 /* Counts a refusal by the store (a reply, or an error's text without its '-'): a mark above the
- * token, or (fence_owner) a lock key that does not name the session; the session then renews at
- * once, so that the lock is reported lost. */
+ * token (STALE), a mark below it or missing (the lock is given up: only a new grant sets a new
+ * mark), or (fence_owner) a lock key that does not name the session (the session renews at once,
+ * so that the lock is reported lost). */
 static void fencing_store_refusal(struct client *c, const char *r, size_t n)
 {
     if (n > 0 && r[0] == '-') {
@@ -621,9 +651,20 @@ static void fencing_store_refusal(struct client *c, const char *r, size_t n)
     if (n > 5 && memcmp(r, "STALE", 5) == 0) {
         metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
     } else if (n > 8 && memcmp(r, "LOCKLOST", 8) == 0) {
+        struct fencing_above a = {r, n, NULL, 0, 0};
         metrics_inc(&fg_metrics, M_LOCKLOST_REFUSED, 1);
-        if (c->sess)
+        if (!c->sess)
+            return;
+        lock_foreach(c->sess, fencing_above_one, &a);
+        if (a.name) {
+            char why[320];
+            size_t wl = n >= 2 && r[n - 2] == '\r' ? n - 2 : n;
+            snprintf(why, sizeof(why), "the store refused a write: %.*s",
+                     (int)(wl > 280 ? 280 : wl), r);
+            lock_forfeit(lock_session_ref(c->sess), a.name, a.len, a.token, why);
+        } else {
             lock_session_renew_soon(c->sess);
+        }
     }
 }
 
@@ -958,55 +999,40 @@ static int fencing_put_count(struct buf *b, size_t n)
     return buf_append(b, head, (size_t)hn) == FG_OK ? 0 : -1;
 }
 
-/* "EVAL <script> ..." (fence_encode_eval()) over the block's locks, with extra as the last
- * argument when not NULL. */
+/* "EVAL <script> ..." (fence_encode_eval()) over the block's locks. */
 static int fencing_put_script(struct client *c, struct buf *b, const char *script,
-                              const struct fencing_txn *t, const char *extra)
+                              const struct fencing_txn *t)
 {
     struct fence_decision d;
-    size_t elen = extra ? strlen(extra) : 0, need;
+    size_t need;
 
     d.nlocks = t->nlocks;
     memcpy(d.locks, t->locks, t->nlocks * sizeof(t->locks[0]));
     d.owner = fencing_owner(c);
-    need = fence_encode_eval(script, &d, &extra, &elen, extra != NULL, NULL, 0);
+    need = fence_encode_eval(script, &d, NULL, NULL, 0, NULL, 0);
     if (buf_reserve(b, need + 1) != FG_OK)
         return -1;
-    fence_encode_eval(script, &d, &extra, &elen, extra != NULL, b->data + b->end, need + 1);
+    fence_encode_eval(script, &d, NULL, NULL, 0, b->data + b->end, need + 1);
     b->end += need;
     return 0;
 }
 
-/* Sends MULTI, the commands and EXEC (and, before a script alone, the raise of the marks); the
- * application sees only EXEC's reply. */
+/* Sends MULTI, the commands and EXEC; the application sees only EXEC's reply. */
 static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
 {
     static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
     struct op *o;
-    int raise = t->unwrap && t->nlocks > 0;
 
     if (buf_len(&t->multi))
         up_send(c, buf_head(&t->multi), buf_len(&t->multi));
     else
         up_send(c, multi, sizeof(multi) - 1);
-    if (raise) { /* a script raises no mark itself: raise them first, in the marks' database */
-        struct buf b = {0};
-        char db[16];
-        snprintf(db, sizeof(db), "%d", c->srv->cfg->upstream.db);
-        if (fencing_put_script(c, &b, fence_txn_raise_script(), t, db) < 0) {
-            buf_free(&b);
-            c->dead = 1;
-            return;
-        }
-        up_send(c, buf_head(&b), buf_len(&b));
-        buf_free(&b);
-    }
     up_send(c, buf_head(&t->cmds), buf_len(&t->cmds));
     if (buf_len(&t->exec))
         up_send(c, buf_head(&t->exec), buf_len(&t->exec));
     else
         up_send(c, exec, sizeof(exec) - 1);
-    for (size_t i = 0; i < t->count + 1 + (size_t)raise; i++) {
+    for (size_t i = 0; i < t->count + 1; i++) {
         o = op_push(c, OP_HIDDEN);
         if (!o) {
             c->dead = 1;
@@ -1216,8 +1242,7 @@ static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span
         if (kl < 0 || fencing_put(&b, key, (size_t)kl) < 0)
             goto out;
     }
-    if (fencing_put_script(c, &b, piped ? fence_txn_check_script() : fence_check_script(), t,
-                           NULL) < 0)
+    if (fencing_put_script(c, &b, piped ? fence_txn_check_script() : fence_check_script(), t) < 0)
         goto out;
     up_send(c, buf_head(&b), buf_len(&b));
     if (!op_push(c, OP_HIDDEN)) /* WATCH's +OK */

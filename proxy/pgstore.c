@@ -18,8 +18,10 @@
  *        F   the fence check, in a statement of its own so that its snapshot is taken with the
  *            advisory lock held: the lock's row must hold exactly T. Above T is stale (an error
  *            carrying the mark); missing or below T means the row was deleted or reset behind
- *            fencegate's back, refused too (fence on acquire raised it to T before T was handed
- *            out, and marks only grow). A plain read: no row lock, nothing written;
+ *            fencegate's back (or lost in a failover), refused too, and the lock is given up
+ *            (lock_forfeit()) so that the next grant sets the row again (fence on acquire raised
+ *            it to T before T was handed out, and marks only grow). A plain read: no row lock,
+ *            nothing written;
  *        the application's statements;
  *        C   an error unless fencegate.batch still holds the id: a statement that ended the
  *            block (COMMIT got past the filter) took the LOCAL setting with it, so C fails and
@@ -174,7 +176,8 @@ struct pg_job {
     struct pgjson_request rq;
     uint64_t token;
     char tokstr[24];
-    char *name; /* fence job: the lock */
+    char *name;                    /* fence job: the lock */
+    struct lock_session_ref owner; /* HTTP job: the session holding the lock */
     lock_fence_done done;
     void *ctx;
     struct event *timer;
@@ -803,6 +806,21 @@ static void pg_job_done(struct pg_job *j)
                  "\"lock\":\"%s\",\"token\":%s,\"mark\":%lld}",
                  esc, j->tokstr, mark, esc, j->tokstr, mark);
         http_reply_json(j->req, 409, text);
+    } else if (j->err_index == PG_Q_F && j->errmsg && strstr(j->errmsg, PG_RESET_MARKER)) {
+        /* The row fence on acquire set to T is gone or lower: the lock is given up, so that
+         * acquiring it again yields a new token, which raises the row anew. */
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "postgresql store '%s': its fence row is gone or below the token", name);
+        lock_forfeit(j->owner, j->rq.lock, j->rq.lock_len, j->token, why);
+        metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
+        snprintf(text, sizeof(text),
+                 "postgresql store '%s': the fence row of lock %.*s is gone or below token %s "
+                 "(the row fence on acquire set was deleted, or lost in a failover), so a former "
+                 "holder may have written since; the lock was given up and the batch rolled "
+                 "back: acquire it again",
+                 name, (int)(j->rq.lock_len > 200 ? 200 : j->rq.lock_len), j->rq.lock, j->tokstr);
+        http_reply_error(j->req, 409, "lock_lost", text);
     } else if (j->err_index < PG_NPRE) {
         snprintf(text, sizeof(text),
                  "postgresql store '%s': fencegate's own statement %d failed: %s "
@@ -1203,6 +1221,7 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
     }
     j->rq = rq;
     j->req = req;
+    j->owner = lock_session_ref(sess);
     httpwatch_start(&j->watch, req, pg_on_client_gone, j);
     pg_submit(s, j);
 }

@@ -71,7 +71,6 @@ struct ulink {
     int prelude_left; /* replies to the link's own AUTH/SELECT still due */
     unsigned script_loaded : 1;
     unsigned group_loaded : 1; /* the group script is in Redis' cache (else it goes as EVAL) */
-    unsigned raise_loaded : 1; /* the same for the transactions' raise script */
     unsigned failed : 1;       /* a write failed; lk_fail() is scheduled */
     unsigned flush_due : 1;    /* flush_ev is active */
     unsigned out_full : 1;     /* `out` passed max_pending_bytes: unpinned clients stop parsing */
@@ -313,7 +312,6 @@ static void up_run_flush(struct client *c)
 {
     struct srv_run *u = c->run;
     const char *reqs = buf_head(&u->reqs);
-    const char *sha = c->raise_loaded ? c->srv->raise_sha : NULL;
     size_t k = u->count, need;
     char *enc;
 
@@ -321,17 +319,15 @@ static void up_run_flush(struct client *c)
     if (k < SRV_TXN_MIN_WRITES || !srv_txn_ok(c->srv)) {
         for (size_t i = 0; i < k && c->ufd >= 0; i++)
             up_write(c, reqs + u->lay[i].start, u->lay[i].end - u->lay[i].start);
-    } else if (!(enc = malloc(need = fence_encode_txn(sha, reqs, u->lay, k, NULL, 0)))) {
+    } else if (!(enc = malloc(need = fence_encode_txn(reqs, u->lay, k, NULL, 0)))) {
         c->dead = 1;
     } else {
-        fence_encode_txn(sha, reqs, u->lay, k, enc, need);
+        fence_encode_txn(reqs, u->lay, k, enc, need);
         up_write(c, enc, need);
         free(enc);
         metrics_inc(&fg_metrics, M_FENCED_TXNS, 1);
-        if (c->ufd >= 0) {       /* still up: the run's first op is where it was pushed */
-            c->raise_loaded = 1; /* an EVAL, if it was one, put the raise script in the cache */
+        if (c->ufd >= 0) /* still up: the run's first op is where it was pushed */
             op_at(c, c->ops_count - (size_t)(c->ops_pushed - u->first_op))->txn_run = (uint8_t)k;
-        }
     }
     buf_free(&u->reqs);
     free(u); /* an idle connection keeps none of it */
@@ -538,7 +534,7 @@ static void up_close_fd(struct client *c)
     buf_free(&c->uout);
     resp_scanner_init(&c->scan);
     c->rscan_off = 0;
-    c->script_loaded = c->raise_loaded = 0;
+    c->script_loaded = 0;
     c->txn_seen = 0;
     if (c->run) { /* its writes fail with the connection */
         buf_free(&c->run->reqs);
@@ -745,7 +741,7 @@ static void lk_close_fd(struct ulink *lk)
     resp_scanner_init(&lk->scan);
     lk->rscan_off = 0;
     lk->prelude_left = 0;
-    lk->script_loaded = lk->group_loaded = lk->raise_loaded = 0;
+    lk->script_loaded = lk->group_loaded = 0;
     buf_free(&lk->g_reqs);
     lk->g_count = 0;
     lk->txn_seen = 0;
@@ -841,24 +837,22 @@ static int lk_emit(struct ulink *lk, size_t a, size_t b, int txn)
 
     if (k == 0)
         return 0;
-    sha = txn ? (lk->raise_loaded ? s->raise_sha : NULL) : (lk->group_loaded ? s->group_sha : NULL);
-    need = txn      ? fence_encode_txn(sha, reqs, lay, k, NULL, 0)
+    sha = lk->group_loaded ? s->group_sha : NULL;
+    need = txn      ? fence_encode_txn(reqs, lay, k, NULL, 0)
            : k == 1 ? lay->end - lay->start
                     : fence_encode_group(sha, reqs, lay, k, NULL, 0);
     if (buf_reserve(&lk->out, need) != FG_OK)
         return -1;
     if (txn) {
-        fence_encode_txn(sha, reqs, lay, k, lk->out.data + lk->out.end, need);
+        fence_encode_txn(reqs, lay, k, lk->out.data + lk->out.end, need);
         metrics_inc(&fg_metrics, M_FENCED_TXNS, 1);
     } else if (k == 1)
         memcpy(lk->out.data + lk->out.end, reqs + lay->start, need);
     else
         fence_encode_group(sha, reqs, lay, k, lk->out.data + lk->out.end, need);
     lk->out.end += need;
-    if (txn || k > 1) { /* an EVAL, if it was one, put its script in the cache */
-        if (txn)
-            lk->raise_loaded = 1;
-        else
+    if (txn || k > 1) {
+        if (!txn) /* an EVAL, if it was one, put the group script in the cache */
             lk->group_loaded = 1;
         w = lk_at(lk, lk->who_count - (size_t)(lk->who_seq - (lk->g_seq + a)));
         w->grp = (uint32_t)k;
@@ -1133,18 +1127,12 @@ static int reply_is(const struct srv_reply *r, const char *text)
     return r->n == strlen(text) && memcmp(r->p, text, r->n) == 0;
 }
 
-/* What a pipelined transaction's replies say beyond each write's own reply. */
-enum {
-    TXN_RAISE_FAILED = 1, /* applied, but the raise failed (NOSCRIPT, say) */
-    TXN_UNFENCED = 2,     /* applied without a check that passed, or outside MULTI */
-    TXN_RAISE_RAN = 4,    /* the raise script ran: it is in Redis' cache */
-};
-
 /* Splits the replies to a pipelined transaction of k fenced writes (fence_encode_txn()), r[0..n):
- * WATCH's, the check's, MULTI's, the raise's and each write's queueing, then EXEC's. out[0..k)
- * gets the reply for each write: its element of EXEC's array; when EXEC applied nothing, why (the
- * check's refusal, else the write's own refusal when queued, else EXEC's error). Returns TXN_*
- * flags, *odd being the reply they are about, or -1 when the replies are not a transaction's. */
+ * WATCH's, the check's, MULTI's and each write's queueing, then EXEC's. out[0..k) gets the reply
+ * for each write: its element of EXEC's array; when EXEC applied nothing, why (the check's
+ * refusal, else the write's own refusal when queued, else EXEC's error). Returns 1 when the writes
+ * were applied without a check that passed, or outside MULTI (*odd being the reply that says so),
+ * 0 otherwise, -1 when the replies are not a transaction's. */
 static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
                      struct srv_reply *odd)
 {
@@ -1153,70 +1141,57 @@ static int txn_split(const char *r, size_t n, size_t k, struct srv_reply *out,
     "(re-acquire)\r\n"
     static const struct srv_reply moved = {TXN_MOVED, sizeof(TXN_MOVED) - 1, '-'};
 #undef TXN_MOVED
-    struct srv_reply rep[SRV_TXN_EXTRA_REPLIES + SRV_GROUP_MAX_WRITES],
-        el[1 + SRV_GROUP_MAX_WRITES];
-    const struct srv_reply *check = &rep[1], *raise = &rep[3], *queued = &rep[4], *exec;
-    int applied, flags = 0, watch_ok, multi_ok;
+    struct srv_reply rep[SRV_TXN_EXTRA_REPLIES + SRV_GROUP_MAX_WRITES], el[SRV_GROUP_MAX_WRITES];
+    const struct srv_reply *check = &rep[1], *queued = &rep[3], *exec;
+    int watch_ok;
 
     if (k == 0 || k > SRV_GROUP_MAX_WRITES ||
         replies_cut(r, n, SRV_TXN_EXTRA_REPLIES + k, rep) != n)
         return -1;
-    exec = &rep[4 + k];
-    applied = reply_elements(exec, 1 + k, el) == 0;
+    exec = &rep[3 + k];
     watch_ok = reply_is(&rep[0], "+OK\r\n");
-    multi_ok = reply_is(&rep[2], "+OK\r\n");
-    if (!multi_ok) { /* the writes ran on their own, as the queue replies show */
+    /* MULTI refused: the writes ran on their own, as the queue replies show */
+    if (!reply_is(&rep[2], "+OK\r\n")) {
         *odd = rep[2];
         memcpy(out, queued, k * sizeof(*out));
-        return TXN_UNFENCED;
+        return 1;
     }
-    if (applied) {
-        if (!watch_ok || !reply_is(check, ":0\r\n")) {
-            *odd = watch_ok ? *check : rep[0];
-            flags |= TXN_UNFENCED;
-        } else if (el[0].type == '-') {
-            *odd = el[0];
-            flags |= TXN_RAISE_FAILED;
-        } else {
-            flags |= TXN_RAISE_RAN;
-        }
-        memcpy(out, el + 1, k * sizeof(*out));
-        return flags;
+    if (reply_elements(exec, k, el) == 0) { /* applied */
+        memcpy(out, el, k * sizeof(*out));
+        if (watch_ok && reply_is(check, ":0\r\n"))
+            return 0;
+        *odd = watch_ok ? *check : rep[0];
+        return 1;
     }
     for (size_t i = 0; i < k; i++) {
         if (reply_is(exec, "*-1\r\n") || reply_is(exec, "_\r\n")) /* WATCH saw a mark move */
             out[i] = check->type == '-' ? *check : moved;
         else if (exec->type == '-') /* EXECABORT: say what was refused */
-            out[i] = queued[i].type == '-' ? queued[i] : raise->type == '-' ? *raise : *exec;
+            out[i] = queued[i].type == '-' ? queued[i] : *exec;
         else
             return -1;
     }
     return 0;
 }
 
-/* The reply for each of the k writes of a pipelined transaction, into out (txn_split()). Logs
- * what went wrong beyond that, and after writes that went unfenced has fenced writes go as script
- * calls from then on. Returns 1 when the raise script ran (it is in Redis' cache), 0 when the
- * caller should send it with its body next time (NOSCRIPT, or the run was refused whole), -1 when
- * the replies are not a transaction's. */
+/* The reply for each of the k writes of a pipelined transaction, into out (txn_split()). After
+ * writes that went unfenced, logs it and has fenced writes go as script calls from then on.
+ * Returns 0, or -1 when the replies are not a transaction's. */
 static int txn_replies(struct server *s, const char *r, size_t n, size_t k, struct srv_reply *out)
 {
     struct srv_reply odd;
-    int flags = txn_split(r, n, k, out, &odd);
+    int unfenced = txn_split(r, n, k, out, &odd);
     char shown[64];
 
-    if (flags < 0)
+    if (unfenced < 0)
         return -1;
-    if (flags & TXN_UNFENCED) {
+    if (unfenced) {
         log_error("fenced writes in a pipelined transaction may have gone without the fence: the "
                   "upstream answered %s; fenced writes go as script calls from now on",
                   shown_bytes(odd.p, odd.n, shown, sizeof(shown)));
         s->no_txn = 1;
-    } else if (flags & TXN_RAISE_FAILED) {
-        log_warn("fenced writes were applied but their marks not raised: %s",
-                 shown_bytes(odd.p, odd.n, shown, sizeof(shown)));
     }
-    return (flags & TXN_RAISE_RAN) != 0;
+    return 0;
 }
 
 /* Gives each of the k writes of a pipelined transaction its reply, on a pinned connection.
@@ -1224,12 +1199,9 @@ static int txn_replies(struct server *s, const char *r, size_t n, size_t k, stru
 static int up_deliver_txn(struct client *c, const char *r, size_t n, size_t k, struct span *sp)
 {
     struct srv_reply out[SRV_GROUP_MAX_WRITES];
-    int ran = txn_replies(c->srv, r, n, k, out);
 
-    if (ran < 0)
+    if (txn_replies(c->srv, r, n, k, out) < 0)
         return -1;
-    if (!ran)
-        c->raise_loaded = 0;
     for (size_t i = 0; i < k; i++) {
         if (rep_normal(c, out[i].p, out[i].n, out[i].type, sp) < 0)
             return -1;
@@ -1243,12 +1215,9 @@ static int lk_deliver_txn(struct ulink *lk, const char *r, size_t n, size_t k, s
                           struct span *sp)
 {
     struct srv_reply out[SRV_GROUP_MAX_WRITES];
-    int ran = txn_replies(lk->srv, r, n, k, out);
 
-    if (ran < 0)
+    if (txn_replies(lk->srv, r, n, k, out) < 0)
         return -1;
-    if (!ran)
-        lk->raise_loaded = 0;
     for (size_t i = 0; i < k; i++)
         lk_deliver(lk, out[i].p, out[i].n, out[i].type, to, sp);
     return 0;
@@ -1434,15 +1403,12 @@ int up_script_loaded(const struct client *c)
 
 void up_set_script_loaded(struct client *c, int loaded)
 {
-    if (c->pinned) {
+    if (c->pinned)
         c->script_loaded = loaded != 0;
-        if (!loaded) /* a SCRIPT FLUSH took the raise script too */
-            c->raise_loaded = 0;
-    } else if (loaded)
+    else if (loaded)
         c->srv->shared->script_loaded = 1;
-    else /* a SCRIPT FLUSH took the group and raise scripts too */
-        c->srv->shared->script_loaded = c->srv->shared->group_loaded =
-            c->srv->shared->raise_loaded = 0;
+    else /* a SCRIPT FLUSH took the group script too */
+        c->srv->shared->script_loaded = c->srv->shared->group_loaded = 0;
 }
 
 /* ---- replies --------------------------------------------------------------------------------- */
@@ -1614,17 +1580,11 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             fencing_on_reply(c, r, n);
         }
     }
-    if (r && (o->flags & OPF_UNWRAP) && n > 4 && memcmp(r, "*2\r\n", 4) == 0) {
-        struct srv_reply el[2], whole = {r, n, '*'};
-        if (reply_elements(&whole, 2, el) == 0) { /* the raise's reply, then the script's */
-            if (el[0].type == '-') {
-                char shown[64];
-                log_warn("client %" PRIu64 " %s: a fenced script ran but its marks were not "
-                         "raised: %s",
-                         c->id, c->peer, shown_bytes(el[0].p, el[0].n, shown, sizeof(shown)));
-            }
-            r = el[1].p; /* never streamed (rep_may_stream), so the whole array is here */
-            n = el[1].n;
+    if (r && (o->flags & OPF_UNWRAP) && n > 4 && memcmp(r, "*1\r\n", 4) == 0) {
+        struct srv_reply el[1], whole = {r, n, '*'};
+        if (reply_elements(&whole, 1, el) == 0) { /* the script's */
+            r = el[0].p; /* never streamed (rep_may_stream), so the whole array is here */
+            n = el[0].n;
         }
     }
     if (r && !(o->flags & OPF_SILENT))
@@ -2438,7 +2398,6 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     s->lfd = -1;
     fence_script_sha(fence_write_script(), s->write_sha);
     fence_script_sha(fence_group_script(), s->group_sha);
-    fence_script_sha(fence_txn_raise_script(), s->raise_sha);
     if (locks && store_is_backend)
         s->owner_prefix = lock_client_redis_lock_prefix(locks);
     if (srv_load_rules(s, err, errlen) < 0) {

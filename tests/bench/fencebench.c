@@ -532,18 +532,15 @@ static int fb_read_batch(struct fb_conn *c, int cmds, int cycle, uint64_t cycle_
 }
 
 /* txn-set: n SETs as fencegate sends a run of writes under one lock: WATCH the mark, EVAL of the
- * check script, MULTI, EVALSHA of the raise script (c->sha), the SETs, EXEC. */
+ * check script, MULTI, the SETs, EXEC. */
 static int fb_push_txn(struct fb_conn *c, int n)
 {
     const char *watch[2] = {"WATCH", c->hwm_key}, *multi[1] = {"MULTI"}, *exec[1] = {"EXEC"};
     const char *check[9] = {
         "EVAL", fence_txn_check_script(), "2", c->hwm_key, c->lock_key, "1", c->owner, c->token,
         c->lock};
-    const char *raise[9] = {"EVALSHA", c->sha,   "2",      c->hwm_key, c->lock_key,
-                            "1",       c->owner, c->token, c->lock};
 
-    if (fb_cmd(c, 2, watch) < 0 || fb_cmd(c, 9, check) < 0 || fb_cmd(c, 1, multi) < 0 ||
-        fb_cmd(c, 9, raise) < 0)
+    if (fb_cmd(c, 2, watch) < 0 || fb_cmd(c, 9, check) < 0 || fb_cmd(c, 1, multi) < 0)
         return -1;
     for (int i = 0; i < n; i++)
         if (fb_push_set(c) < 0)
@@ -551,13 +548,13 @@ static int fb_push_txn(struct fb_conn *c, int n)
     return fb_cmd(c, 1, exec);
 }
 
-/* txn-set: +OK, :0, +OK, n + 1 times +QUEUED, then EXEC's array: :0 and n times +OK. */
+/* txn-set: +OK, :0, +OK, n times +QUEUED, then EXEC's array: n times +OK. */
 static int fb_read_txn(struct fb_conn *c, int n, uint64_t *ok)
 {
     struct fb_reply r;
     int good = 1;
 
-    for (int i = 0; i < 4 + n; i++) {
+    for (int i = 0; i < 3 + n; i++) {
         if (fb_read_reply(c, &r) < 0)
             return -1;
         if (i == 1 ? !(r.type == ':' && r.integer == 0) : r.type != '+') {
@@ -567,7 +564,7 @@ static int fb_read_txn(struct fb_conn *c, int n, uint64_t *ok)
     }
     if (fb_read_reply(c, &r) < 0)
         return -1;
-    if (good && r.type == '*' && r.nelem == n + 1 && r.nok == n) {
+    if (good && r.type == '*' && r.nelem == n && r.nok == n) {
         *ok += (uint64_t)n;
     } else {
         c->errors++;
@@ -608,31 +605,41 @@ static int fb_fence_acquire(struct fb_conn *c, const char *name)
     return fb_check_token(c, &r, "FENCE.ACQUIRE");
 }
 
-/* script-set, group-set, txn-set: loads the write (group, raise) script and takes the lock with the
- * acquire script, straight from Redis, so the writes carry a real token from the lock's counter. */
+/* script-set, group-set, txn-set: loads the write (group) script (txn-set needs none), takes the
+ * lock with the acquire script and raises its mark to the token, straight from Redis, so the
+ * writes carry a real token from the lock's counter. */
 static int fb_script_setup(struct fb_conn *c)
 {
     const char *load[3] = {"SCRIPT", "LOAD",
                            fb_opt.mode == FB_GROUP_SET ? fence_group_script()
-                           : fb_opt.mode == FB_TXN_SET ? fence_txn_raise_script()
                                                        : fence_write_script()};
     struct fb_reply r;
     uint64_t start = c->cmd_index, ok = 0;
 
-    if (fb_cmd(c, 3, load) < 0 || fb_flush(c) < 0 || fb_read_reply(c, &r) < 0)
-        return -1;
-    if (r.type != '$' || r.len == 0 || r.len >= sizeof(c->sha)) {
-        fb_note_reply(c, &r, "SCRIPT LOAD");
-        return -1;
+    if (fb_opt.mode != FB_TXN_SET) {
+        if (fb_cmd(c, 3, load) < 0 || fb_flush(c) < 0 || fb_read_reply(c, &r) < 0)
+            return -1;
+        if (r.type != '$' || r.len == 0 || r.len >= sizeof(c->sha)) {
+            fb_note_reply(c, &r, "SCRIPT LOAD");
+            return -1;
+        }
+        memcpy(c->sha, r.str, r.len);
+        c->sha[r.len] = '\0';
     }
-    memcpy(c->sha, r.str, r.len);
-    c->sha[r.len] = '\0';
     /* the acquire half of a cycle (cmd_index even); its release is sent after the load loop */
     if (fb_push_cycle(c) < 0 || fb_flush(c) < 0 || fb_read_batch(c, 1, 1, start, &ok) < 0)
         return -1;
     if (ok != 1)
         return -1;
     snprintf(c->token, sizeof(c->token), "%" PRIu64, c->last_token);
+    /* fence on acquire, as fencegate's acquire script does it: the writes need mark == token */
+    const char *raise[5] = {"EVAL", fence_raise_script(), "1", c->hwm_key, c->token};
+    if (fb_cmd(c, 5, raise) < 0 || fb_flush(c) < 0 || fb_read_reply(c, &r) < 0)
+        return -1;
+    if (r.type != ':' || r.integer != 0) {
+        fb_note_reply(c, &r, "fence on acquire");
+        return -1;
+    }
     return 0;
 }
 
@@ -872,8 +879,8 @@ static void fb_usage(FILE *f)
           "  group-set        the same, but each round is one EVALSHA of a group script carrying\n"
           "                   D SETs (as fencegate groups writes that meet); D <= 16\n"
           "  txn-set          the same, but each round is one transaction of D SETs as fencegate\n"
-          "                   sends a run of writes under one lock (WATCH, check, MULTI, raise,\n"
-          "                   the SETs, EXEC); D <= 31\n"
+          "                   sends a run of writes under one lock (WATCH, check, MULTI, the\n"
+          "                   SETs, EXEC); D <= 32\n"
           "  acquire-release  FENCE.ACQUIRE / FENCE.RELEASE <prefix>:<conn>, alternating\n"
           "  acquire-script   the same via EVAL of fencegate's Redis acquire/release scripts\n"
           "  hold             acquire --locks L locks <prefix>:<conn>:<i> per connection, print\n"
@@ -974,11 +981,11 @@ static int fb_parse_opts(int argc, char **argv)
                 FB_MAX_GROUP);
         return -1;
     }
-    if (fb_opt.mode == FB_TXN_SET && fb_opt.pipeline >= FB_MAX_ELEMS) {
+    if (fb_opt.mode == FB_TXN_SET && fb_opt.pipeline > FB_MAX_ELEMS) {
         fprintf(stderr,
                 "fencebench: txn-set carries at most %d writes per transaction "
                 "(--pipeline)\n",
-                FB_MAX_ELEMS - 1);
+                FB_MAX_ELEMS);
         return -1;
     }
     return 0;

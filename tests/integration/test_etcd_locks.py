@@ -345,6 +345,29 @@ class EtcdLocks(EtcdTestCase):
         self.assertTrue(r.startswith(("STALE", "LOCKLOST")), r)
         self.assertEqual(self.direct.get("wallet:7"), b"from-b")
 
+    def test_a_store_mark_lost_in_a_failover_gives_the_lock_up_and_frees_its_key(self):
+        # etcd keeps the lock, the store Redis fails over to a replica that missed the raise
+        # fence on acquire made: the write is refused (a former holder may have written with the
+        # mark back at its token), the lock given up at once (its session lease lives on), its
+        # key deleted from etcd, and acquiring again yields a new revision and a new mark.
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:q")
+        mark = "fencegate:hwm:{wallet:q}"
+        self.assertEqual(self.direct.get(mark), str(t).encode())
+        self.direct.set(mark, t - 1)
+        r = c.call("SET", "wallet:q", "x")
+        self.assertIsInstance(r, Err)
+        self.assertTrue(r.startswith("LOCKLOST lock wallet:q (token %d) is above its high-water "
+                                     "mark %d" % (t, t - 1)), r)
+        self.assertIsNone(self.direct.get("wallet:q"))
+        harness.wait_until(lambda: self.etcd.keys(PREFIX + "wallet:q/") == [], 3, 0.05,
+                           "the given-up lock's key deleted from etcd")
+        t2 = self.acquire(c, "wallet:q", "WAIT", 0)
+        self.assertGreater(t2, t)
+        self.assertEqual(self.direct.get(mark), str(t2).encode())
+        self.assertEqual(c.call("SET", "wallet:q", "y"), "OK")
+
     def test_lease_revoked_behind_our_back_loses_every_lock_of_the_session(self):
         fg = self.fencegate("--session-ttl-ms", "3000")
         c = self.raw(fg.resp_port)

@@ -287,18 +287,21 @@ class WhichWrites(FencingCase):
                                     "plain:s"), "OK")
         self.assertEqual(other.call("EVAL", "return 7", 0), 7)
 
-    def test_a_fenced_script_raises_the_marks_in_the_stores_database(self):
-        # A script cannot raise the mark itself (it may not declare it): fencegate raises it in
-        # the same transaction, before the script runs, in the marks' database even when the
-        # connection SELECTed another.
+    def test_a_fenced_script_is_judged_by_the_marks_in_the_stores_database(self):
+        # A script may not declare the mark: fencegate checks it before the script runs, in the
+        # marks' database even when the connection SELECTed another, and a mark lost there (in
+        # a failover, say) refuses the script and gives the lock up.
         c = self.c
-        t = self.acquire(c, "wallet:8")
         incr = "return redis.call('INCR', KEYS[1])"
         for db in (0, 3):
+            t = self.acquire(c, "wallet:8")
             self.assertEqual(c.call("SELECT", db), "OK")
-            self.direct.delete(hwm_key("wallet:8"))  # lost, say, in a failover
             self.assertEqual(c.call("EVAL", incr, 1, "wallet:8"), 1)
-            self.assertEqual(self.hwm("wallet:8"), t, "database %d" % db)
+            self.direct.set(hwm_key("wallet:8"), t - 1)
+            r = c.call("EVAL", incr, 1, "wallet:8")
+            self.assert_refused(r, "LOCKLOST")
+            self.assertIn("(token %d) is above its high-water mark %d" % (t, t - 1), r)
+            self.assertIsNone(c.call("FENCE.TOKEN", "wallet:8"), "database %d" % db)
         self.assertEqual(self.redis.client(db=3).get("wallet:8"), b"1")
         self.assertEqual(self.direct.get("wallet:8"), b"1")
         self.assertFalse(self.redis.client(db=3).exists(hwm_key("wallet:8")))
@@ -712,7 +715,7 @@ class Pipelines(FencingCase):
 class PipelinedTransactions(FencingCase):
     """Pipelined fenced writes under the same lock go as one transaction (README, "Pipelined
     fenced writes"): WATCH the mark, a check that touches it when the token is stale, MULTI, the
-    raise, the writes themselves, EXEC. On the shared upstream connection, and (PINNED) on a
+    writes themselves, EXEC. On the shared upstream connection, and (PINNED) on a
     connection of the client's own."""
 
     PINNED = False
@@ -746,8 +749,8 @@ class PipelinedTransactions(FencingCase):
                         metric(fg, "fencegate_fenced_writes_total"))
         via = self.pipeline(c, [tuple(a % "{t}" if "%s" in a else a for a in cmd)
                                 for cmd in prog])
-        self.assertEqual(self.calls("exec", "eval", "evalsha") - before, 3,
-                         "one transaction: EXEC, the check and the raise")
+        self.assertEqual(self.calls("exec", "eval", "evalsha") - before, 2,
+                         "one transaction: EXEC and the check")
         self.assertEqual(metric(fg, "fencegate_fenced_transactions_total"), txns + 1)
         self.assertEqual(metric(fg, "fencegate_fenced_writes_total"), writes + len(prog))
         straight = self.pipeline(self.raw(self.redis.port),
@@ -812,31 +815,37 @@ class PipelinedTransactions(FencingCase):
             self.assertEqual(self.direct.keys("{w}*"), [])
             self.assertEqual(self.direct.dump(hwm_key("w")), dump)
 
-    def test_a_lost_mark_is_raised_with_the_writes(self):
+    def test_a_lost_mark_refuses_the_run_and_gives_the_lock_up(self):
         fg = self.fencegate()
         c = self.conn(fg)
         token = self.acquire(c, "m")
         self.direct.delete(hwm_key("m"))  # e.g. a failover to a replica that missed it
+        for r in self.pipeline(c, [("SET", "{m}%d" % i, i) for i in range(5)]):
+            self.assertTrue(r.startswith(b"-LOCKLOST lock m (token %d) is above its high-water "
+                                         b"mark 0" % token), r)
+        self.assertEqual(self.direct.keys("{m}*"), [])
+        self.assertIsNone(c.call("FENCE.TOKEN", "m"))
+        again = self.acquire(c, "m")
+        self.assertGreater(again, token)
+        self.assertEqual(self.hwm("m"), again)
         self.assertEqual(self.pipeline(c, [("SET", "{m}%d" % i, i) for i in range(5)]),
                          [b"+OK\r\n"] * 5)
-        self.assertEqual(self.hwm("m"), token)
 
-    def test_a_flushed_raise_script_goes_again_with_its_body(self):
-        # After a SCRIPT FLUSH from elsewhere, the next run's raise finds no script: its writes
-        # are applied (their check passed) and the run after it sends the raise with its body.
+    def test_a_run_needs_no_script_cache(self):
+        # A run's check goes with its body and its writes run natively: a SCRIPT FLUSH from
+        # elsewhere between runs changes nothing, and no script is loaded for them.
         fg = self.fencegate()
         c = self.conn(fg)
-        token = self.acquire(c, "f")
+        self.acquire(c, "f")
+        txns = metric(fg, "fencegate_fenced_transactions_total")
         self.assertEqual(self.pipeline(c, [("SET", "{f}a", 1), ("SET", "{f}b", 2)]),
                          [b"+OK\r\n"] * 2)
         self.direct.script_flush()
-        self.direct.delete(hwm_key("f"))
-        for _ in range(2):
-            self.assertEqual(self.pipeline(c, [("INCR", "{f}a"), ("INCR", "{f}b")]),
-                             [b":2\r\n", b":3\r\n"] if _ == 0 else [b":3\r\n", b":4\r\n"])
-        self.assertEqual(self.hwm("f"), token)
-        with open(fg.stderr_path, encoding="utf-8", errors="replace") as f:
-            self.assertIn("marks not raised: -NOSCRIPT", f.read())
+        loads = self.calls("script|load")
+        self.assertEqual(self.pipeline(c, [("INCR", "{f}a"), ("INCR", "{f}b")]),
+                         [b":2\r\n", b":3\r\n"])
+        self.assertEqual(self.calls("script|load"), loads)
+        self.assertEqual(metric(fg, "fencegate_fenced_transactions_total"), txns + 2)
 
     def test_queue_time_refusals_answer_each_write_as_redis_does(self):
         fg = self.fencegate()
@@ -1155,6 +1164,86 @@ class LostGrant(FencingCase):
         self.assert_refused(ca.call("SET", "wallet:11", "A-2"), "LOCKLOST")
         self.assertEqual(self.direct.exists("wallet:11"), 0)
         self.assertEqual(cb.call("SET", "wallet:11", "B"), "OK")
+
+    def test_a_mark_below_the_token_refuses_every_form_of_write_and_gives_the_lock_up(self):
+        # Fence on acquire set the mark to the token; writes raise nothing. A mark found below
+        # the token, or gone (a failover to a replica that missed the raise, a deleted key),
+        # proves nothing about who wrote since: refused, and the lock given up at once, so that
+        # acquiring it again yields a new token and a new mark. Alone, as a script, in a MULTI
+        # block, in a pipeline.
+        fg = self.fencegate("--session-ttl-ms", "30000")  # no renewal would notice
+        c = self.raw(fg.resp_port)
+        refused0 = metric(fg, "fencegate_locklost_refused_total")
+        lost0 = metric(fg, "fencegate_locks_lost_total")
+
+        def write(form, key):
+            if form == "alone":
+                return [c.call("SET", key, "x")]
+            if form == "script":
+                return [c.call("EVAL", "return redis.call('SET', KEYS[1], 'x')", 1, key)]
+            if form == "multi":
+                for cmd in (("MULTI",), ("SET", key, "x"), ("INCR", "{%s}n" % key), ("EXEC",)):
+                    c.cmd(*cmd)
+                replies = [c.read_reply() for _ in range(4)]
+                self.assertEqual(replies[:3], ["OK", "QUEUED", "QUEUED"])
+                return replies[3:]
+            for i in range(5):
+                c.cmd("SET", key, "p%d" % i)
+            return [c.read_reply() for _ in range(5)]
+
+        for i, form in enumerate(("alone", "script", "multi", "pipeline")):
+            name = "wallet:m%d" % i
+            t = self.acquire(c, name)
+            self.assertEqual(self.hwm(name), t)
+            if i % 2:
+                self.direct.set(hwm_key(name), t - 1)
+            else:
+                self.direct.delete(hwm_key(name))
+            replies = write(form, name)
+            self.assertTrue(replies[0].startswith(
+                "LOCKLOST lock %s (token %d) is above its high-water mark %d" % (
+                    name, t, t - 1 if i % 2 else 0)), (form, replies))
+            for r in replies:
+                self.assert_refused(r, "LOCKLOST")
+            self.assertEqual(self.direct.exists(name, "{%s}n" % name), 0, form)
+            locks = {x[0].decode(): (x[1], x[3]) for x in c.call("FENCE.LOCKS")}
+            self.assertEqual(locks[name], (t, b"lost"), form)
+            self.assertIsNone(self.direct.get(lock_key(name)), "its key was not freed")
+            again = self.acquire(c, name, "WAIT", 0)
+            self.assertGreater(again, t)
+            self.assertEqual(self.hwm(name), again)
+            self.assertEqual(write(form, name)[-1], "OK" if form != "multi" else ["OK", 1])
+        self.assertGreaterEqual(metric(fg, "fencegate_locklost_refused_total"), refused0 + 4)
+        self.assertEqual(metric(fg, "fencegate_locks_lost_total"), lost0 + 4)
+
+    def test_a_lost_fence_raise_cannot_lose_an_update(self):
+        # The locks in a Redis of their own, the store another. B takes over from A and fence on
+        # acquire raises the store's mark to B's token; then the store fails over to a replica
+        # that missed that raise (the mark back at A's token). A, not yet aware it lost the lock,
+        # writes: token == mark, and the store cannot tell. B's read-modify-write, begun before
+        # A's write, must not overwrite it: B's write is refused, and B, acquiring again, reads
+        # A's write. (With writes passing at token >= mark, B's went through: A's update lost.)
+        locks = self.start_redis()
+        url = "redis://127.0.0.1:%d" % locks.port
+        a = self.fencegate("--backend", url, "--session-ttl-ms", "30000")
+        b = self.fencegate("--backend", url)
+        ca, cb = self.raw(a.resp_port), self.raw(b.resp_port)
+        self.direct.set("wallet:20", 10)
+        ta = self.acquire(ca, "wallet:20")
+        locks.client().delete(lock_key("wallet:20"))  # A's lease ran out there
+        tb = self.acquire(cb, "wallet:20", "WAIT", 0)
+        self.assertGreater(tb, ta)
+        self.assertEqual(self.hwm("wallet:20"), tb)
+        seen = int(cb.call("GET", "wallet:20"))  # B reads 10
+        self.direct.set(hwm_key("wallet:20"), ta)  # the failover: B's raise is gone
+        self.assertEqual(ca.call("INCRBY", "wallet:20", 5), 15)  # A cannot be told apart
+        r = cb.call("SET", "wallet:20", seen + 1)
+        self.assert_refused(r, "LOCKLOST")
+        self.assertEqual(self.direct.get("wallet:20"), b"15", "A's update was lost")
+        tb2 = self.acquire(cb, "wallet:20")
+        self.assertGreater(tb2, tb)
+        self.assertEqual(cb.call("INCRBY", "wallet:20", 1), 16)
+        self.assert_refused(ca.call("INCRBY", "wallet:20", 5), "STALE")
 
     def test_restart_from_an_old_snapshot(self):
         # The real thing: Redis restarts from a snapshot taken before A's grant, with A frozen

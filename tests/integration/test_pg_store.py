@@ -114,27 +114,30 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"])
         self.assertGreaterEqual(fg.metrics()["fencegate_pg_stale_refused_total"], 1)
 
-    def test_fence_row_deleted_or_lowered_is_refused(self):
+    def test_fence_row_deleted_or_lowered_is_refused_and_the_lock_given_up(self):
         """Fence on acquire put exactly T in the row; a row that is gone or below T was reset
-        behind fencegate's back, and the batch cannot be proven current: refused, nothing
-        written."""
+        behind fencegate's back (or lost in a failover), and the batch cannot be proven current:
+        refused, nothing written, and the lock given up, so that taking it again yields a new
+        token that raises the row anew."""
         fg = self.fencegate()
         t = self.acquire(fg)
         for reset in ("DELETE FROM fencegate_fence WHERE lock = 'L'",
-                      "INSERT INTO fencegate_fence VALUES ('L', %d) ON CONFLICT (lock) DO UPDATE "
-                      "SET token = %d" % (t - 1, t - 1)):
+                      "UPDATE fencegate_fence SET token = token - 1 WHERE lock = 'L'"):
             self.pg.sql(reset)
+            before = self.rows()
             st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 0"}])
-            self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
-            self.assertIn("deleted or lowered", body["message"])
-            self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"])
-        # Taking the lock again raises the row, and writes work again.
-        st, _, _ = http_request(fg.http_port, "DELETE", "/v1/locks/L")
-        self.assertEqual(st, 200)
-        t2 = self.acquire(fg)
-        self.assertGreater(t2, t)
-        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 1 WHERE id = 1"}])
-        self.assertEqual(st, 200, body)
+            self.assertEqual((st, body["error"]), (409, "lock_lost"), body)
+            self.assertIn("is gone or below token %d" % t, body["message"])
+            self.assertEqual(self.rows(), before)
+            st, _, body = http_request(fg.http_port, "GET", "/v1/locks")
+            locks = json.loads(body)["locks"]
+            self.assertEqual([(x["name"], x["token"], x["state"]) for x in locks],
+                             [("L", t, "lost")], body)
+            t2 = self.acquire(fg)
+            self.assertGreater(t2, t)
+            st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 1 WHERE id = 1"}])
+            self.assertEqual(st, 200, body)
+            t = t2
 
     def test_missing_lock_is_refused_before_postgres(self):
         fg = self.fencegate()

@@ -991,7 +991,8 @@ static void test_encode_group(void **state)
 }
 
 /* Writes under the same locks and tokens go as one transaction: WATCH on the marks, the check
- * (always with its body), MULTI, the raise, the commands as the client sent them, EXEC. */
+ * (always with its body), MULTI, the commands as the client sent them, EXEC. Nothing raises a
+ * mark: the check requires each to equal its token. */
 static void test_encode_txn(void **state)
 {
     (void)state;
@@ -1023,41 +1024,29 @@ static void test_encode_txn(void **state)
     assert_false(fence_same_locks(enc, &lay[0], enc, &lay[3])); /* another token */
 
     char buf[4096];
-    size_t n = fence_encode_txn(sha, enc, lay, 2, buf, sizeof(buf)), pos = 0;
+    size_t n = fence_encode_txn(enc, lay, 2, buf, sizeof(buf)), pos = 0;
     assert_true(n > 0 && n < sizeof(buf));
     const char *watch[] = {"WATCH", "fencegate:hwm:{a}"};
     const char *check[] = {"EVAL", fence_txn_check_script(), "1", "fencegate:hwm:{a}", "1", "", "7",
                            "a"};
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-    const char *raise[] = {"EVALSHA", sha, "1", "fencegate:hwm:{a}", "1", "", "7", "a"};
     const char *set[] = {"SET", "k", ""}, *incr[] = {"INCR", "n"};
     assert_command(buf, n, &pos, watch, ARRAY_LEN(watch));
     assert_command(buf, n, &pos, check, ARRAY_LEN(check));
     assert_command(buf, n, &pos, multi, ARRAY_LEN(multi));
-    assert_command(buf, n, &pos, raise, ARRAY_LEN(raise));
     assert_command(buf, n, &pos, set, ARRAY_LEN(set));
     assert_command(buf, n, &pos, incr, ARRAY_LEN(incr));
     assert_command(buf, n, &pos, exec, ARRAY_LEN(exec));
     assert_int_equal(pos, n);
 
-    /* Without a SHA the raise goes with its body. */
-    n = fence_encode_txn(NULL, enc, lay, 2, buf, sizeof(buf));
-    pos = 0;
-    raise[0] = "EVAL";
-    raise[1] = fence_txn_raise_script();
-    assert_command(buf, n, &pos, watch, ARRAY_LEN(watch));
-    assert_command(buf, n, &pos, check, ARRAY_LEN(check));
-    assert_command(buf, n, &pos, multi, ARRAY_LEN(multi));
-    assert_command(buf, n, &pos, raise, ARRAY_LEN(raise));
-
     /* Too small a buffer: the needed length, nothing past cap. */
     memset(buf, '#', sizeof(buf));
-    assert_int_equal(fence_encode_txn(sha, enc, lay, 2, buf, 10),
-                     fence_encode_txn(sha, enc, lay, 2, NULL, 0));
+    assert_int_equal(fence_encode_txn(enc, lay, 2, buf, 10),
+                     fence_encode_txn(enc, lay, 2, NULL, 0));
     assert_int_equal(buf[10], '#');
 
     /* With owners: the same lock and token under two owners (a grant repeated after a failover)
-     * are not the same locks; WATCH takes the marks alone, the scripts the lock keys too. */
+     * are not the same locks; WATCH takes the marks alone, the check the lock keys too. */
     const struct fence_owner own[2] = {{"fencegate:lock:", 15, "u:1", 3},
                                        {"fencegate:lock:", 15, "u:2", 3}};
     const int who[3] = {0, 0, 1};
@@ -1071,7 +1060,7 @@ static void test_encode_txn(void **state)
     }
     assert_true(fence_same_locks(enc, &lay[0], enc, &lay[1]));
     assert_false(fence_same_locks(enc, &lay[0], enc, &lay[2]));
-    n = fence_encode_txn(sha, enc, lay, 2, buf, sizeof(buf));
+    n = fence_encode_txn(enc, lay, 2, buf, sizeof(buf));
     pos = 0;
     const char *check_own[] = {"EVAL",
                                fence_txn_check_script(),
@@ -1082,12 +1071,9 @@ static void test_encode_txn(void **state)
                                "u:1",
                                "7",
                                "a"};
-    const char *raise_own[] = {"EVALSHA", sha, "2", "fencegate:hwm:{a}", "fencegate:lock:{a}", "1",
-                               "u:1",     "7", "a"};
     assert_command(buf, n, &pos, watch, ARRAY_LEN(watch));
     assert_command(buf, n, &pos, check_own, ARRAY_LEN(check_own));
     assert_command(buf, n, &pos, multi, ARRAY_LEN(multi));
-    assert_command(buf, n, &pos, raise_own, ARRAY_LEN(raise_own));
     assert_command(buf, n, &pos, incr, ARRAY_LEN(incr));
     assert_command(buf, n, &pos, incr, ARRAY_LEN(incr));
     assert_command(buf, n, &pos, exec, ARRAY_LEN(exec));
