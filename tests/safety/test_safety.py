@@ -110,6 +110,13 @@ class Safety(unittest.TestCase):
         lock keys no longer name must be refused LOCKLOST."""
         self.run_nemesis("rollback-store", ["rollback-store"])
 
+    def test_etcd_rollback_store(self):
+        """The same rollback of the store's Redis with the locks in etcd, which keeps them: the
+        marks fence on acquire set since go back while the grants stand. A write under such a
+        grant (its mark now below its token) must be refused LOCKLOST and the lock given up:
+        its read may come from state the rollback took back."""
+        self.run_nemesis("rollback-store", ["rollback-store"], backend="etcd")
+
     def test_pg_kill_postgres(self):
         """A PostgreSQL store with SQL workers on lock P over the HTTP API; PostgreSQL killed
         (postmaster and backends, kill -9) with a batch in flight, started again."""

@@ -38,15 +38,17 @@ checker then reads the final counter and log straight from Redis and checks the 
      reply) is never acknowledged; a write sent into a sidecar frozen longer than its lease is
      never acknowledged
   6. liveness: no command waits CALL_TIMEOUT (15 s) for its reply
+  7. rollbacks: a SET sent after a store rollback, under a grant made between the point the
+     store went back to and the rollback, is never acknowledged (across_rollbacks())
 
 Nemeses (NEMESES): freeze, stall, kill-sidecar, kill-redis, clock, partition (a network namespace
 with a veth pair and iptables when running as root; otherwise Redis SIGSTOPped past the lease),
 kill-etcd-leader (ETCD_NEMESES: with the etcd backend and 3 members), rollback-locks
 (LOCK_REDIS_NEMESES: with --backend redis-apart, the locks in a Redis of their own, rolled back
 to an older snapshot as a failover to a lagging replica would), rollback-store (STORE_NEMESES:
-with the default --backend redis, the one Redis that holds locks, marks and data cut back to an
-earlier point of its AOF, as a failover to a lagging replica would; mixed draws it only in the
-long form), kill-postgres (PG_NEMESES: with
+the store's Redis cut back to an earlier point of its AOF, as a failover to a lagging replica
+would: with the default --backend redis it holds locks, marks and data, with the others marks
+and data; mixed draws it only in the long form), kill-postgres (PG_NEMESES: with
 --pg, a PostgreSQL store of both sidecars and SQL workers on lock P over the HTTP API, checked
 like L), kill-http-store (HTTP_STORE_NEMESES: with --http-store, an HTTP store in front of
 ledger.py and ledger workers on lock H, checked like L), and mixed. Used by test_safety.py
@@ -1733,9 +1735,6 @@ class Workload:
         when a write was refused LOCKLOST (fencegate_locklost_refused_total moved: by the store,
         or by a sidecar that found its lock lost) or the worker's write was refused."""
         f = Fault("rollback-store", "redis")
-        if self.backend != "redis":
-            f.missed = True
-            return f
         end = []
 
         def restore(t_noted):
@@ -2013,6 +2012,33 @@ def rolled_back(windows):
     return lambda e: any(e["t1"] > t_end and e["t0"] < t_dead for t_end, t_dead in windows)
 
 
+def across_rollbacks(H, windows):
+    """Writes applied under a grant a store rollback forgot: the turn's grant began after the
+    rollback's AOF end was noted and ended before Redis died, so the fence raise made for it
+    (and, with the locks in the store, its lock key) went back with the store, and its GET may
+    have read state that went back too; its SET was sent after Redis died. Applied, that SET's
+    value would not follow from the surviving history (the store's own surviving data loses an
+    update), so it must be refused. Returns the violations."""
+    V = []
+    turns = collections.defaultdict(list)
+    for e in H:
+        turns[e["w"]].append(e)
+    for evs in turns.values():
+        grant = None
+        for e in sorted(evs, key=lambda e: e["t0"]):
+            if e["op"] == "acquire":
+                grant = e if e["out"] == "ok" else None
+            elif e["op"] == "set" and e["out"] == "ok" and grant is not None:
+                for t_end, t_dead in windows:
+                    if t_end < grant["t0"] and grant["t1"] < t_dead < e["t0"]:
+                        V.append("[safety] %s's SET %d under token %d was applied after a store "
+                                 "rollback took its grant's fence back (granted at %.3f, AOF end "
+                                 "%.3f, Redis dead %.3f, SET at %.3f)" % (
+                                     e["w"], e["value"], grant["token"], grant["t0"], t_end,
+                                     t_dead, e["t0"]))
+    return V
+
+
 def check_lock(H, fin, lost=lambda e: False):
     """Checks 1-4 for one lock: H is the history of its turns, fin its final counter, log and
     mark. With store rollbacks, lost(e) tells the steps they may have taken back: such an
@@ -2136,10 +2162,11 @@ def check(wl):
         by_lock[e["lock"]].append(e)
     H = by_lock[LOCK]
     lost = rolled_back(wl.rollbacks)
-    V = check_lock(H, fin, lost)
+    V = check_lock(H, fin, lost) + across_rollbacks(H, wl.rollbacks)
     for name, state in sorted(fin["churn"].items()):
         V += [v.replace("] ", "] lock %s: " % name, 1)
-              for v in check_lock(by_lock[name], state, lost)]
+              for v in check_lock(by_lock[name], state, lost) +
+              across_rollbacks(by_lock[name], wl.rollbacks)]
     for key, lock, what in (("pg", PG_LOCK, "PostgreSQL"), ("http", HTTP_LOCK, "HTTP store")):
         if key in fin:
             V += [v.replace("] ", "] lock %s (%s): " % (lock, what), 1)
@@ -2333,8 +2360,6 @@ def main(argv=None):
         ap.error("kill-http-store needs --http-store")
     if args.nemesis in LOCK_REDIS_NEMESES and args.backend != "redis-apart":
         ap.error("rollback-locks needs --backend redis-apart")
-    if args.nemesis in STORE_NEMESES and args.backend != "redis":
-        ap.error("rollback-store needs --backend redis (the locks in the store's Redis)")
     if args.nemesis == "kill-etcd-leader" and args.etcd_members != 3:
         ap.error("kill-etcd-leader needs --etcd-members 3")
     if args.nemesis == "partition-etcd" and not use_netns:
@@ -2347,7 +2372,7 @@ def main(argv=None):
                                   etcd3=args.etcd_members == 3,
                                   lock_redis=args.backend == "redis-apart", pg=args.pg,
                                   http_store=args.http_store,
-                                  store_rollback=args.backend == "redis"),
+                                  store_rollback=True),
                      seconds=cap, faults=args.faults)
         if args.history:
             with open(args.history, "w") as f:
