@@ -328,7 +328,7 @@ echo "  script = each SET sent straight to Redis as EVALSHA of the fenced-write 
 echo "  one script call per write. fencegate sends writes that meet on its shared connection as one"
 echo "  call, so it can pass this column. txn = the same writes straight at Redis, $PIPELINE per"
 echo "  transaction as fencegate sends a run of writes under one lock (WATCH, check script, MULTI,"
-echo "  raise script, the SETs, EXEC): what the fence costs Redis for pipelined writes, no proxy."
+echo "  the SETs, EXEC): what the fence costs Redis for pipelined writes, no proxy."
 echo "  Row 3 direct = EVAL of the same acquire + release scripts; fencegate's acquire script also"
 echo "  raises the store's mark, in the same call."
 echo
