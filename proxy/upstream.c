@@ -51,6 +51,7 @@ struct upstream {
     int reply_index;   /* index of the next reply in this round */
     int want_commands; /* this round asked for COMMAND */
     int oom_possible;  /* INFO memory: a maxmemory limit may refuse writes (or it is unknown) */
+    int evicts_any;    /* INFO memory: a maxmemory limit with an allkeys-* policy (logged once) */
     int backoff_ms;
     int busy;                 /* the last PING was answered -BUSY, -LOADING or -MASTERDOWN */
     int commands_again;       /* COMMAND was answered so too: ask again next round */
@@ -167,19 +168,30 @@ static const char *up_info_field(const char *r, size_t len, const char *field, s
     return NULL;
 }
 
-/* Whether the upstream's maxmemory setting can refuse a write: a limit with a policy that may
- * find nothing to evict (noeviction, volatile-*), or an INFO reply we cannot read. */
-static int up_oom_possible(const char *r, size_t len)
+/* What the upstream's maxmemory setting may do: refuse a write (a limit with a policy that may
+ * find nothing to evict: noeviction, volatile-*; or an INFO reply we cannot read), and evict any
+ * key, fence marks included (a limit with an allkeys-* policy). Sets u's two flags, and says
+ * once what an evicted mark costs. */
+static void up_read_memory(struct upstream *u, const char *r, size_t len)
 {
     size_t n, pn;
     const char *max = up_info_field(r, len, "maxmemory", &n);
     const char *policy = up_info_field(r, len, "maxmemory_policy", &pn);
+    int evicts = 0;
 
-    if (r[0] != '$' || !max || !policy)
-        return 1;
-    if (n == 1 && max[0] == '0')
-        return 0;
-    return !(pn > 8 && memcmp(policy, "allkeys-", 8) == 0);
+    if (r[0] != '$' || !max || !policy) {
+        u->oom_possible = 1;
+        return;
+    }
+    if (!(n == 1 && max[0] == '0'))
+        evicts = pn > 8 && memcmp(policy, "allkeys-", 8) == 0;
+    u->oom_possible = !(n == 1 && max[0] == '0') && !evicts;
+    if (evicts && !u->evicts_any)
+        log_warn("upstream %s: maxmemory-policy %.*s may evict fence marks (fencegate:hwm:*); a "
+                 "holder whose mark is evicted has its next fenced write refused LOCKLOST and must "
+                 "acquire again. Prefer noeviction or a volatile-* policy",
+                 u->name, (int)(pn > 40 ? 40 : pn), policy);
+    u->evicts_any = evicts;
 }
 
 /* Whether an error answer to PING means a Redis that works but is busy for a while: a script or
@@ -231,7 +243,7 @@ static int up_on_reply(struct upstream *u, const char *r, size_t len)
         return 0;
     }
     if (idx == u->prelude_replies + 1) { /* INFO memory */
-        u->oom_possible = up_oom_possible(r, len);
+        up_read_memory(u, r, len);
         return 0;
     }
     if (u->want_commands) { /* COMMAND */

@@ -690,6 +690,28 @@ class Pipelines(FencingCase):
             self.assert_refused(c.read_reply(), "OOM")
         self.assertEqual(self.direct.exists("wallet:3"), 0)
 
+    def test_a_store_that_may_evict_marks_is_named_once_in_the_log(self):
+        # An allkeys-* policy may evict a fence mark, which costs its holder the lock (the write
+        # finds the mark below its token): said once, from the probe's INFO memory.
+        self.direct.config_set("maxmemory", 1 << 30)
+        self.direct.config_set("maxmemory-policy", "allkeys-lru")
+        self.addCleanup(self.direct.config_set, "maxmemory-policy", "noeviction")
+        self.addCleanup(self.direct.config_set, "maxmemory", 0)
+        fg = self.fencegate()
+        warning = "maxmemory-policy allkeys-lru may evict fence marks"
+
+        def said():
+            with open(fg.stderr_path, encoding="utf-8", errors="replace") as f:
+                return f.read().count(warning)
+        harness.wait_until(lambda: said() == 1, 5, 0.1, "the eviction warning")
+        time.sleep(2.2)  # two more probes
+        self.assertEqual(said(), 1)
+        self.direct.config_set("maxmemory-policy", "volatile-lru")
+        time.sleep(1.2)
+        self.direct.config_set("maxmemory-policy", "allkeys-lfu")
+        warning = "maxmemory-policy allkeys-lfu may evict fence marks"
+        harness.wait_until(lambda: said() == 1, 5, 0.1, "the warning again, for allkeys-lfu")
+
     def test_a_stale_write_among_current_ones_refuses_only_itself(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port)
