@@ -1083,6 +1083,15 @@ void lock_session_lose_all(struct lock_session *s, const char *why)
     lock_session_schedule(s);
 }
 
+/* c's session numbered id, or NULL when it was freed (ids are never reused). */
+static struct lock_session *lock_session_by_id(struct lock_client *c, uint64_t id)
+{
+    struct lock_session *s = c ? c->sessions : NULL;
+    while (s && s->id != id)
+        s = s->next;
+    return s;
+}
+
 struct lock_session_ref lock_session_ref(const struct lock_session *s)
 {
     struct lock_session_ref r = {s ? s->c : NULL, s ? s->id : 0};
@@ -1092,9 +1101,7 @@ struct lock_session_ref lock_session_ref(const struct lock_session *s)
 int lock_forfeit(struct lock_session_ref ref, const char *name, size_t len, uint64_t token,
                  const char *why)
 {
-    struct lock_session *s = ref.c ? ref.c->sessions : NULL;
-    while (s && s->id != ref.id)
-        s = s->next;
+    struct lock_session *s = lock_session_by_id(ref.c, ref.id);
     struct lock_entry *e = s && name ? lock_entry_find(s, name, len) : NULL;
     if (e == NULL || e->state != LOCK_ENTRY_HELD || e->token != token)
         return 0;
@@ -1236,11 +1243,9 @@ int lock_mark_raise_held(struct lock_session *s, const char *name, const char *k
 
 void lock_holder_lost(struct lock_client *c, uint64_t session_id)
 {
-    for (struct lock_session *s = c->sessions; s; s = s->next)
-        if (s->id == session_id) {
-            lock_session_renew_soon(s);
-            return;
-        }
+    struct lock_session *s = lock_session_by_id(c, session_id);
+    if (s)
+        lock_session_renew_soon(s);
 }
 
 void lock_client_stats(const struct lock_client *c, struct lock_stats *out)

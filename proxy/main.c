@@ -300,12 +300,14 @@ int main(int argc, char **argv)
      * Redis store the RESP endpoint fronts; when that is the lock backend's own Redis (spelled
      * alike, or two names of one address), the acquire script raises its mark itself
      * (lock_options.mark_prefix), and fenced writes check its lock keys (server_new). */
-    same_redis = cfg_store_is_backend(&cfg, net_same_host);
+    same_redis = cfg_store_is_backend(&cfg, NULL); /* spelled alike: no resolver needed */
+    if (!same_redis && cfg_store_is_backend(&cfg, net_same_host)) {
+        same_redis = 1;
+        log_info("upstream %s and lock backend %s are one Redis (one address): fenced writes "
+                 "check its lock keys",
+                 main_url_shown(&cfg.upstream), main_url_shown(&cfg.backend));
+    }
     if (same_redis) {
-        if (!cfg_store_is_backend(&cfg, NULL))
-            log_info("upstream %s and lock backend %s are one Redis (one address): fenced writes "
-                     "check its lock keys",
-                     main_url_shown(&cfg.upstream), main_url_shown(&cfg.backend));
         snprintf(lopt.mark_prefix, sizeof(lopt.mark_prefix), "%s", FENCE_HWM_PREFIX);
     } else {
         marks = store_marks_new(m.base, &cfg.upstream, 2000);
