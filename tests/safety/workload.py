@@ -1723,13 +1723,15 @@ class Workload:
         return a, sum(s.metric(metric) for s in self.sidecars) - before
 
     def nem_rollback_store(self, target):
-        """With the locks in the store's own Redis (the default layout): note where its AOF ends,
-        let the workload run 0.3..1.5 s, stop a worker of `target` between GET and SET, then
-        kill -9 Redis, cut its AOF back to that point and start it: what a failover to a replica
-        that lagged that long leaves. Lock keys, token counters, marks and data go back together:
-        a token granted since is granted again, and holders whose grants were lost still believe
-        they hold their locks, with tokens the marks cannot tell from the new holders'. Only the
-        lock key, which every fenced write's script checks, names the holder. The worker writes
+        """Note where the store Redis's AOF ends, let the workload run 0.3..1.5 s, stop a worker
+        of `target` between GET and SET, then kill -9 Redis, cut its AOF back to that point and
+        start it: what a failover to a replica that lagged that long leaves. With the locks in
+        that Redis (the default layout) lock keys, token counters, marks and data go back
+        together: a token granted since is granted again, and holders whose grants were lost
+        still believe they hold their locks, with tokens the marks cannot tell from the new
+        holders'; only the lock key, which every fenced write's script checks, names the holder.
+        With the locks elsewhere (etcd, redis-apart) the grants stand and their marks go back:
+        a write finds its mark below its token and is refused LOCKLOST. The worker writes
         1..2 leases later or, in half the faults, 50..300 ms later. Writes acknowledged since the
         AOF's end was noted are lost by design; the checker knows (Workload.rollbacks). Bites
         when a write was refused LOCKLOST (fencegate_locklost_refused_total moved: by the store,
@@ -1957,7 +1959,7 @@ NEMESES = ("freeze", "stall", "kill-sidecar", "kill-redis", "clock", "partition"
 ETCD_NEMESES = ("partition-etcd", "kill-etcd-leader")
 # With --backend redis-apart (the locks in a Redis of their own).
 LOCK_REDIS_NEMESES = ("rollback-locks",)
-# With the default --backend redis (locks, marks and data in one Redis).
+# With any backend: the store's Redis rolled back (with the default one, the locks go back too).
 STORE_NEMESES = ("rollback-store",)
 # With --pg (a PostgreSQL store and SQL workers), with --http-store (ledger.py and its workers).
 PG_NEMESES = ("kill-postgres",)
@@ -1972,8 +1974,8 @@ def schedule_for(name, rng, netns=True, etcd=False, etcd3=False, lock_redis=Fals
     does the partition without a network namespace (a Redis SIGSTOP, which seldom lets another
     holder in before the stopped write). "mixed" draws from ETCD_NEMESES too, those the set-up
     allows (etcd: the etcd backend; etcd3: with 3 members), and LOCK_REDIS_NEMESES with
-    lock_redis (the locks in a Redis of their own), STORE_NEMESES with store_rollback (the locks
-    in the store's Redis), PG_NEMESES with pg, HTTP_STORE_NEMESES with http_store."""
+    lock_redis (the locks in a Redis of their own), STORE_NEMESES with store_rollback (the long
+    form: any backend), PG_NEMESES with pg, HTTP_STORE_NEMESES with http_store."""
     if name == "mixed":
         kinds = NEMESES + (("partition-etcd",) if etcd and netns else ()) + \
             (("kill-etcd-leader",) if etcd3 else ()) + \
