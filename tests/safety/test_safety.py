@@ -27,7 +27,7 @@ def netns_unavailable():
 
 class Safety(unittest.TestCase):
 
-    def run_nemesis(self, name, bite_kinds, seconds=SECONDS, netns=False, **kw):
+    def run_nemesis(self, name, bite_kinds, seconds=SECONDS, netns=False, refused_on="L", **kw):
         if netns and netns_unavailable():
             sys.stderr.write("no network namespace (%s): the partition is a Redis SIGSTOP\n"
                              % netns_unavailable())
@@ -51,8 +51,11 @@ class Safety(unittest.TestCase):
         # Non-vacuity: the faults happened, they bit, the fence refused something, and the
         # workload made progress after the last fault.
         self.assertGreaterEqual(res["faults"], 3, "too few faults injected:\n" + card)
-        self.assertGreaterEqual(res["refused"], 1,
-                                "no write was refused: the faults never bit\n" + card)
+        refused = res["refused"]
+        if refused_on == "any":  # L, the churn locks' writes or the bank's transfers
+            refused += sum(res[k].get(o, 0) for k in ("churn_writes", "bank_transfers")
+                           for o in ("stale", "locklost"))
+        self.assertGreaterEqual(refused, 1, "no write was refused: the faults never bit\n" + card)
         bit = sum(res["by_kind"].get(k, {}).get("bit", 0) for k in bite_kinds)
         self.assertGreaterEqual(bit, 1, "no %s fault bit:\n%s" % ("/".join(bite_kinds), card))
         self.assertGreaterEqual(res["acknowledged"], 50, "hardly any progress:\n" + card)
@@ -114,8 +117,12 @@ class Safety(unittest.TestCase):
         """The same rollback of the store's Redis with the locks in etcd, which keeps them: the
         marks fence on acquire set since go back while the grants stand. A write under such a
         grant (its mark now below its token) must be refused LOCKLOST and the lock given up:
-        its read may come from state the rollback took back."""
-        self.run_nemesis("rollback-store", ["rollback-store"], backend="etcd")
+        its read may come from state the rollback took back. It bites less often than with the
+        default layout: the stopped worker's write mostly ends in doubt (in one CI run all seven
+        did), so the refusals come from other workers granted in the window, on any lock; the
+        run is twice as long."""
+        self.run_nemesis("rollback-store", ["rollback-store"], backend="etcd",
+                         seconds=SECONDS * 2, refused_on="any")
 
     def test_pg_kill_postgres(self):
         """A PostgreSQL store with SQL workers on lock P over the HTTP API; PostgreSQL killed
