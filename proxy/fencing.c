@@ -609,7 +609,10 @@ static size_t fencing_only(struct client *c, struct only_ctx *o)
     return o->n;
 }
 
-/* The held lock a store's "LOCKLOST lock L (token T) is above its high-water mark ..." is about. */
+/* The held lock a store's "LOCKLOST lock L (token T) is above its high-water mark ..." is about.
+ * Redis turns CR and LF into spaces in an error reply, so the name is matched with that in mind;
+ * a name may hold any other byte, even that very phrase, so the longest name that matches wins
+ * (a shorter one can match only as a prefix of the text, never the whole lock's part of it). */
 struct fencing_above {
     const char *r;
     size_t n;
@@ -628,10 +631,16 @@ static void fencing_above_one(void *arg, const char *name, size_t len, int state
     size_t hl = sizeof(head) - 1, tl = sizeof(tail) - 1;
     size_t kl = (size_t)snprintf(tok, sizeof(tok), " (token %" PRIu64, token);
 
-    if (state != 1 || a->name || a->n < hl + len + kl + tl)
+    if (state != 1 || (a->name && a->len >= len) || a->n < hl + len + kl + tl)
         return;
-    if (memcmp(p, head, hl) == 0 && memcmp(p + hl, name, len) == 0 &&
-        memcmp(p + hl + len, tok, kl) == 0 && memcmp(p + hl + len + kl, tail, tl) == 0) {
+    if (memcmp(p, head, hl) != 0)
+        return;
+    for (size_t i = 0; i < len; i++) {
+        char b = name[i], t = p[hl + i];
+        if (t != b && !(t == ' ' && (b == '\r' || b == '\n')))
+            return;
+    }
+    if (memcmp(p + hl + len, tok, kl) == 0 && memcmp(p + hl + len + kl, tail, tl) == 0) {
         a->name = name;
         a->len = len;
         a->token = token;

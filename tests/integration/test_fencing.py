@@ -1239,6 +1239,30 @@ class LostGrant(FencingCase):
         self.assertGreaterEqual(metric(fg, "fencegate_locklost_refused_total"), refused0 + 4)
         self.assertEqual(metric(fg, "fencegate_locks_lost_total"), lost0 + 4)
 
+    def test_the_lock_given_up_is_the_one_refused_whatever_bytes_its_name_holds(self):
+        # Redis turns CR and LF into spaces in an error reply, and a name may hold the refusal's
+        # own phrase: the sidecar still gives up the very lock the store refused, and only it.
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port)
+        crlf = "wallet:a\r\nb"
+        t = self.acquire(c, crlf)
+        self.direct.delete(hwm_key(crlf))
+        r = c.call("SET", crlf, "x")
+        self.assertTrue(r.startswith("LOCKLOST lock wallet:a  b (token %d) is above" % t), r)
+        short = "wallet:s"
+        ts = self.acquire(c, short)
+        long_ = "%s (token %d) is above its high-water mark" % (short, ts)
+        tl = self.acquire(c, long_)
+        self.direct.delete(hwm_key(long_))
+        self.assert_refused(c.call("SET", long_, "x"), "LOCKLOST")
+        locks = {x[0].decode(): (x[1], x[3]) for x in c.call("FENCE.LOCKS")}
+        self.assertEqual(locks[crlf], (t, b"lost"))
+        self.assertEqual(locks[long_], (tl, b"lost"))
+        self.assertEqual(locks[short], (ts, b"held"))
+        self.assertEqual(c.call("SET", short, "y"), "OK")
+        self.assertGreater(self.acquire(c, crlf, "WAIT", 0), t)
+        self.assertEqual(c.call("SET", crlf, "z"), "OK")
+
     def test_a_lost_fence_raise_cannot_lose_an_update(self):
         # The locks in a Redis of their own, the store another. B takes over from A and fence on
         # acquire raises the store's mark to B's token; then the store fails over to a replica
