@@ -742,6 +742,13 @@ static void pg_fence_done(struct pg_job *j)
     pg_job_free(j);
 }
 
+/* 1 when the batch's fence check found the row fence on acquire set to T gone or lower. */
+static int pg_job_reset(const struct pg_job *j)
+{
+    return !j->committed && j->err_index == PG_Q_F && j->errmsg &&
+           strstr(j->errmsg, PG_RESET_MARKER) != NULL;
+}
+
 /* Answers an HTTP batch: after COMMIT's answer, or (failed) before its ROLLBACK. */
 static void pg_job_done(struct pg_job *j)
 {
@@ -752,6 +759,14 @@ static void pg_job_done(struct pg_job *j)
     if (j->fence) {
         pg_fence_done(j);
         return;
+    }
+    if (pg_job_reset(j)) {
+        /* The row is gone or lower: the lock is given up, so that acquiring it again yields a
+         * new token, which raises the row anew; whether or not the client still waits. */
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "postgresql store '%s': its fence row is gone or below the token", name);
+        lock_forfeit(j->owner, j->rq.lock, j->rq.lock_len, j->token, why);
     }
     if (!j->req) {
         pg_job_free(j);
@@ -806,13 +821,7 @@ static void pg_job_done(struct pg_job *j)
                  "\"lock\":\"%s\",\"token\":%s,\"mark\":%lld}",
                  esc, j->tokstr, mark, esc, j->tokstr, mark);
         http_reply_json(j->req, 409, text);
-    } else if (j->err_index == PG_Q_F && j->errmsg && strstr(j->errmsg, PG_RESET_MARKER)) {
-        /* The row fence on acquire set to T is gone or lower: the lock is given up, so that
-         * acquiring it again yields a new token, which raises the row anew. */
-        char why[200];
-        snprintf(why, sizeof(why),
-                 "postgresql store '%s': its fence row is gone or below the token", name);
-        lock_forfeit(j->owner, j->rq.lock, j->rq.lock_len, j->token, why);
+    } else if (pg_job_reset(j)) {
         metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
         snprintf(text, sizeof(text),
                  "postgresql store '%s': the fence row of lock %.*s is gone or below token %s "

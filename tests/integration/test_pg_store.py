@@ -12,8 +12,8 @@ import threading
 import time
 import unittest
 
-from harness import (FENCEGATE_BIN, FgTestCase, PostgresServer, free_port, http_request,
-                     run_fencegate, wait_until)
+from harness import (FENCEGATE_BIN, PSQL, FgTestCase, PostgresServer, clean_env, free_port,
+                     http_request, run_fencegate, wait_until)
 
 
 def libpq_mapped(pid):
@@ -138,6 +138,45 @@ class PgStoreTest(FgTestCase):
             st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 1 WHERE id = 1"}])
             self.assertEqual(st, 200, body)
             t = t2
+
+    def test_a_row_reset_while_the_batch_waits_for_its_advisory_lock_is_seen(self):
+        """The batch waits for the lock's advisory lock, held by another session that deletes
+        the fence row meanwhile: once it runs, its check reads the row as committed then, so it
+        is refused and the lock given up. (Whether or not its client still waits: evhttp reports
+        a client gone only when writing to it or after its 30 s timeout, so a test cannot make
+        that happen in time.)"""
+        fg = self.fencegate()
+        t = self.acquire(fg)
+        before = self.rows()
+        holder = subprocess.Popen(
+            [PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p",
+             str(self.pg.port), "-U", self.pg.user, "-d", "postgres"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=clean_env())
+        self.addCleanup(holder.kill)
+        holder.stdin.write(b"BEGIN;\nSELECT pg_advisory_xact_lock(1178946883, hashtext('L'));\n"
+                           b"DELETE FROM fencegate_fence WHERE lock = 'L';\n")
+        holder.stdin.flush()
+
+        def advisory(granted):
+            return self.pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                               "granted = %s" % granted)
+        wait_until(lambda: advisory("true") == "1", 10, 0.05, "the other session's lock")
+        result = {}
+        batch = threading.Thread(target=lambda: result.update(
+            r=self.sql(fg, [{"sql": "UPDATE accounts SET balance = 0"}], timeout=20)))
+        batch.start()
+        wait_until(lambda: advisory("false") == "1", 10, 0.05, "the batch waiting")
+        holder.stdin.write(b"COMMIT;\n")
+        holder.stdin.close()
+        self.assertEqual(holder.wait(10), 0)
+        batch.join(20)
+        st, body = result["r"]
+        self.assertEqual((st, body["error"]), (409, "lock_lost"), body)
+        self.assertEqual(self.rows(), before)
+        _, _, data = http_request(fg.http_port, "GET", "/v1/locks")
+        self.assertEqual([(x["name"], x["token"], x["state"]) for x in json.loads(data)["locks"]],
+                         [("L", t, "lost")])
+        self.assertGreater(self.acquire(fg), t)
 
     def test_missing_lock_is_refused_before_postgres(self):
         fg = self.fencegate()
