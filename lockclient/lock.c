@@ -132,6 +132,23 @@ void lock_note_repair(struct lock_client *c, const char *name, size_t len, int r
     c->opt.warn(c->opt.warn_arg, msg);
 }
 
+int lock_token_parse(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (n == 0 || n > 19)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0'); /* 19 digits cannot overflow 64 bits */
+    }
+    if (v > INT64_MAX)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 uint64_t lock_random(struct lock_client *c)
 {
     uint64_t x = c->rng; /* xorshift64* */

@@ -180,6 +180,11 @@ void lock_owner(const struct lock_session *s, char *out, size_t cap);
  * its holder's owner id while the lease lasts. NULL with another backend. */
 const char *lock_client_redis_lock_prefix(const struct lock_client *c);
 
+/* Parses a token (or a high-water mark) as a backend or a store spells it: 1..19 decimal digits
+ * and nothing else, at most INT64_MAX. 0 and *out set, or -1. Lua numbers are doubles, inexact
+ * beyond 2^53, so the scripts hand tokens back as strings. */
+int lock_token_parse(const char *s, size_t n, uint64_t *out);
+
 /* Counters since start, for metrics. */
 struct lock_stats {
     uint64_t acquired, busy, released, renewals, renewal_round_trips, lost, token_repairs,

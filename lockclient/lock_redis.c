@@ -3,7 +3,7 @@
  */
 #include "lock_backend.h"
 
-#include <errno.h>
+#include <inttypes.h>
 #include <event2/event.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -27,12 +27,13 @@ enum rd_script { RD_ACQUIRE, RD_RENEW, RD_RELEASE, RD_REPAIR, RD_MARK, RD_NSCRIP
 
 /* The scripts. Keys of one lock share the hash tag {name}, so they live in one cluster slot. */
 static const char *const rd_scripts[RD_NSCRIPTS] = {
-    /* acquire. KEYS: lock, counter[, mark]. ARGV: owner, ttl. Returns {1, token, repaired} or
+    /* acquire. KEYS: lock, counter[, mark]. ARGV: owner, ttl. Returns {1, "token", repaired} or
      * {0, holder's pttl}. A key that already holds our owner (a grant whose reply was lost, or a
      * lease this session was told is lost) is granted again with a new token. With a mark (the
      * high-water mark of a store in this Redis) the token is raised past it when the counter
      * is not (a counter lost in a failover: repaired = 1) and the mark is set to the token.
-     * Compared as decimal strings: Lua numbers are doubles, inexact beyond 2^53. */
+     * Compared and returned as decimal strings: Lua numbers are doubles, inexact beyond 2^53
+     * (INCR's reply, made a Lua number, would be rounded). */
     "local mark = KEYS[3] and redis.call('GET', KEYS[3])\n"
     "if mark and not string.match(mark, '^%d+$') then\n"
     "  return redis.error_reply('ERR the high-water mark ' .. KEYS[3] .. ' is not a number')\n"
@@ -43,8 +44,9 @@ static const char *const rd_scripts[RD_NSCRIPTS] = {
     "    redis.call('SET', KEYS[2], mark)\n"
     "    repaired = 1\n"
     "  end\n"
-    "  local t = redis.call('INCR', KEYS[2])\n"
-    "  if KEYS[3] then redis.call('SET', KEYS[3], redis.call('GET', KEYS[2])) end\n"
+    "  redis.call('INCR', KEYS[2])\n"
+    "  local t = redis.call('GET', KEYS[2])\n"
+    "  if KEYS[3] then redis.call('SET', KEYS[3], t) end\n"
     "  return {1, t, repaired}\n"
     "end\n"
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
@@ -78,15 +80,16 @@ static const char *const rd_scripts[RD_NSCRIPTS] = {
     "end\n"
     "return n\n",
     /* repair. KEYS: lock, counter. ARGV: owner, minimum. If the lock is ours, counter :=
-     * max(counter, minimum) + 1 and returns it (compared as decimal strings: exact beyond 2^53);
-     * else -1. */
+     * max(counter, minimum) + 1 and returns it as a string (compared and returned as decimal
+     * strings: exact beyond 2^53); else -1. */
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
     "local cur = redis.call('GET', KEYS[2]) or '0'\n"
     "local min = ARGV[2]\n"
     "if #cur < #min or (#cur == #min and cur < min) then\n"
     "  redis.call('SET', KEYS[2], min)\n"
     "end\n"
-    "return redis.call('INCR', KEYS[2])\n",
+    "redis.call('INCR', KEYS[2])\n"
+    "return redis.call('GET', KEYS[2])\n",
     /* mark. KEYS: mark[, lock]. ARGV: token[, owner]. A mark above the token: {0, mark}. Else,
      * with a lock key that does not hold the owner: {2, "0"}. Else raises the mark to the token
      * and returns {1, token}; nothing changes otherwise. Compared as decimal strings (length,
@@ -851,19 +854,23 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
         r->b_call = NULL;
     if (reply && reply->type == REDIS_REPLY_ARRAY &&
         (reply->elements == 2 || reply->elements == 3) &&
-        reply->element[0]->type == REDIS_REPLY_INTEGER &&
-        reply->element[1]->type == REDIS_REPLY_INTEGER) {
-        long long v = reply->element[1]->integer;
-        if (reply->element[0]->integer == 1 && v > 0) {
+        reply->element[0]->type == REDIS_REPLY_INTEGER) {
+        const redisReply *e = reply->element[1];
+        long long v = e->type == REDIS_REPLY_INTEGER ? e->integer : 0;
+        uint64_t t = 0;
+        if (reply->element[0]->integer == 1 &&
+            (e->type != REDIS_REPLY_STRING || lock_token_parse(e->str, e->len, &t) < 0 || t == 0))
+            unknown = 1; /* granted, with a token that cannot be read: give it back */
+        else if (reply->element[0]->integer == 1) {
             if (reply->elements == 3 && reply->element[2]->type == REDIS_REPLY_INTEGER &&
                 reply->element[2]->integer == 1) { /* the counter was raised past the mark */
                 size_t len;
                 const char *name = rd_key_name(k, 0, &len);
-                lock_note_repair(rc->lc, name, len, 0, (uint64_t)v);
+                lock_note_repair(rc->lc, name, len, 0, t);
             }
             if (r) {
                 rd_wait_remove(wl, r);
-                lock_granted(r, (uint64_t)v, k->sent_ms);
+                lock_granted(r, t, k->sent_ms);
             } else { /* the session is gone: give the lock back */
                 size_t len;
                 const char *name = rd_key_name(k, 0, &len);
@@ -872,7 +879,7 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
             rd_wait_attempt(wl);
             return;
         }
-        if (reply->element[0]->integer == 0) {
+        if (reply->element[0]->integer == 0 && e->type == REDIS_REPLY_INTEGER) {
             if (r && now >= r->deadline_ms) {
                 rd_wait_remove(wl, r);
                 rd_busy(r, now, v);
@@ -912,8 +919,9 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
 static void rd_mark_outcome(struct rd_call *k, const redisReply *reply)
 {
     struct rd_client *rc = k->rc;
-    char msg[LOCK_MSG_MAX], num[32];
+    char msg[LOCK_MSG_MAX];
     const char *token = k->argv[k->holder_id ? 5 : 4];
+    uint64_t v;
     if (k->holder_id && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
         reply->element[0]->type == REDIS_REPLY_INTEGER && reply->element[0]->integer == 2) {
         size_t nlen;
@@ -928,23 +936,16 @@ static void rd_mark_outcome(struct rd_call *k, const redisReply *reply)
     }
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
         reply->element[0]->type == REDIS_REPLY_INTEGER &&
-        reply->element[1]->type == REDIS_REPLY_STRING && reply->element[1]->len > 0 &&
-        reply->element[1]->len < sizeof(num)) {
-        char *end;
-        memcpy(num, reply->element[1]->str, reply->element[1]->len);
-        num[reply->element[1]->len] = '\0';
-        errno = 0;
-        unsigned long long v = strtoull(num, &end, 10);
-        if (errno == 0 && *end == '\0' && num[0] >= '0' && num[0] <= '9' && v <= INT64_MAX) {
-            if (reply->element[0]->integer == 1) {
-                lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_OK, v, NULL);
-            } else {
-                lock_fmt(msg, sizeof(msg), "the mark in %s is %llu, above token %s", rc->where, v,
-                         token);
-                lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_STALE, v, msg);
-            }
-            return;
+        reply->element[1]->type == REDIS_REPLY_STRING &&
+        lock_token_parse(reply->element[1]->str, reply->element[1]->len, &v) == 0) {
+        if (reply->element[0]->integer == 1) {
+            lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_OK, v, NULL);
+        } else {
+            lock_fmt(msg, sizeof(msg), "the mark in %s is %" PRIu64 ", above token %s", rc->where,
+                     v, token);
+            lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_STALE, v, msg);
         }
+        return;
     }
     rc->lc->stats.backend_errors++;
     lock_fmt(msg, sizeof(msg),
@@ -1021,11 +1022,13 @@ static void rd_call_done(struct rd_call *k, const redisReply *reply)
             lock_req_finish(k->req, LOCK_UNAVAILABLE, 0, msg);
         }
         break;
-    case RD_CALL_REPAIR:
+    case RD_CALL_REPAIR: {
+        uint64_t t = 0;
         if (k->req == NULL)
             break;
-        if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
-            lock_repaired(k->req, LOCK_OK, (uint64_t)reply->integer, NULL);
+        if (reply->type == REDIS_REPLY_STRING &&
+            lock_token_parse(reply->str, reply->len, &t) == 0 && t > 0) {
+            lock_repaired(k->req, LOCK_OK, t, NULL);
         } else {
             lock_fmt(msg, sizeof(msg),
                      "lock %s is no longer held by this session: its lease ran out while its "
@@ -1034,6 +1037,7 @@ static void rd_call_done(struct rd_call *k, const redisReply *reply)
             lock_repaired(k->req, LOCK_UNAVAILABLE, 0, msg);
         }
         break;
+    }
     case RD_CALL_MARK:
         rd_mark_outcome(k, reply);
         break;

@@ -386,11 +386,12 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
 
 /* ---- Scripts ------------------------------------------------------------------------------- */
 
-/* Tokens and marks are compared with tonumber (exact below 2^53) but always printed and stored
- * from their original decimal strings, since tostring() of a large number goes to exponent form.
- * A write needs each mark to equal its token, and raises none: fence on acquire set the mark to
- * the token before the token was handed out, and only a newer grant moves it. Above the token:
- * STALE, a newer holder exists. Below it, or missing: the mark set at the grant is gone (a
+/* Tokens and marks are compared as decimal strings without leading zeros (shorter is smaller,
+ * then byte by byte): Lua numbers are doubles, which cannot tell 2^53 from 2^53 + 1, and tokens go
+ * up to 2^63 - 1. Anything else in a mark (a sign, a leading zero, an exponent) is reported, not
+ * judged. A write needs each mark to equal its token, and raises none: fence on acquire set the
+ * mark to the token before the token was handed out, and only a newer grant moves it. Above the
+ * token: STALE, a newer holder exists. Below it, or missing: the mark set at the grant is gone (a
  * failover to a replica that missed it, a deleted key), and nothing proves that no former holder
  * wrote since: LOCKLOST "... is above its high-water mark ...", on which the sidecar gives the
  * lock up (lock_forfeit()) so that the next FENCE.ACQUIRE gets a new token and a new mark. A mark
@@ -417,12 +418,12 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "        .. name .. ': ' .. tostring(mark.err) .. ' (delete or repair that key)')\n"           \
     "    end\n"                                                                                    \
     "    mark = mark or '0'\n"                                                                     \
-    "    local t, h = tonumber(tok), tonumber(mark)\n"                                             \
-    "    if t == nil or h == nil then\n"                                                           \
+    "    if not (string.find(tok, '^[1-9]%d*$') and (mark == '0'\n"                                \
+    "        or string.find(mark, '^[1-9]%d*$'))) then\n"                                          \
     "      return redis.error_reply('ERR fencegate write script: lock ' .. name .. ' token '\n"    \
     "        .. tok .. ' or mark ' .. mark .. ' is not a number (check key ' .. key .. ')')\n"     \
     "    end\n"                                                                                    \
-    "    if t < h then\n"                                                                          \
+    "    if #tok < #mark or (#tok == #mark and tok < mark) then\n"                                 \
     "      return redis.error_reply('STALE lock ' .. name .. ' token ' .. tok\n"                   \
     "        .. ' < high-water mark ' .. mark .. ' (a newer holder exists; re-acquire)')\n"        \
     "    end\n"                                                                                    \
@@ -435,7 +436,7 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
     "          .. 'sidecar fell behind); re-acquire')\n"                                           \
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
-    "    if t > h then\n"                                                                          \
+    "    if tok ~= mark then\n"                                                                    \
     "      return redis.error_reply('LOCKLOST lock ' .. name .. ' (token ' .. tok\n"               \
     "        .. ') is above its high-water mark ' .. mark .. ': the mark set when it was '\n"      \
     "        .. 'granted is gone (the store lost data in a failover, or ' .. key .. ' was '\n"     \
@@ -494,23 +495,25 @@ static const char fence_group_lua[] =
     "return out\n";
 
 static const char fence_raise_lua[] =
-    "-- fencegate fence on acquire: KEYS[1] = the mark, ARGV[1] = the new token\n"
+    "-- fencegate fence on acquire: KEYS[1] = the mark, ARGV[1] = the new token. Returns 0\n"
+    "-- (raised) or the mark at or above it, as a string\n"
     "local mark = redis.pcall('GET', KEYS[1])\n"
     "if type(mark) == 'table' then\n"
     "  return redis.error_reply('ERR fencegate raise script: mark ' .. KEYS[1] .. ': '\n"
     "    .. tostring(mark.err) .. ' (delete or repair that key)')\n"
     "end\n"
     "mark = mark or '0'\n"
-    "local t, h = tonumber(ARGV[1]), tonumber(mark)\n"
-    "if t == nil or h == nil then\n"
-    "  return redis.error_reply('ERR fencegate raise script: token ' .. tostring(ARGV[1])\n"
+    "local t = ARGV[1]\n"
+    "if not (string.find(t, '^[1-9]%d*$') and (mark == '0' or string.find(mark, '^[1-9]%d*$')))\n"
+    "then\n"
+    "  return redis.error_reply('ERR fencegate raise script: token ' .. t\n"
     "    .. ' or mark ' .. mark .. ' is not a number (check key ' .. KEYS[1] .. ')')\n"
     "end\n"
-    "if t > h then\n"
-    "  redis.call('SET', KEYS[1], ARGV[1])\n"
+    "if #t > #mark or (#t == #mark and t > mark) then\n"
+    "  redis.call('SET', KEYS[1], t)\n"
     "  return 0\n"
     "end\n"
-    "return h\n";
+    "return mark\n";
 
 const char *fence_write_script(void)
 {
@@ -540,11 +543,12 @@ const char *fence_raise_script(void)
     "for i = 1, n do\n"                                                                            \
     "  local tok, name = ARGV[2 + i], ARGV[2 + n + i]\n"                                           \
     "  local m = redis.pcall('GET', KEYS[i])\n"                                                    \
-    "  local t, h = tonumber(tok), type(m) ~= 'table' and tonumber(m or '0')\n"                    \
-    "  if not t or not h then\n"                                                                   \
+    "  if type(m) ~= 'table' then m = m or '0' end\n"                                              \
+    "  if type(m) == 'table' or not string.find(tok, '^[1-9]%d*$')\n"                              \
+    "      or (m ~= '0' and not string.find(m, '^[1-9]%d*$')) then\n"                              \
     "    why = 'ERR fencegate write check: mark ' .. KEYS[i] .. ' of lock ' .. name\n"             \
     "      .. ' is not a number (delete or repair that key)'\n"                                    \
-    "  elseif t < h then\n"                                                                        \
+    "  elseif #tok < #m or (#tok == #m and tok < m) then\n"                                        \
     "    why = 'STALE lock ' .. name .. ' token ' .. tok .. ' < high-water mark ' .. m\n"          \
     "      .. ' (a newer holder exists; re-acquire)'\n"                                            \
     "  elseif owner ~= '' then\n"                                                                  \
@@ -555,9 +559,9 @@ const char *fence_raise_script(void)
     "        .. '; re-acquire'\n"                                                                  \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
-    "  if not why and t > h then\n"                                                                \
+    "  if not why and tok ~= m then\n"                                                             \
     "    why = 'LOCKLOST lock ' .. name .. ' (token ' .. tok .. ') is above its '\n"               \
-    "      .. 'high-water mark ' .. (m or '0') .. ': its mark is gone (failover? deleted?); '\n"   \
+    "      .. 'high-water mark ' .. m .. ': its mark is gone (failover? deleted?); '\n"            \
     "      .. 're-acquire'\n"                                                                      \
     "  end\n"                                                                                      \
     "  if why then break end\n"                                                                    \

@@ -9,6 +9,7 @@
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,7 @@ static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
     struct sm_call *c = priv;
     redisReply *r = reply;
     char msg[300];
+    uint64_t mark;
 
     if (!c->finished) {
         struct store_marks *m = c->m;
@@ -129,12 +131,13 @@ static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
             if (m)
                 m->raised++;
             sm_finish(c, 0, 0, NULL);
-        } else if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+        } else if (r->type == REDIS_REPLY_STRING && lock_token_parse(r->str, r->len, &mark) == 0 &&
+                   mark > 0) {
             if (m)
                 m->regressions++;
-            snprintf(msg, sizeof(msg), "the store's mark %lld is at or above the new token",
-                     r->integer);
-            sm_finish(c, 1, (uint64_t)r->integer, msg);
+            snprintf(msg, sizeof(msg), "the store's mark %" PRIu64 " is at or above the new token",
+                     mark);
+            sm_finish(c, 1, mark, msg);
         } else {
             snprintf(msg, sizeof(msg), "the store refused the fence mark: %.*s",
                      r->type == REDIS_REPLY_ERROR ? (int)r->len : 20,

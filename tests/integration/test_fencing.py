@@ -1324,5 +1324,47 @@ class LostGrant(FencingCase):
         self.assertEqual(cb.call("SET", "wallet:10", "B-1"), "OK")
         self.assertEqual(self.direct.get("wallet:10"), b"B-1")
 
+
+class BigTokens(FencingCase):
+    """Tokens go up to 2^63 - 1; Lua's numbers are doubles, one number for 2^53 and 2^53 + 1.
+    Every script that hands out, raises or checks a token compares it exactly."""
+
+    def test_tokens_beyond_2_53_are_handed_out_and_checked_exactly(self):
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port)
+        name = "wallet:big"
+        self.direct.set("fencegate:token:{%s}" % name, 2 ** 53)
+        t = self.acquire(c, name)
+        self.assertEqual(t, 2 ** 53 + 1)
+        self.assertEqual(self.hwm(name), t)
+        self.assertEqual(c.call("SET", name, "a"), "OK")
+        for cmd in range(5):
+            c.cmd("SET", name, "p%d" % cmd)
+        self.assertEqual([c.read_reply() for _ in range(5)], ["OK"] * 5)
+        self.direct.set(hwm_key(name), t + 1)  # a newer holder's mark
+        self.assert_refused(c.call("SET", name, "b"), "STALE")
+        for cmd in range(5):
+            c.cmd("SET", name, "q%d" % cmd)
+        for r in [c.read_reply() for _ in range(5)]:
+            self.assert_refused(r, "STALE")
+        self.direct.set(hwm_key(name), t - 1)  # a mark that went back
+        self.assert_refused(c.call("SET", name, "c"), "LOCKLOST")
+        self.assertEqual(self.direct.get(name), b"p4")
+
+    def test_fence_on_acquire_beyond_2_53_repairs_past_the_mark_exactly(self):
+        # The locks in a Redis of their own: fence on acquire raises the store's mark with its
+        # own script, and a mark at or above the new token has the counter repaired past it.
+        locks = self.start_redis()
+        fg = self.fencegate("--backend", "redis://127.0.0.1:%d" % locks.port)
+        c = self.raw(fg.resp_port)
+        name = "wallet:big2"
+        locks.client().set("fencegate:token:{%s}" % name, 2 ** 53)
+        self.direct.set(hwm_key(name), 2 ** 53 + 2)
+        t = self.acquire(c, name)
+        self.assertEqual(t, 2 ** 53 + 3)
+        self.assertEqual(self.hwm(name), t)
+        self.assertEqual(c.call("SET", name, "a"), "OK")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -924,6 +924,47 @@ static void test_fence_hook_repairs_lost_counter(void **state)
     client_free(c);
 }
 
+/* Counters beyond 2^53, where a Lua number (a double) cannot tell neighbours apart: the acquire
+ * and repair scripts hand tokens back exactly. */
+static void test_tokens_beyond_2_53_are_exact(void **state)
+{
+    struct acq a;
+    struct rel r;
+    struct hook h;
+    uint64_t v;
+    memset(&h, 0, sizeof(h));
+    struct lock_options o;
+    memset(&o, 0, sizeof(o));
+    o.fence = fence_hook;
+    o.fence_arg = &h;
+    struct lock_client *c = client_new(g_redis.port, &o);
+    struct lock_session *s = lock_session_new(c, 5000, NULL, NULL);
+    admin_int(g_redis.port, "SET " TEST_PREFIX "token:{big-1} 9007199254740992");
+    assert_int_equal(acquire_sync(s, "big-1", 0, 0, 0, &a), LOCK_OK);
+    assert_true(a.token == 9007199254740993ull);
+    assert_true(h.tokens[0] == 9007199254740993ull);
+    assert_int_equal(release_sync(s, "big-1", &r), LOCK_OK);
+    /* A store's mark beyond the counter: repaired past it, exactly. */
+    h.mark = 9007199254740995ull;
+    h.calls = 0;
+    assert_int_equal(acquire_sync(s, "big-1", 0, 0, 0, &a), LOCK_OK);
+    assert_true(a.token == 9007199254740996ull);
+    assert_int_equal(h.calls, 2);
+    assert_int_equal(release_sync(s, "big-1", &r), LOCK_OK);
+    client_free(c);
+
+    assert_int_equal(lock_token_parse("0", 1, &v), 0);
+    assert_true(v == 0);
+    assert_int_equal(lock_token_parse("9223372036854775807", 19, &v), 0);
+    assert_true(v == 9223372036854775807ull);
+    assert_int_equal(lock_token_parse("9223372036854775808", 19, &v), -1);
+    assert_int_equal(lock_token_parse("99999999999999999999", 20, &v), -1);
+    assert_int_equal(lock_token_parse("", 0, &v), -1);
+    assert_int_equal(lock_token_parse("-1", 2, &v), -1);
+    assert_int_equal(lock_token_parse("12a", 3, &v), -1);
+    assert_int_equal(lock_token_parse("1e5", 3, &v), -1);
+}
+
 static void test_session_free_releases(void **state)
 {
     struct acq a, pending;
@@ -1425,6 +1466,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_invalid_arguments, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_tokens_increase, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_tokens_beyond_2_53_are_exact, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_busy_and_reentrant, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_waiter_woken_by_release, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_waiters_fifo_and_deadline, test_setup, test_teardown),
