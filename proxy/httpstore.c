@@ -533,9 +533,15 @@ static void hs_forward(struct hs_fwd *f)
     else
         snprintf(host, sizeof(host), "%s:%d", a->host, a->port);
     evhttp_add_header(out, "Host", host);
-    evhttp_add_header(out, "Fence-Lock", f->lock);
     snprintf(num, sizeof(num), "%" PRIu64, f->token);
-    evhttp_add_header(out, "Fencing-Token", num);
+    if (evhttp_add_header(out, "Fence-Lock", f->lock) != 0 ||
+        evhttp_add_header(out, "Fencing-Token", num) != 0) { /* never unstamped */
+        evhttp_request_free(f->ureq);
+        f->ureq = NULL;
+        hs_fwd_fail(f, 400, "bad_request",
+                    "the lock name cannot be sent in a Fence-Lock header; nothing was forwarded");
+        return;
+    }
     if (blen > 0 || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT || cmd == EVHTTP_REQ_PATCH) {
         snprintf(num, sizeof(num), "%zu", blen);
         evhttp_add_header(out, "Content-Length", num);
@@ -653,6 +659,14 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         }
         rl = fence_lock_for_key(rules, dkey, (size_t)dlen - (size_t)(dkey - target), ruled,
                                 LOCK_MAX_NAME);
+        if (rl < 0) { /* a rule claims the path, but its lock could never be held: fail closed */
+            snprintf(msg, sizeof(msg),
+                     "path %.300s of store '%s' is protected by a lock whose name would be longer "
+                     "than %d bytes; no lock can fence it, so nothing was forwarded",
+                     rest, st->name, LOCK_MAX_NAME);
+            http_reply_error(req, 414, "uri_too_long", msg);
+            return;
+        }
     }
     if (rl > 0) {
         ruled[rl] = '\0';
@@ -677,10 +691,13 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         return;
     }
     len = strlen(lock);
-    if (nlock > 1 || len > LOCK_MAX_NAME) {
+    if (nlock > 1 || len > LOCK_MAX_NAME || strpbrk(lock, "\r\n")) {
+        /* the forwarded request names its lock in a Fence-Lock header, which cannot hold CR/LF */
         snprintf(msg, sizeof(msg), "Fence-Lock: %s",
-                 nlock > 1 ? "sent more than once; send exactly one lock name"
-                           : "the lock name is longer than 512 bytes");
+                 nlock > 1             ? "sent more than once; send exactly one lock name"
+                 : len > LOCK_MAX_NAME ? "the lock name is longer than 512 bytes"
+                                       : "the lock name has a CR or LF, which the forwarded "
+                                         "request's Fence-Lock header cannot carry");
         http_reply_error(req, 400, "bad_request", msg);
         return;
     }

@@ -499,6 +499,26 @@ class HttpStore(HttpStoreCase):
         st, _, body = self.store(fg, "PUT", "/other/a%20b", lock="other", body=b"x")
         self.assertEqual(st, 201, body)
 
+    def test_a_protected_path_whose_lock_no_one_can_hold_is_refused(self):
+        """A rule whose lock name would pass 512 bytes, or would hold a CR or LF (which the
+        forwarded request's Fence-Lock header cannot carry), fences a path no lock can guard:
+        refused, never forwarded under another lock the client names or holds."""
+        fg = self.sidecar(extra="protect:\n"
+                                "  - { store: blobs, keys: \"reports/*\", lock: \"report:$1\" }\n")
+        self.acquire(fg, "other")
+        long_ = "/reports/" + "a" * 600
+        for lock in ("other", None):
+            doc = self.assert_error(self.store(fg, "PUT", long_, lock=lock, body=b"x"),
+                                    414, "uri_too_long")
+            self.assertIn("longer than 512 bytes", doc["message"])
+        self.acquire(fg, "report:a%0D%0Ab")  # the lock API decodes its path too
+        st, _, data = harness.http_request(fg.http_port, "GET", "/v1/locks")
+        self.assertIn("report:a\r\nb", [x["name"] for x in json.loads(data)["locks"]])
+        doc = self.assert_error(self.store(fg, "PUT", "/reports/a%0D%0Ab", body=b"x"),
+                                400, "bad_request")
+        self.assertIn("CR or LF", doc["message"])
+        self.assertEqual(self.up.seen(), [])
+
     def test_client_closing_mid_stream_and_mid_wait(self):
         """A client that reads part of a large response and closes, and one that closes while
         the store has not answered: the sidecar drops the store request, keeps serving, and
