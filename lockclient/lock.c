@@ -1127,6 +1127,13 @@ int lock_forfeit(struct lock_session_ref ref, const char *name, size_t len, uint
     return 1;
 }
 
+int lock_still_held(struct lock_session_ref ref, const char *name, size_t len, uint64_t token)
+{
+    const struct lock_session *s = lock_session_by_id(ref.c, ref.id);
+    uint64_t t = 0;
+    return s && name && lock_state(s, name, len, &t, NULL) == 1 && t == token;
+}
+
 int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,
                long long *remaining_ms)
 {

@@ -128,6 +128,10 @@ struct lock_session_ref lock_session_ref(const struct lock_session *s);
 int lock_forfeit(struct lock_session_ref ref, const char *name, size_t len, uint64_t token,
                  const char *why);
 
+/* 1 when ref's session (still there) holds name with token and its lease has not run out, else
+ * 0: for a caller that learned, after a round trip, that token is current at the store. */
+int lock_still_held(struct lock_session_ref ref, const char *name, size_t len, uint64_t token);
+
 /* Local state of name in the session: 1 held (token, remaining lease in ms), 0 not held, -1 lost
  * (token of the lost lock). Never blocks. */
 int lock_state(const struct lock_session *s, const char *name, size_t len, uint64_t *token,

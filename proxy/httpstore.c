@@ -70,7 +70,8 @@ struct hs_fwd {
     size_t unsent; /* paused: the client's pending output when the idle timer was last armed */
     long long timeout_ms;
     uint64_t token;
-    char why[96]; /* refused: what was wrong with the store's answer */
+    struct lock_session_ref owner; /* the session that holds lock with token */
+    char why[96];                  /* refused: what was wrong with the store's answer */
     char lock[LOCK_MAX_NAME + 1];
     char target[]; /* path and query sent to the store */
 };
@@ -577,6 +578,12 @@ static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
         hs_fwd_finish(f);
         return;
     }
+    if (status == LOCK_OK && !lock_still_held(f->owner, f->lock, strlen(f->lock), f->token)) {
+        /* Lost here (lease over, renewal refused, released) while the mark was raised: with etcd
+         * the mark alone decided, and a former holder's request must not go out. */
+        status = LOCK_LOST;
+        msg = "the lock was lost while its mark was raised (its lease ran out, or it was released)";
+    }
     if (status == LOCK_OK) {
         hs_forward(f);
         return;
@@ -760,6 +767,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     f->st = st;
     f->req = req;
     f->token = token;
+    f->owner = lock_session_ref(sess);
     f->timeout_ms = timeout;
     memcpy(f->lock, lock, len + 1);
     memcpy(f->target, target, (size_t)tlen + 1);

@@ -467,6 +467,37 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(json.loads(body)["mark"], t + 1000)
         self.assertEqual(len(up.seen()), n, "a stale request reached the store")
 
+    def test_http_store_request_of_a_lock_lost_while_its_mark_is_raised_is_not_sent(self):
+        """With etcd the mark alone decides (tokens never repeat). etcd freezes while a request
+        waits for its mark; the lock's lease runs out in the sidecar meanwhile (keepalives
+        unanswered). When etcd answers the mark (the token is still the newest), the request
+        must not go out: the sidecar no longer holds the lock."""
+        from test_http_store import Upstream
+        up = Upstream()
+        self.addCleanup(up.stop)
+        cfg = ("stores:\n  - { name: blobs, url: \"http://127.0.0.1:%d\" }\n" % up.port)
+        fg = self.fencegate("--session-ttl-ms", "900", config=cfg)
+        st, _, data = harness.http_request(fg.http_port, "POST", "/v1/locks/b2", b"{}")
+        self.assertEqual(st, 200, data)
+        got = {}
+
+        def put():
+            got["r"] = harness.http_request(fg.http_port, "PUT", "/v1/stores/blobs/http/o",
+                                            b"data", headers={"Fence-Lock": "b2"}, timeout=15)
+        member = self.etcd.members[0]
+        member.freeze()
+        try:
+            t = threading.Thread(target=put)
+            t.start()
+            time.sleep(1.3)  # past the 900 ms lease, inside the 2 s the mark's call may take
+        finally:
+            member.thaw()
+        t.join(15)
+        st, _, body = got["r"]
+        self.assertEqual(st, 409, body)
+        self.assertEqual(json.loads(body)["error"], "lock_lost", body)
+        self.assertEqual(up.seen(), [], "a request under a lost lock reached the store")
+
     def test_store_down_locks_are_still_released_and_none_is_granted(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port, timeout=10)
