@@ -8,6 +8,7 @@ locks are held and waited for, and no lock is ever granted twice."""
 import json
 import os
 import re
+import signal
 import threading
 import time
 import unittest
@@ -497,6 +498,24 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(st, 409, body)
         self.assertEqual(json.loads(body)["error"], "lock_lost", body)
         self.assertEqual(up.seen(), [], "a request under a lost lock reached the store")
+
+    def test_a_lock_taken_again_just_after_its_lease_ran_out_does_not_wait_behind_itself(self):
+        """The session's lease ran out in the sidecar (frozen here) while etcd still keeps the
+        key; the same connection asks for the lock again, with another TTL (another lease),
+        and that request is read before the sidecar's timer reports the loss. The old key must be
+        gone with its lease, and the new one must not queue behind it."""
+        fg = self.fencegate("--session-ttl-ms", "1000", config=None)
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "relock")
+        self.freeze(fg)
+        time.sleep(1.3)  # past the sidecar's 1 s lease, inside etcd's (at least 2 s)
+        c.cmd("FENCE.ACQUIRE", "relock", "TTL", "3000", "WAIT", "3000")
+        fg.signal(signal.SIGCONT)  # the request is read before the expiry timer runs
+        r = c.read_reply(timeout=10)
+        self.assertIsInstance(r, int, r)
+        self.assertGreater(r, t)
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "relock/")) == 1, 5, 0.05,
+                           "only the new key left")
 
     def test_store_down_locks_are_still_released_and_none_is_granted(self):
         fg = self.fencegate()
