@@ -135,7 +135,7 @@ static void main_on_grace(evutil_socket_t fd, short what, void *arg)
 
     log_warn("shutdown grace period (%lld ms) over with %d connection(s) still busy; closing them",
              m->cfg->shutdown_grace_ms, server_client_count(m->srv));
-    event_base_loopexit(m->base, NULL);
+    server_close_all(m->srv); /* the drain is done: main_on_drained leaves time for releases */
 }
 
 static void main_on_signal(evutil_socket_t sig, short what, void *arg)

@@ -2449,12 +2449,17 @@ void server_free(struct server *s)
     if (!s)
         return;
     s->drained = NULL;
-    while (s->clients)
-        cl_close(s->clients);
+    server_close_all(s);
     srv_stop_listening(s);
     lk_free(s->shared);
     fence_rules_free(s->rules);
     free(s);
+}
+
+void server_close_all(struct server *s)
+{
+    while (s && s->clients)
+        cl_close(s->clients);
 }
 
 void server_drain(struct server *s, void (*done)(void *arg), void *arg)

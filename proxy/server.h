@@ -26,6 +26,10 @@ void server_free(struct server *s);
  * left (possibly before returning). */
 void server_drain(struct server *s, void (*done)(void *arg), void *arg);
 
+/* Closes every connection now (their locks are released), as when a drain's grace runs out; a
+ * drain waiting for them is then done. Never from inside a client's callback. */
+void server_close_all(struct server *s);
+
 /* Connections open now. */
 int server_client_count(const struct server *s);
 

@@ -517,6 +517,20 @@ class EtcdLocks(EtcdTestCase):
         harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "relock/")) == 1, 5, 0.05,
                            "only the new key left")
 
+    def test_sigterm_revokes_the_leases_even_without_a_grace_period(self):
+        """SIGTERM with shutdown_grace_ms 0 while connections hold locks (one idle, one inside
+        a MULTI): closing them releases their locks, and their lease revokes reach etcd before
+        the sidecar exits, so no other sidecar waits for the leases to run out."""
+        fg = self.fencegate("--shutdown-grace-ms", "0", config=None)
+        idle, busy = self.raw(fg.resp_port), self.raw(fg.resp_port)
+        self.acquire(idle, "bye1")
+        self.acquire(busy, "bye2")
+        self.assertEqual(busy.call("MULTI"), "OK")
+        self.assertEqual(len(self.etcd.keys(PREFIX)), 2)
+        fg.stop(expect_rc=0)
+        self.assertEqual(self.etcd.keys(PREFIX), [])
+        self.assertNotIn("id", self.etcd.ctl("lease", "list"))
+
     def test_store_down_locks_are_still_released_and_none_is_granted(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port, timeout=10)
