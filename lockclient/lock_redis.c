@@ -1364,18 +1364,11 @@ static int rd_op_ready(const struct lock_client *c)
     return rd_of(c)->main.state == RD_READY;
 }
 
-/* Parses a decimal in [lo, hi] from s (n bytes). Returns 0 or -1. */
+/* Parses a decimal in [lo, hi] (0 <= lo <= hi <= INT_MAX) from s (n bytes). Returns 0 or -1. */
 static int rd_parse_num(const char *s, size_t n, long lo, long hi, int *out)
 {
-    long v = 0;
-    if (n == 0 || n > 9)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v < lo || v > hi)
+    uint64_t v;
+    if (lock_token_parse(s, n, &v) != 0 || v < (uint64_t)lo || v > (uint64_t)hi)
         return -1;
     *out = (int)v;
     return 0;
