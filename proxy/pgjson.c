@@ -445,14 +445,19 @@ const char *pgjson_txn_keyword(const char *sql)
     return NULL;
 }
 
-/* 1 when s (case-insensitively) contains the fence table's name. */
+/* 1 when s (case-insensitively) contains the fence table's name, which is also the prefix of
+ * fencegate's prepared statements; 2 when it has a Unicode-escaped identifier (U&"..."), which
+ * could spell that name without these letters. */
 static int pgj_mentions_fence(const char *s)
 {
     static const char name[] = "fencegate_fence";
 
-    for (; *s; s++)
+    for (; *s; s++) {
         if (strncasecmp(s, name, sizeof(name) - 1) == 0)
             return 1;
+        if ((s[0] == 'U' || s[0] == 'u') && s[1] == '&' && s[2] == '"')
+            return 2;
+    }
     return 0;
 }
 
@@ -464,14 +469,23 @@ const char *pgjson_refusal(const char *sql)
 
     if (!*s)
         return "empty statement (nothing but whitespace, comments or ';')";
-    if (pgj_mentions_fence(sql))
-        return "fencegate_fence is fencegate's own table; statements may not mention it";
+    switch (pgj_mentions_fence(sql)) {
+    case 1:
+        return "fencegate_fence is fencegate's own table (and the prefix of its prepared "
+               "statements); statements may not mention it";
+    case 2:
+        return "Unicode-escaped identifiers (U&\"...\") are not allowed: they could name "
+               "fencegate_fence without spelling it";
+    }
     n = pgj_word(s);
     if (pgjson_txn_keyword(s))
         return "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, PREPARE, ...) is not "
                "allowed: fencegate runs the whole batch as one transaction of its own";
     if (pgj_is(s, n, "COPY"))
         return "COPY is not allowed: fencegate does not carry COPY data";
+    if (pgj_is(s, n, "EXECUTE"))
+        return "EXECUTE is not allowed: the prepared statements of a pooled connection are "
+               "fencegate's own";
     for (int i = 0; session[i]; i++)
         if (pgj_is(s, n, session[i]))
             return "LISTEN, UNLISTEN, DISCARD and DEALLOCATE are not allowed: they change the "

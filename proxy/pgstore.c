@@ -81,6 +81,17 @@
 #define PG_ADVISORY_CLASS "1178946883"
 #define PG_Q_COMMIT       1000000 /* err_index of an error at COMMIT */
 
+/* Where the table is: the first schema on the connection's search_path that has one (as an
+ * unqualified name would resolve), else the first schema, where it is created. Sidecars whose
+ * roles differ in search_path then still meet in a table that exists, and a schema named after
+ * the role created later ("$user" comes first) does not split the marks. */
+static const char pg_sql_schema[] =
+    "SELECT (SELECT n.nspname FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) "
+    "WITH ORDINALITY AS p(s, i) JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) "
+    "p.s JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname "
+    "OPERATOR(pg_catalog.=) 'fencegate_fence' AND c.relkind OPERATOR(pg_catalog.=) 'r' "
+    "ORDER BY p.i LIMIT 1), pg_catalog.current_schema()";
+
 /* Statements name the table as {T}: its quoted, schema-qualified name goes there. */
 static const char pg_sql_create[] =
     "CREATE TABLE IF NOT EXISTS {T} (lock text PRIMARY KEY, token bigint NOT NULL)";
@@ -91,11 +102,11 @@ static const struct {
     Oid types[4];
 } pg_prepared[] = {
     /* Transaction control prepared too: no parse and plan per batch. */
-    {"fencegate_begin", "BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED", 0, {0, 0}},
-    {"fencegate_commit", "COMMIT", 0, {0, 0}},
+    {"fencegate_fence_begin", "BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED", 0, {0, 0}},
+    {"fencegate_fence_commit", "COMMIT", 0, {0, 0}},
     /* Settings of a fence job, and the lock's advisory lock, exclusive: a raise waits for the
      * batches checking the old mark to end, and batches starting meanwhile wait for it. */
-    {"fencegate_s",
+    {"fencegate_fence_s",
      "SELECT pg_catalog.set_config('fencegate.batch', $1, true), "
      "pg_catalog.set_config('synchronous_commit', 'on', true), "
      "pg_catalog.set_config('statement_timeout', $2, true), "
@@ -105,7 +116,7 @@ static const struct {
     /* A batch's settings, and the lock's advisory lock, shared: batches of the current holder run
      * side by side. Taken in its own statement, so that the check after it reads the mark with
      * a snapshot taken once the lock is held (READ COMMITTED). */
-    {"fencegate_a",
+    {"fencegate_fence_a",
      "SELECT pg_catalog.set_config('fencegate.batch', $1, true), "
      "pg_catalog.set_config('synchronous_commit', 'on', true), "
      "pg_catalog.set_config('statement_timeout', $2, true), "
@@ -116,7 +127,7 @@ static const struct {
      * it to T before T was handed out and marks only grow, so above T is stale, and missing or
      * below T means the row was deleted or reset: refused. Every error branch refers to m, so
      * no branch is folded into an error at plan time. */
-    {"fencegate_f",
+    {"fencegate_fence_f",
      "SELECT CASE WHEN m OPERATOR(pg_catalog.=) $2 THEN 0 "
      "WHEN m OPERATOR(pg_catalog.>) $2 THEN CAST('" PG_STALE_MARKER
      " ' OPERATOR(pg_catalog.||) $2 OPERATOR(pg_catalog.||) ' below mark ' "
@@ -126,13 +137,13 @@ static const struct {
      "FROM (SELECT (SELECT token FROM {T} WHERE lock OPERATOR(pg_catalog.=) $1) AS m) AS s",
      2,
      {25, 20}},
-    {"fencegate_r1",
+    {"fencegate_fence_r1",
      "INSERT INTO {T} AS f (lock, token) VALUES ($1, $2) ON CONFLICT (lock) DO UPDATE SET "
      "token = EXCLUDED.token WHERE f.token OPERATOR(pg_catalog.<) EXCLUDED.token RETURNING token",
      2,
      {25, 20}},
-    {"fencegate_r2", "SELECT token FROM {T} WHERE lock OPERATOR(pg_catalog.=) $1", 1, {25}},
-    {"fencegate_c",
+    {"fencegate_fence_r2", "SELECT token FROM {T} WHERE lock OPERATOR(pg_catalog.=) $1", 1, {25}},
+    {"fencegate_fence_c",
      "SELECT CASE WHEN pg_catalog.current_setting('fencegate.batch', true) "
      "OPERATOR(pg_catalog.=) $1 THEN 0 ELSE CAST('" PG_ESCAPE_MARKER
      " (' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting("
@@ -217,6 +228,7 @@ struct pgstores {
 };
 
 static void pg_next_job(struct pgstore *s, struct pg_conn *c);
+static void pg_job_done(struct pg_job *j);
 
 /* ---- jobs ---------------------------------------------------------------------------------- */
 
@@ -399,7 +411,9 @@ static void pc_broken(struct pg_conn *c, const char *why)
     if (c->backoff_ms > PG_BACKOFF_MAX_MS)
         c->backoff_ms = PG_BACKOFF_MAX_MS;
     pc_timer(c, c->backoff_ms / 2 + rand() % (c->backoff_ms / 2 + 1));
-    if (j && phase == 1 && j->err_index < 0 && !j->committed) {
+    if (j && j->committed) {
+        pg_job_done(j); /* COMMIT was answered: committed, with every result read */
+    } else if (j && phase == 1 && j->err_index < 0) {
         snprintf(msg, sizeof(msg),
                  "the connection failed after the batch and its COMMIT were sent (%s): it may or "
                  "may not have committed; read the data back before retrying",
@@ -443,8 +457,7 @@ static void pc_setup(struct pg_conn *c)
     snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", c->s->timeout_ms);
     ok = pq.PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) &&
          pq.PQpipelineSync(c->pg) &&
-         pq.PQsendQueryParams(c->pg, "SELECT pg_catalog.current_schema()", 0, NULL, NULL, NULL,
-                              NULL, 0) &&
+         pq.PQsendQueryParams(c->pg, pg_sql_schema, 0, NULL, NULL, NULL, NULL, 0) &&
          pq.PQpipelineSync(c->pg);
     if (!ok) {
         pc_broken(c, pq.PQerrorMessage(c->pg));
@@ -461,11 +474,13 @@ static void pc_setup(struct pg_conn *c)
     pc_flush(c);
 }
 
-/* Stage 1's answer: the schema (current_schema(), NULL when search_path names none). */
+/* Stage 1's answer: the first schema on the search_path that has the table, else the first
+ * schema (NULL when search_path names none). */
 static void pc_setup_schema(struct pg_conn *c, const PGresult *r)
 {
+    int col = pq.PQntuples(r) == 1 && pq.PQnfields(r) == 2 && pq.PQgetisnull(r, 0, 0) ? 1 : 0;
     const char *schema =
-        pq.PQntuples(r) == 1 && !pq.PQgetisnull(r, 0, 0) ? pq.PQgetvalue(r, 0, 0) : NULL;
+        pq.PQntuples(r) == 1 && !pq.PQgetisnull(r, 0, col) ? pq.PQgetvalue(r, 0, col) : NULL;
     char *q;
     size_t n;
 
@@ -560,8 +575,9 @@ static void pc_poll(struct pg_conn *c)
 
 static void pc_connect(struct pg_conn *c)
 {
-    const char *kw[] = {"application_name", "dbname", NULL};
-    const char *val[] = {"fencegate", c->s->cfg->url.raw, NULL};
+    /* After dbname, so that it wins over the URL's: JSON is UTF-8 both ways. */
+    const char *kw[] = {"application_name", "dbname", "client_encoding", NULL};
+    const char *val[] = {"fencegate", c->s->cfg->url.raw, "UTF8", NULL};
 
     c->pg = pq.PQconnectStartParams(kw, val, 1);
     if (!c->pg) {
@@ -676,6 +692,8 @@ static void pc_result(struct pg_conn *c, PGresult *r)
             j->committed = 1;
         return;
     }
+    if (j->committed)
+        return; /* an error after COMMIT answered (the server going away) changes nothing */
     if (st == PGRES_FATAL_ERROR) {
         pg_job_error(j, c->qi, r);
         return;
@@ -803,7 +821,8 @@ static void pg_job_done(struct pg_job *j)
                  "postgresql store '%s': COMMIT did not commit the batch; it was rolled back",
                  name);
         http_reply_error(j->req, 500, "internal", text);
-    } else if (j->err_index < 0 || (j->errmsg && strstr(j->errmsg, PG_ESCAPE_MARKER))) {
+    } else if (j->err_index < 0 || (j->err_index == PG_NPRE + j->rq.nstmts && j->errmsg &&
+                                    strstr(j->errmsg, PG_ESCAPE_MARKER))) {
         /* Only reachable if a statement ended the block despite the filter. */
         snprintf(text, sizeof(text),
                  "postgresql store '%s': a statement of the batch ended fencegate's transaction "
@@ -1027,22 +1046,22 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
     c->qi = 0;
     c->in_query = 0;
     pg_batch_id(j->batch, sizeof(j->batch));
-    ok = pq.PQsendQueryPrepared(c->pg, "fencegate_begin", 0, NULL, NULL, NULL, 0);
+    ok = pq.PQsendQueryPrepared(c->pg, "fencegate_fence_begin", 0, NULL, NULL, NULL, 0);
     if (j->fence) {
-        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_s", 3, sp, NULL, NULL, 0) &&
-             pq.PQsendQueryPrepared(c->pg, "fencegate_r1", 2, fp, NULL, NULL, 0) &&
-             pq.PQsendQueryPrepared(c->pg, "fencegate_r2", 1, fp, NULL, NULL, 0);
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_s", 3, sp, NULL, NULL, 0) &&
+             pq.PQsendQueryPrepared(c->pg, "fencegate_fence_r1", 2, fp, NULL, NULL, 0) &&
+             pq.PQsendQueryPrepared(c->pg, "fencegate_fence_r2", 1, fp, NULL, NULL, 0);
         j->commit_qi = PG_Q_R2 + 1;
     } else {
-        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_a", 3, sp, NULL, NULL, 0) &&
-             pq.PQsendQueryPrepared(c->pg, "fencegate_f", 2, fp, NULL, NULL, 0);
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_a", 3, sp, NULL, NULL, 0) &&
+             pq.PQsendQueryPrepared(c->pg, "fencegate_fence_f", 2, fp, NULL, NULL, 0);
         for (int i = 0; ok && i < j->rq.nstmts; i++)
             ok = pq.PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
                                       j->rq.stmts[i].params, NULL, NULL, 0);
-        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_c", 1, cp, NULL, NULL, 0);
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_c", 1, cp, NULL, NULL, 0);
         j->commit_qi = PG_NPRE + j->rq.nstmts + 1;
     }
-    ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_commit", 0, NULL, NULL, NULL, 0);
+    ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_commit", 0, NULL, NULL, NULL, 0);
     if (!ok || !pq.PQpipelineSync(c->pg)) {
         /* No Sync went out: dropping the connection rolls back whatever was sent. */
         pc_broken(c, pq.PQerrorMessage(c->pg));

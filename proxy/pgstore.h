@@ -1,11 +1,11 @@
 /* pgstore.h — PostgreSQL stores: a bounded libpq connection pool per store on the event loop,
  * POST /v1/stores/{store}/sql (fenced SQL batches) and fence on acquire.
  *
- * A batch runs in a transaction block fencegate opens and closes itself: BEGIN, the fence
- * statements on the lock's row of fencegate_fence (checked and raised to the token under a row
- * lock; a stale token raises an error, so nothing after it runs), the statements and a check
- * that the block is still fencegate's, in one pipeline; then, once every result is in and fine,
- * COMMIT (else ROLLBACK). See pgstore.c. */
+ * A batch runs in a transaction block fencegate opens and closes itself, in one pipeline: BEGIN,
+ * the settings and the lock's advisory lock (shared), a plain read that the lock's row of
+ * fencegate_fence holds exactly the token (else an error, so nothing after it runs), the
+ * statements, a check that the block is still fencegate's, COMMIT; a block an error left open is
+ * rolled back in a second round trip. See pgstore.c. */
 #ifndef FG_PGSTORE_H
 #define FG_PGSTORE_H
 
@@ -27,7 +27,8 @@ struct pgstore;
 /* Fence-on-acquire jobs waiting for a connection: a reserve of their own, so that a flood of
  * SQL batches filling queue_max never makes lock acquisitions fail. */
 #define PGSTORE_FENCE_QUEUE_MAX 1024
-/* Bytes of rendered JSON results per batch; past it the batch is rolled back and answered 413. */
+/* Bytes of rendered JSON results per batch; past it the batch (committed: COMMIT went out in the
+ * same pipeline) is answered 413 with "committed":true and no results. */
 #define PGSTORE_RESULT_MAX (16u * 1024 * 1024)
 
 /* One pool per postgresql:// store of cfg; connects in the background. NULL when out of memory.

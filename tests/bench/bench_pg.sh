@@ -112,8 +112,8 @@ cat >"$TMPDIR_BENCH/update.sql" <<EOF
 \\set id random(1, $ROWS)
 UPDATE bench SET n = n + 1 WHERE id = :id;
 EOF
-# The transaction fencegate sends for one batch (pgstore.c: fencegate_begin, _a, _f, the statement,
-# _c, fencegate_commit), prepared and pipelined in one round trip as fencegate sends it (fencegate
+# The transaction fencegate sends for one batch (pgstore.c: fencegate_fence_begin, _a, _f, the
+# statement, _c, _commit), prepared and pipelined in one round trip as fencegate sends it (fencegate
 # prepares its own five but not the application's statement, so this is a little less work than
 # fencegate asks for): what the fence costs PostgreSQL itself, without the proxy (informational,
 # like bench_locks' script column).

@@ -70,6 +70,35 @@ class PgStoreTest(FgTestCase):
 
     # ---- the safety story ---------------------------------------------------------------
 
+    def test_text_is_utf8_whatever_the_database_encoding(self):
+        """JSON is UTF-8: the connection says so (client_encoding), so that a LATIN1 database
+        stores one character for "é", and what other clients wrote comes back right."""
+        self.pg.sql("CREATE DATABASE latin ENCODING 'LATIN1' TEMPLATE template0 "
+                    "LC_COLLATE 'C' LC_CTYPE 'C'")
+        url = self.pg.url.rsplit("/", 1)[0] + "/latin"
+        cfg = self.write_file("fg-latin.yaml", "stores:\n  - name: pg\n    url: %s\n" % url)
+        fg = self.start_fencegate(self.redis, args=["--config", cfg])
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "CREATE TABLE t (s text)"},
+                                 {"sql": "INSERT INTO t VALUES ($1)", "params": ["\u00e9"]},
+                                 {"sql": "SELECT s, length(s) FROM t"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["results"][2]["rows"], [["\u00e9", 1]])
+        p = subprocess.run([PSQL, "-X", "-A", "-t", "-h", "127.0.0.1", "-p", str(self.pg.port),
+                            "-U", self.pg.user, "-d", "latin", "-c",
+                            "SELECT length(s), octet_length(s) FROM t"],
+                           capture_output=True, timeout=30, env=clean_env())
+        self.assertEqual(p.stdout.decode().strip(), "1|1")
+
+    def test_an_application_error_that_quotes_fencegate_is_its_own(self):
+        """A statement's own error is the application's (422), even when its text is the one
+        fencegate's last check uses to say the batch escaped its transaction."""
+        fg = self.fencegate()
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "SELECT CAST('fencegate: the batch ended the "
+                                         "transaction fencegate began' AS int)"}])
+        self.assertEqual((st, body["error"]), (422, "sql_error"), body)
+
     def test_frozen_sidecar_is_refused_and_never_writes(self):
         a = self.fencegate(args=["--session-ttl-ms", "1000"])
         b = self.fencegate(args=["--session-ttl-ms", "1000"])
@@ -381,6 +410,21 @@ class PgStoreTest(FgTestCase):
         self.assertEqual((st, body["error"], body["mark"]), (409, "stale_token", t + 100), body)
         self.assertEqual(self.rows()[0], "1|alice|10")
         self.assertEqual(self.pg.sql("SELECT count(*) FROM s.fencegate_fence"), "0")
+
+    def test_sidecars_meet_in_the_fence_table_that_exists(self):
+        """The table is looked up on the role's search_path before it is created: a schema
+        named after the role, created once the table exists in public ("$user" comes first on
+        the default search_path), does not give later connections a table of their own, in
+        which a stale holder's old token would still match."""
+        a = self.fencegate()
+        t = self.acquire(a)
+        self.pg.sql("CREATE SCHEMA %s" % self.pg.user)
+        b = self.fencegate()
+        m = self.acquire(b, "M")
+        self.assertEqual(self.pg.sql("SELECT to_regclass('%s.fencegate_fence') IS NULL"
+                                     % self.pg.user), "t")
+        self.assertEqual(self.pg.sql("SELECT lock, token FROM public.fencegate_fence "
+                                     "ORDER BY lock").splitlines(), ["L|%d" % t, "M|%d" % m])
 
     def test_session_defaults_cannot_break_batches_or_fences(self):
         """A session made READ ONLY (or SERIALIZABLE) by default: fencegate's BEGIN says READ

@@ -239,6 +239,13 @@ static void test_refusal_keywords(void **state)
     expect_refused("DROP TABLE FENCEGATE_FENCE", "fencegate_fence");
     expect_refused("SELECT * FROM my_fencegate_fences", "fencegate_fence"); /* a plain substring */
     expect_allowed("SELECT 'fencegate', 'fence'");
+    /* ... spelled with Unicode escapes, or through fencegate's prepared statements. */
+    expect_refused("UPDATE U&\"fencegate\\005ffence\" SET token = 1", "Unicode-escaped");
+    expect_refused("SELECT * FROM u&\"x\"", "Unicode-escaped");
+    expect_allowed("SELECT U&'caf\\00e9', 'u&'");
+    expect_refused("EXECUTE fencegate_fence_r1('L', 9)", "fencegate_fence");
+    expect_refused("execute q(1)", "EXECUTE is not allowed");
+    expect_refused("DO $$ BEGIN EXECUTE 'EXECUTE fencegate_fence_c(1)'; END $$", "fencegate_fence");
     /* Through the parser: the index and the reason. */
     expect_error("{\"lock\":\"L\",\"statements\":[{\"sql\":\"SELECT 1\"},{\"sql\":\";COMMIT\"}]}",
                  FG_ERR_PROTO, "statements[1].sql: COMMIT is not allowed");
