@@ -126,18 +126,19 @@ struct client {
     size_t ops_head, ops_count, ops_cap;
 
     enum conn_mode mode;
-    unsigned blocked : 1;     /* a barrier op is in flight: parsing waits */
-    unsigned stalled : 1;     /* parsing stopped with whole requests left in `in` */
-    unsigned closing : 1;     /* close once `out` is written; read nothing more */
-    unsigned quit_sent : 1;   /* QUIT forwarded: the upstream will close */
-    unsigned reply_off : 1;   /* CLIENT REPLY OFF (fencegate's own: Redis always replies) */
-    unsigned skip_next : 1;   /* CLIENT REPLY SKIP */
-    unsigned silent_cmd : 1;  /* the request being classified gets OPF_SILENT ops */
-    unsigned in_multi : 1;    /* between MULTI and EXEC/DISCARD */
-    unsigned resp3 : 1;       /* HELLO 3 succeeded */
-    unsigned sub_resp3 : 1;   /* subscribed in RESP3 (maybe still): HELLO 2 enters pub/sub */
-    unsigned marker_wait : 1; /* pub/sub barrier PING in flight */
-    unsigned pass_once : 1;   /* forward the held request as is (still subscribed) */
+    unsigned blocked : 1;       /* a barrier op is in flight: parsing waits */
+    unsigned stalled : 1;       /* parsing stopped with whole requests left in `in` */
+    unsigned closing : 1;       /* close once `out` is written; read nothing more */
+    unsigned quit_sent : 1;     /* QUIT forwarded: the upstream will close */
+    unsigned reply_off : 1;     /* CLIENT REPLY OFF (fencegate's own: Redis always replies) */
+    unsigned skip_next : 1;     /* CLIENT REPLY SKIP */
+    unsigned silent_cmd : 1;    /* the request being classified gets OPF_SILENT ops */
+    unsigned in_multi : 1;      /* between MULTI and EXEC/DISCARD */
+    unsigned resp3 : 1;         /* HELLO 3 succeeded */
+    unsigned sub_resp3 : 1;     /* subscribed in RESP3 (maybe still): HELLO 2 enters pub/sub */
+    unsigned marker_wait : 1;   /* pub/sub barrier PING in flight */
+    unsigned pass_once : 1;     /* forward the held request as is (still subscribed) */
+    unsigned monitor_reset : 1; /* RESET sent in monitor mode: parsing waits for its +RESET */
     unsigned dead : 1;
     unsigned processing : 1;    /* inside req_process: callbacks must not re-enter it */
     unsigned script_loaded : 1; /* the fence script was loaded on this upstream connection */

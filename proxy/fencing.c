@@ -760,6 +760,38 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
     metrics_inc(&fg_metrics, M_FENCED_WRITES, 1);
 }
 
+/* A key fencegate keeps in the store: a mark, or with the locks in the store's Redis a lock key
+ * or token counter (the backend's prefix, "<prefix>lock:" less "lock:"). A client's write to one
+ * could lower a mark, or free or forge a lock. */
+static int fencing_reserved(const struct client *c, const char *k, size_t n)
+{
+    static const char hwm[] = FENCE_HWM_PREFIX;
+    const char *bp = c->srv->owner_prefix;
+    size_t bl = bp && strlen(bp) > 5 ? strlen(bp) - 5 : 0;
+
+    return (n >= sizeof(hwm) - 1 && memcmp(k, hwm, sizeof(hwm) - 1) == 0) ||
+           (bl && n >= bl && memcmp(k, bp, bl) == 0);
+}
+
+/* Redis's own answer to a command it does not know, arguments and all, then `more`. */
+static void fencing_unknown(struct client *c, const char *m, const struct resp_request *r,
+                            const char *more)
+{
+    char args[160];
+    size_t al = 0;
+
+    for (size_t i = 1; i < r->argc && al < 128; i++) {
+        int n = snprintf(args + al, sizeof(args) - al, "'%.*s' ",
+                         (int)(ALEN(i) < 128 - al ? ALEN(i) : 128 - al), ARG(i));
+        if (n < 0 || (size_t)n >= sizeof(args) - al)
+            break;
+        al += (size_t)n;
+    }
+    args[al] = '\0';
+    cl_reply_error(c, "ERR unknown command '%.*s', with args beginning with: %s%s",
+                   (int)(ALEN(0) > 128 ? 128 : ALEN(0)), ARG(0), args, more);
+}
+
 enum req_action fencing_write(struct client *c, const char *m, const struct resp_request *r,
                               struct span *sp)
 {
@@ -781,17 +813,23 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
                           "so it cannot tell writes apart; refused (retry shortly)");
         return REQ_SKIP;
     }
-    ci = cmd_lookup(t, ARG(0), ALEN(0), r->argc > 1 ? ARG(1) : NULL, r->argc > 1 ? ALEN(1) : 0);
-    if (!ci || !(ci->flags & CMD_WRITE || fencing_is_script(ARG(0), ALEN(0))))
-        return REQ_FORWARD; /* unknown commands get Redis's own error */
-    if ((ci->arity > 0 && r->argc != (size_t)ci->arity) ||
-        (ci->arity < 0 && r->argc < (size_t)-ci->arity))
-        return REQ_FORWARD; /* Redis refuses it before it runs, in its own words */
-    if (r->has_quoted) {
-        cl_reply_error(c, "ERR fencegate cannot fence an inline command with quoted arguments; "
-                          "send it as a RESP array");
+    if (r->has_quoted) { /* Redis unquotes "SET" or "\x53ET"; the table lookup would not */
+        cl_reply_error(c, "ERR fencegate cannot fence an inline command with quotes; send it as "
+                          "a RESP array");
         return REQ_SKIP;
     }
+    ci = cmd_lookup(t, ARG(0), ALEN(0), r->argc > 1 ? ARG(1) : NULL, r->argc > 1 ? ALEN(1) : 0);
+    if (!ci) { /* a renamed command, a module's loaded since: it may write; fail closed */
+        fencing_unknown(c, m, r,
+                        "(fencegate does not know it, so it cannot tell what it writes; refused "
+                        "while writes are fenced)");
+        return REQ_SKIP;
+    }
+    if (!(ci->flags & CMD_WRITE || fencing_is_script(ARG(0), ALEN(0))))
+        return REQ_FORWARD;
+    if ((ci->arity > 0 && r->argc != (size_t)ci->arity) ||
+        (ci->arity < 0 && r->argc < (size_t)-ci->arity))
+        return REQ_FORWARD;             /* Redis refuses it before it runs, in its own words */
     if (r->argc > FENCING_STACK_ARGS) { /* every key is judged: an index per argument */
         keys = malloc(r->argc * sizeof(*keys));
         argv = malloc(r->argc * sizeof(*argv));
@@ -821,6 +859,15 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
     for (size_t i = 0; i < r->argc; i++) {
         argv[i] = ARG(i);
         lens[i] = ALEN(i);
+    }
+    for (long i = 0; i < nkeys; i++) {
+        if (fencing_reserved(c, ARG(keys[i]), ALEN(keys[i]))) {
+            cl_reply_error(c,
+                           "ERR key '%.*s' is fencegate's own (a fence mark or a lock's key); "
+                           "clients may not write it",
+                           (int)(ALEN(keys[i]) > 128 ? 128 : ALEN(keys[i])), ARG(keys[i]));
+            goto out;
+        }
     }
     fence_decide(c->srv->rules, argv, lens, keys, (size_t)nkeys, only.n == 1 ? &only.ref : NULL,
                  fencing_lookup, c, &d);
@@ -1111,20 +1158,9 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
     }
     if (tab) {
         ci = cmd_lookup(tab, name, nlen, NULL, 0);
-        if (!ci) { /* Redis's own wording, arguments and all */
-            char args[160];
-            size_t al = 0;
-            for (size_t i = 1; i < r->argc && al < 128; i++) {
-                int n = snprintf(args + al, sizeof(args) - al, "'%.*s' ",
-                                 (int)(ALEN(i) < 128 - al ? ALEN(i) : 128 - al), ARG(i));
-                if (n < 0 || (size_t)n >= sizeof(args) - al)
-                    break;
-                al += (size_t)n;
-            }
-            args[al] = '\0';
+        if (!ci) {
             t->dirty = 1;
-            cl_reply_error(c, "ERR unknown command '%.*s', with args beginning with: %s",
-                           (int)(nlen > 128 ? 128 : nlen), name, args);
+            fencing_unknown(c, m, r, "");
             return REQ_SKIP;
         }
         if ((ci->arity > 0 && r->argc != (size_t)ci->arity) ||
@@ -1136,6 +1172,12 @@ enum req_action fencing_txn_queue(struct client *c, const char *m, const struct 
         if (ci->flags & CMD_NO_MULTI) {
             t->dirty = 1;
             cl_reply_error(c, "ERR Command not allowed inside a transaction");
+            return REQ_SKIP;
+        }
+        if (name_is(name, nlen, "hello")) { /* would change how the replies fencegate pairs look */
+            t->dirty = 1;
+            cl_reply_error(c, "ERR fencegate does not run HELLO inside a MULTI block while writes "
+                              "are fenced; send it before MULTI");
             return REQ_SKIP;
         }
     }

@@ -1687,6 +1687,15 @@ static long rep_process(struct client *c, const char *src, size_t len)
             rep_pubsub(c, src + pos, scan - pos, &sp);
         } else {
             span_add(c, &sp, src + pos, scan - pos, 0);
+            /* Monitor lines are "+<time> [...] ...": only RESET's answer is "+RESET". */
+            if (c->monitor_reset && scan - pos == 8 && memcmp(src + pos, "+RESET\r\n", 8) == 0) {
+                c->monitor_reset = 0;
+                c->mode = MODE_NORMAL;
+                c->resp3 = c->sub_resp3 = 0;
+                c->db = 0;
+                c->reply_off = c->skip_next = 0;
+                cl_unblock(c);
+            }
         }
         c->reply_partial = 0;
         pos = scan;
@@ -1876,6 +1885,12 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
     if (c->mode == MODE_MONITOR) {
         if (name_is(name, nlen, "quit"))
             c->quit_sent = 1;
+        if (name_is(name, nlen, "reset") && !c->monitor_reset) {
+            /* Redis leaves monitor mode: what follows waits for its +RESET in the stream, then
+             * is read as normal requests (fenced again). */
+            c->monitor_reset = 1;
+            c->blocked = 1;
+        }
         return REQ_FORWARD;
     }
     if (c->mode == MODE_REPLICA) {
@@ -1894,8 +1909,13 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
             c->pass_once = 0;
             return REQ_FORWARD;
         }
-        if (is_subscribe(name, nlen) || is_unsubscribe(name, nlen) || name_is(name, nlen, "ping") ||
-            name_is(name, nlen, "reset"))
+        if (name_is(name, nlen, "reset")) {
+            /* Also leaves pub/sub mode, which the next command's marker PING finds. */
+            c->db = 0;
+            c->reply_off = c->skip_next = 0;
+            return REQ_FORWARD;
+        }
+        if (is_subscribe(name, nlen) || is_unsubscribe(name, nlen) || name_is(name, nlen, "ping"))
             return REQ_FORWARD;
         if (name_is(name, nlen, "quit")) {
             c->quit_sent = 1;

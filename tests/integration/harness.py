@@ -153,8 +153,9 @@ class RedisServer:
     """A redis-server on 127.0.0.1 in a temporary directory; can be stopped, killed and started
     again on the same port."""
 
-    def __init__(self, port=None):
+    def __init__(self, port=None, args=()):
         self.port = port or free_port()
+        self.args = list(args)  # more redis-server options, e.g. ["--rename-command", "SET", "X"]
         self.dir = tempfile.mkdtemp(prefix="fg-redis-")
         self.proc = None
         self.log_path = os.path.join(self.dir, "redis.log")
@@ -169,7 +170,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--save", "", "--appendonly", "no", "--bind", "127.0.0.1",
              "--port", str(self.port), "--dir", self.dir, "--logfile", self.log_path,
-             "--daemonize", "no"],
+             "--daemonize", "no"] + self.args,
             cwd=self.dir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, env=clean_env())
         deadline = time.monotonic() + START_TIMEOUT
@@ -530,8 +531,8 @@ class FgTestCase(unittest.TestCase):
             sys.stderr.flush()
         return out
 
-    def start_redis(self, port=None):
-        r = RedisServer(port)
+    def start_redis(self, port=None, args=()):
+        r = RedisServer(port, args)
         self._redis_procs.append(r)
         self.addCleanup(r.cleanup)
         r.start()

@@ -1366,5 +1366,93 @@ class BigTokens(FencingCase):
         self.assertEqual(c.call("SET", name, "a"), "OK")
 
 
+
+class NoWayAround(FencingCase):
+    """Ways a write could reach the store without its fence, each closed: the data stays as it
+    was, and the client is told why."""
+
+    def test_quoted_inline_commands_are_refused_while_writes_are_fenced(self):
+        # Redis unquotes "SET" and "\x53ET"; a table lookup of the raw token would not find
+        # the command and pass it on unfenced.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.direct.set("wallet:1", "v")
+        for line in (b'"SET" wallet:1 stolen\r\n', b'"\\x53ET" wallet:1 stolen\r\n',
+                     b'XGROUP "CREATE" wallet:9 g $ MKSTREAM\r\n', b'"FLUSHALL"\r\n'):
+            c.send(line)
+            r = c.read_reply()
+            self.assertIsInstance(r, Err, (line, r))
+            self.assertIn("inline command with quotes", r)
+        self.assertEqual(self.direct.get("wallet:1"), b"v")
+        self.assertEqual(self.direct.exists("wallet:9"), 0)
+        c.send(b"GET wallet:1\r\n")  # unquoted inline commands work as before
+        self.assertEqual(c.read_reply(), b"v")
+
+    def test_a_command_fencegate_does_not_know_is_refused_while_writes_are_fenced(self):
+        # A command renamed in redis.conf is still listed by COMMAND under its old name.
+        redis = self.start_redis(args=["--rename-command", "SET", "MYSET"])
+        cfg = self.write_file("fg-renamed.yaml", PROTECT)
+        fg = self.start_fencegate(redis, args=["--config", cfg])
+        c = self.raw(fg.resp_port)
+        r = c.call("MYSET", "wallet:1", "stolen")
+        self.assertIsInstance(r, Err, r)
+        self.assertTrue(r.startswith("ERR unknown command 'MYSET', with args beginning with: "
+                                     "'wallet:1' 'stolen' "), r)
+        self.assertIn("fencegate does not know it", r)
+        self.assertIsNone(redis.client().get("wallet:1"))
+
+    def test_reset_after_monitor_or_subscribe_leaves_writes_fenced(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.assertEqual(c.call("MONITOR"), "OK")
+        c.cmd("RESET")
+        self.assertEqual(c.read_reply(), "RESET")
+        self.assert_refused(c.call("SET", "wallet:1", "stolen"), "NOLOCK")
+        self.assertIsNone(self.direct.get("wallet:1"))
+        # After SELECT 3, SUBSCRIBE, RESET the connection is in database 0 again, and its
+        # fenced writes go there.
+        d = self.raw(fg.resp_port)
+        self.assertEqual(d.call("SELECT", "3"), "OK")
+        d.cmd("SUBSCRIBE", "ch")
+        d.read_reply()
+        d.cmd("RESET")
+        self.assertEqual(d.read_reply(), "RESET")
+        t = self.acquire(d, "wallet:2")
+        self.assertEqual(d.call("SET", "wallet:2", "x"), "OK")
+        self.assertEqual(d.call("GET", "wallet:2"), b"x")
+        self.assertEqual(self.direct.get("wallet:2"), b"x", "written in database 0")
+        self.assertEqual(self.hwm("wallet:2"), t)
+
+    def test_fencegates_own_keys_cannot_be_written_through_it(self):
+        # A mark lowered by another connection would let a stale holder's write pass.
+        fg = self.fencegate()
+        a, b = self.raw(fg.resp_port), self.raw(fg.resp_port)
+        t = self.acquire(a, "wallet:3")
+        self.direct.set(hwm_key("wallet:3"), t + 5)  # a newer holder's mark
+        self.assert_refused(a.call("SET", "wallet:3", "A"), "STALE")
+        for cmd in (("SET", hwm_key("wallet:3"), t), ("DEL", hwm_key("wallet:3")),
+                    ("SET", lock_key("wallet:3"), "x"), ("DEL", "fencegate:token:{wallet:3}"),
+                    ("EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", 1,
+                     hwm_key("wallet:3"), t)):
+            r = b.call(*cmd)
+            self.assertIsInstance(r, Err, (cmd, r))
+            self.assertIn("is fencegate's own", r)
+        self.assertEqual(self.hwm("wallet:3"), t + 5)
+        self.assert_refused(a.call("SET", "wallet:3", "A"), "STALE")
+        self.assertEqual(b.call("GET", hwm_key("wallet:3")), str(t + 5).encode())
+
+    def test_hello_inside_a_held_back_multi_is_refused(self):
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:4")
+        self.assertEqual(c.call("MULTI"), "OK")
+        r = c.call("HELLO", "3")
+        self.assertIsInstance(r, Err, r)
+        self.assertIn("HELLO inside a MULTI", r)
+        self.assertTrue(c.call("EXEC").startswith("EXECABORT"))
+        self.assertEqual(c.call("SET", "wallet:4", "v"), "OK")
+        self.assertEqual(c.call("PING"), "PONG")
+
+
 if __name__ == "__main__":
     unittest.main()
