@@ -1,7 +1,9 @@
 /* http.c — the HTTP endpoint: the lock API, health, readiness and Prometheus metrics. */
 #include "http.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "appcheck.h"
@@ -32,6 +35,7 @@
 #define HTTP_STORES_PREFIX "/v1/stores/"
 #define HTTP_MAX_ROUTES    8
 #define HTTP_BUSY_RETRY_MS 25
+#define HTTP_ESC_NAME      (LOCK_MAX_NAME * 6 + 1) /* a lock name JSON-escaped, every byte \u00XX */
 
 /* A lock the sidecar's session holds for HTTP clients: its lease and when it was granted. */
 struct http_grant {
@@ -288,6 +292,23 @@ static void http_on_client_gone(void *arg)
     a->req = NULL;
 }
 
+/* 1 when the client of a waiting request has closed its connection. libevent 2.1 notices that
+ * only when it next reads or writes, and it reads nothing while a request is being answered, so
+ * the socket is asked: end of stream, or an error, means nobody will read the answer. */
+static int http_peer_closed(struct evhttp_request *req)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    char b;
+    ssize_t n;
+
+    if (fd < 0)
+        return 0;
+    n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* A request that waits for the lock backend, tracked so that its connection closing early is
  * noticed (req becomes NULL). Returns NULL when out of memory. */
 static struct http_acquire *http_pending_new(struct http_api *h, struct evhttp_request *req,
@@ -313,13 +334,17 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
 {
     struct http_acquire *a = arg;
     struct http_api *h = a->h;
-    char body[1400], esc[1100], text[600];
+    char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME], text[600];
     long long ttl = a->ttl_ms > 0 ? a->ttl_ms : h->cfg->session_ttl_ms;
+    int gone = a->req && http_peer_closed(a->req);
 
-    if (status == LOCK_OK && (!a->req || !appcheck_healthy(h->app))) {
+    if (status == LOCK_OK && (!a->req || gone || !appcheck_healthy(h->app))) {
         /* Nobody is there to learn the token, or nobody to be trusted with it: give it back. */
         (void)lock_release(h->sess, a->name, a->len, NULL, NULL);
-        if (a->req)
+        if (gone) /* answered all the same, so that libevent finds the connection closed */
+            http_error(a->req, 503, "Service Unavailable", "client_gone",
+                       "the client closed its connection while waiting; the lock was given back");
+        else if (a->req)
             http_error(a->req, 503, "Service Unavailable", "app_unhealthy", appcheck_why(h->app));
         http_acquire_free(a);
         return;
@@ -379,7 +404,10 @@ static void http_acquire_start(struct http_acquire *a)
     uint64_t token, now = clock_now_ms();
     long long rem, wait;
 
-    if (!a->req) {
+    if (!a->req || http_peer_closed(a->req)) { /* nobody waits any more: stop waiting */
+        if (a->req)
+            http_error(a->req, 503, "Service Unavailable", "client_gone",
+                       "the client closed its connection while waiting");
         http_acquire_free(a);
         return;
     }
@@ -455,18 +483,33 @@ static void http_lock_post(struct http_api *h, struct evhttp_request *req, const
 static void http_on_deleted(void *arg, int status, const char *msg)
 {
     struct http_acquire *a = arg;
-    char body[1200], esc[1100];
+    char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME];
+
+    char text[700];
 
     if (status == LOCK_UNAVAILABLE)
         log_warn("http release of %s: %s (the lease will run out by itself)", a->name,
                  msg ? msg : "backend error");
-    if (a->req) {
+    if (a->req && status == LOCK_OK) {
         http_json_escape(esc, sizeof(esc), a->name);
         snprintf(body, sizeof(body), "{\"name\":\"%s\",\"released\":true,\"token\":%" PRIu64 "}",
                  esc, a->token);
         http_json(a->req, 200, "OK", body);
+    } else if (a->req && status == LOCK_NOT_HELD) {
+        snprintf(text, sizeof(text),
+                 "lock %.300s (token %" PRIu64 ") was lost before the release: the backend no "
+                 "longer held it for this sidecar",
+                 a->name, a->token);
+        http_error(a->req, 404, "Not Found", "not_held", text);
+    } else if (a->req) {
+        snprintf(text, sizeof(text),
+                 "lock %.300s (token %" PRIu64 "): the release did not reach the backend (%.200s); "
+                 "this sidecar no longer holds it, and its lease runs out by itself",
+                 a->name, a->token, msg ? msg : "backend error");
+        http_error(a->req, 503, "Service Unavailable", "unavailable", text);
     }
-    http_event_lock(a->h, "released", a->name, a->len, a->token, 0, NULL);
+    http_event_lock(a->h, status == LOCK_NOT_HELD ? "lost" : "released", a->name, a->len, a->token,
+                    0, NULL);
     http_acquire_free(a);
 }
 
@@ -478,7 +521,7 @@ static void http_lock_delete(struct http_api *h, struct evhttp_request *req, con
 {
     uint64_t token;
     long long rem;
-    char body[1400], esc[1100];
+    char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME];
     int st = h->sess ? lock_state(h->sess, name, len, &token, &rem) : 0;
     struct http_acquire *a;
 
@@ -519,7 +562,7 @@ static void http_list_one(void *arg, const char *name, size_t len, int state, ui
 {
     struct http_list *l = arg;
     struct http_grant *g = *http_grant_find(l->h, name, len);
-    char esc[1100], nm[LOCK_MAX_NAME + 1];
+    char esc[HTTP_ESC_NAME], nm[LOCK_MAX_NAME + 1];
 
     snprintf(nm, sizeof(nm), "%.*s", (int)len, name);
     http_json_escape(esc, sizeof(esc), nm);
@@ -565,8 +608,10 @@ static void http_locks(struct http_api *h, struct evhttp_request *req, const cha
         return;
     }
     name = evhttp_uridecode(rest + 1, 0, &len);
-    if (!name || len == 0 || len > LOCK_MAX_NAME || memchr(name, '\0', len)) {
-        http_error(req, 400, "Bad Request", "bad_request", "lock name must be 1..512 bytes");
+    if (!name || len == 0 || len > LOCK_MAX_NAME || memchr(name, '\0', len) ||
+        !json_utf8_valid(name, len)) {
+        http_error(req, 400, "Bad Request", "bad_request",
+                   "lock name must be 1..512 bytes of UTF-8 (it comes back in JSON), without NUL");
         free(name);
         return;
     }
@@ -598,7 +643,7 @@ void http_release_all(struct http_api *h)
 int http_token_claim_ok(struct evhttp_request *req, const char *lock, uint64_t held)
 {
     const char *want = evhttp_find_header(evhttp_request_get_input_headers(req), "Fencing-Token");
-    char body[1400], esc[1100];
+    char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME];
     uint64_t v = 0;
     size_t i;
 

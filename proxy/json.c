@@ -132,6 +132,17 @@ static int json_utf8_len(const unsigned char *s, size_t len, size_t i)
     return n;
 }
 
+int json_utf8_valid(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len;) {
+        int n = json_utf8_len((const unsigned char *)s, len, i);
+        if (n <= 0)
+            return 0;
+        i += (size_t)n;
+    }
+    return 1;
+}
+
 /* Encodes code point cp (valid, not a surrogate) as UTF-8 into out; returns the byte count. */
 static size_t json_put_utf8(unsigned long cp, unsigned char out[4])
 {

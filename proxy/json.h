@@ -104,4 +104,7 @@ int json_number_int64(const struct json_token *t, int64_t *out) FG_MUST_CHECK;
 int json_parse_lock_request(const char *body, size_t len, long long *ttl_ms, long long *wait_ms,
                             char *err, size_t errlen) FG_MUST_CHECK;
 
+/* 1 when s[0..len) is well-formed UTF-8 (RFC 3629), as JSON text must be. */
+int json_utf8_valid(const char *s, size_t len);
+
 #endif

@@ -4,6 +4,7 @@ backend being down, the lock metrics, and fencectl running a command under a loc
 
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -55,6 +56,47 @@ class HttpApi(HttpCase):
     def setUp(self):
         super().setUp()
         self.fg = self.start_fencegate(self.redis, args=["--session-ttl-ms", "800"])
+
+    def test_a_waiting_client_that_leaves_leaves_no_lock_behind(self):
+        """libevent does not notice a waiting client hang up; the sidecar asks the socket, so
+        the wait ends, or a grant that comes after is given back, and nobody is left holding a
+        lock no client knows the token of."""
+        fg = self.fg
+        st, doc = self.req(fg, "POST", "/v1/locks/w", {"ttl_ms": 3000})
+        self.assertEqual(st, 200, doc)
+        for release_first in (False, True):
+            s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=10)
+            body = json.dumps({"wait_ms": 60000}).encode()
+            s.sendall(b"POST /v1/locks/w HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            time.sleep(0.3)
+            s.close()
+            if release_first:  # B's wait is still on: it must not take the lock now
+                st, doc = self.req(fg, "DELETE", "/v1/locks/w")
+                self.assertEqual(st, 200, doc)
+            time.sleep(0.5)
+        st, doc = self.req(fg, "GET", "/v1/locks")
+        self.assertEqual(doc["locks"], [], doc)
+        self.assertEqual(self.direct.exists(lock_key("w")), 0)
+        st, doc = self.req(fg, "POST", "/v1/locks/w", {"wait_ms": 0})
+        self.assertEqual(st, 200, doc)
+
+    def test_delete_of_a_lock_lost_in_the_backend_is_not_a_release(self):
+        fg = self.fg
+        st, doc = self.req(fg, "POST", "/v1/locks/x", {"ttl_ms": 3000})
+        self.assertEqual(st, 200, doc)
+        self.direct.set(lock_key("x"), "someone-else", px=5000)
+        self.assert_error(self.req(fg, "DELETE", "/v1/locks/x"), 404, "not_held")
+        self.assertEqual(self.direct.get(lock_key("x")), b"someone-else")
+
+    def test_lock_names_come_back_whole_and_as_json(self):
+        fg = self.fg
+        self.assert_error(self.req(fg, "POST", "/v1/locks/%FF"), 400, "bad_request")
+        name = "\x01" * 300
+        st, doc = self.req(fg, "POST", "/v1/locks/" + "%01" * 300, {"ttl_ms": 3000})
+        self.assertEqual((st, doc["name"]), (200, name))
+        st, doc = self.req(fg, "GET", "/v1/locks")
+        self.assertEqual([x["name"] for x in doc["locks"]], [name])
 
     def test_acquire_list_conflict_release(self):
         fg = self.fg
