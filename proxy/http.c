@@ -1,9 +1,7 @@
 /* http.c — the HTTP endpoint: the lock API, health, readiness and Prometheus metrics. */
 #include "http.h"
 
-#include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -12,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "appcheck.h"
@@ -292,23 +289,6 @@ static void http_on_client_gone(void *arg)
     a->req = NULL;
 }
 
-/* 1 when the client of a waiting request has closed its connection. libevent 2.1 notices that
- * only when it next reads or writes, and it reads nothing while a request is being answered, so
- * the socket is asked: end of stream, or an error, means nobody will read the answer. */
-static int http_peer_closed(struct evhttp_request *req)
-{
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
-    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-    char b;
-    ssize_t n;
-
-    if (fd < 0)
-        return 0;
-    n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 /* A request that waits for the lock backend, tracked so that its connection closing early is
  * noticed (req becomes NULL). Returns NULL when out of memory. */
 static struct http_acquire *http_pending_new(struct http_api *h, struct evhttp_request *req,
@@ -336,7 +316,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
     struct http_api *h = a->h;
     char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME], text[600];
     long long ttl = a->ttl_ms > 0 ? a->ttl_ms : h->cfg->session_ttl_ms;
-    int gone = a->req && http_peer_closed(a->req);
+    int gone = a->req && httpwatch_peer_closed(a->req);
 
     if (status == LOCK_OK && (!a->req || gone || !appcheck_healthy(h->app))) {
         /* Nobody is there to learn the token, or nobody to be trusted with it: give it back. */
@@ -404,7 +384,7 @@ static void http_acquire_start(struct http_acquire *a)
     uint64_t token, now = clock_now_ms();
     long long rem, wait;
 
-    if (!a->req || http_peer_closed(a->req)) { /* nobody waits any more: stop waiting */
+    if (!a->req || httpwatch_peer_closed(a->req)) { /* nobody waits any more: stop waiting */
         if (a->req)
             http_error(a->req, 503, "Service Unavailable", "client_gone",
                        "the client closed its connection while waiting");

@@ -2,7 +2,10 @@
  * asynchronous: one close callback for every connection with a watched request. */
 #include "httpwatch.h"
 
+#include <errno.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <sys/socket.h>
 #include <stddef.h>
 
 /* Every running watch, of every connection. The sidecar serves HTTP from one event loop thread. */
@@ -65,4 +68,18 @@ void httpwatch_stop(struct httpwatch *w)
     w->req = NULL;
     w->conn = NULL;
     w->prev = w->next = NULL;
+}
+
+int httpwatch_peer_closed(struct evhttp_request *req)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    char b;
+    ssize_t n;
+
+    if (fd < 0)
+        return 0;
+    n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }

@@ -32,4 +32,9 @@ void httpwatch_start(struct httpwatch *w, struct evhttp_request *req, httpwatch_
  * connection at once) and before it frees w. A watch not running is a no-op. */
 void httpwatch_stop(struct httpwatch *w);
 
+/* 1 when req's client has closed its connection. A watch reports that only once libevent 2.1
+ * notices, which is when it next reads or writes, and it reads nothing while a request is being
+ * answered; this asks the socket (end of stream, or an error: nobody will read the answer). */
+int httpwatch_peer_closed(struct evhttp_request *req);
+
 #endif
