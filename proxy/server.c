@@ -1438,6 +1438,14 @@ void cl_unblock(struct client *c)
     c->stalled = 1;
 }
 
+/* What RESET does to the connection state fencegate keeps, in whatever mode it was sent (the mode
+ * and the protocol change once its +RESET arrives). */
+static void cl_reset_state(struct client *c)
+{
+    c->db = 0;
+    c->reply_off = c->skip_next = c->in_multi = c->client_watched = 0;
+}
+
 /* A whole reply (r, n bytes; only its tail if part was already streamed) in pub/sub mode. */
 static void rep_pubsub(struct client *c, const char *r, size_t n, struct span *sp)
 {
@@ -1692,8 +1700,7 @@ static long rep_process(struct client *c, const char *src, size_t len)
                 c->monitor_reset = 0;
                 c->mode = MODE_NORMAL;
                 c->resp3 = c->sub_resp3 = 0;
-                c->db = 0;
-                c->reply_off = c->skip_next = 0;
+                cl_reset_state(c);
                 cl_unblock(c);
             }
         }
@@ -1910,9 +1917,7 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
             return REQ_FORWARD;
         }
         if (name_is(name, nlen, "reset")) {
-            /* Also leaves pub/sub mode, which the next command's marker PING finds. */
-            c->db = 0;
-            c->reply_off = c->skip_next = 0;
+            cl_reset_state(c); /* pub/sub mode ends too: the next command's marker PING finds it */
             return REQ_FORWARD;
         }
         if (is_subscribe(name, nlen) || is_unsubscribe(name, nlen) || name_is(name, nlen, "ping"))
@@ -1959,8 +1964,6 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
      * writes nothing. Inside MULTI, whether it ever runs is not known yet. */
     if (name_is(name, nlen, "select") && r->argc == 2)
         c->db = c->in_multi ? -1 : db_parse(m + r->argv[1].off, r->argv[1].len, c->db);
-    else if (name_is(name, nlen, "reset"))
-        c->db = 0;
     if (nlen > 6 && name_is(name, 6, "fence.")) {
         enum req_action act = fencing_command(c, m, r);
         if (act != REQ_FORWARD)
@@ -1974,7 +1977,10 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         c->client_watched = 1;
     else if (name_is(name, nlen, "unwatch"))
         c->client_watched = 0;
-    if (c->in_multi) {
+    if (name_is(name, nlen, "reset")) { /* inside MULTI too: Redis runs it at once */
+        flags = OPF_BARRIER | OPF_RESET;
+        cl_reset_state(c);
+    } else if (c->in_multi) {
         if (name_is(name, nlen, "exec") || name_is(name, nlen, "discard")) {
             c->in_multi = 0;
             c->client_watched = 0;
@@ -1987,9 +1993,6 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         }
     } else if (name_is(name, nlen, "hello")) {
         flags = OPF_BARRIER | OPF_HELLO;
-    } else if (name_is(name, nlen, "reset")) {
-        flags = OPF_BARRIER | OPF_RESET;
-        c->reply_off = c->skip_next = c->in_multi = c->client_watched = 0;
     } else if (is_subscribe(name, nlen)) {
         if (c->resp3 && r->argc >= 2) {
             c->sub_resp3 = 1;

@@ -127,6 +127,22 @@ class Tokens(LockTestCase):
         self.assertGreater(t2, t2_probe)
 
 
+class Reset(LockTestCase):
+
+    def test_reset_inside_a_plain_multi_ends_it(self):
+        """No rules and no lock: MULTI goes to Redis as is. RESET there ends the block at once
+        (Redis runs it), so a later SELECT is known to have run, and the one-lock rule's fenced
+        writes know their database."""
+        fg = self.fencegate(config=None)
+        c = self.raw(fg.resp_port)
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("RESET"), "RESET")
+        self.assertEqual(c.call("SELECT", "0"), "OK")
+        self.acquire(c, "only")
+        self.assertEqual(c.call("SET", "k", "v"), "OK")
+        self.assertEqual(self.direct.get("k"), b"v")
+
+
 class Waiting(LockTestCase):
 
     def setUp(self):
