@@ -46,6 +46,8 @@ done
 TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-hiredis-suite.XXXXXX")
 # shellcheck source=tests/bench/lib.sh
 source "$REPO_ROOT/tests/bench/lib.sh"
+# shellcheck source=tests/compat/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
 if [ -z "$SRC" ]; then
   version=$(dpkg-query -W -f '${Version}' libhiredis-dev 2>/dev/null | sed 's/-[^-]*$//')
@@ -71,18 +73,7 @@ redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --unixsocket "$SOCK" --dir "$
 PIDS+=("$!")
 wait_ready redis-server "$!" "$TMPDIR_BENCH/redis.log" redis_ping "$REDIS_PORT"
 
-cat >"$TMPDIR_BENCH/fencegate.yaml" <<EOF
-listen: { resp: "127.0.0.1:$FG_PORT", http: "127.0.0.1:$FG_HTTP_PORT" }
-stores:
-  - { name: cache, url: "redis://127.0.0.1:$REDIS_PORT" }
-EOF
-if [ "$PROTECT" = 1 ]; then
-  printf 'protect:\n  - { store: cache, keys: "fencegate-suite-protected:*", lock: "p:$1" }\n' \
-    >>"$TMPDIR_BENCH/fencegate.yaml"
-fi
-"$BIN" --config "$TMPDIR_BENCH/fencegate.yaml" --log-level warn >"$TMPDIR_BENCH/fencegate.log" 2>&1 &
-PIDS+=("$!")
-wait_ready fencegate "$!" "$TMPDIR_BENCH/fencegate.log" redis_ping "$FG_PORT"
+start_fencegate "$BIN" "$REDIS_PORT" "$FG_PORT" "$FG_HTTP_PORT" "$PROTECT"
 
 # run NAME PORT: the names of the tests that failed, one per line, in $TMPDIR_BENCH/NAME.failed
 run() {

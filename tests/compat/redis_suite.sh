@@ -77,6 +77,8 @@ done
 TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-redis-suite.XXXXXX")
 # shellcheck source=tests/bench/lib.sh
 source "$REPO_ROOT/tests/bench/lib.sh"
+# shellcheck source=tests/compat/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
 if [ -z "$SRC" ]; then
   version=$(redis-server --version | sed -n 's/.* v=\([0-9.]*\) .*/\1/p')
@@ -106,18 +108,7 @@ PIDS+=("$!")
 wait_ready redis-server "$!" "$TMPDIR_BENCH/redis.log" redis-cli -p "$REDIS_PORT" ping
 PORT=$REDIS_PORT
 if [ "$DIRECT" = 0 ]; then
-  cat >"$TMPDIR_BENCH/fencegate.yaml" <<EOF
-listen: { resp: "127.0.0.1:$FG_PORT", http: "127.0.0.1:$FG_HTTP_PORT" }
-stores:
-  - { name: cache, url: "redis://127.0.0.1:$REDIS_PORT" }
-EOF
-  if [ "$PROTECT" = 1 ]; then
-    printf 'protect:\n  - { store: cache, keys: "fencegate-suite-protected:*", lock: "p:$1" }\n' \
-      >>"$TMPDIR_BENCH/fencegate.yaml"
-  fi
-  "$BIN" --config "$TMPDIR_BENCH/fencegate.yaml" --log-level warn >"$TMPDIR_BENCH/fencegate.log" 2>&1 &
-  PIDS+=("$!")
-  wait_ready fencegate "$!" "$TMPDIR_BENCH/fencegate.log" redis-cli -p "$FG_PORT" ping
+  start_fencegate "$BIN" "$REDIS_PORT" "$FG_PORT" "$FG_HTTP_PORT" "$PROTECT"
   PORT=$FG_PORT
 fi
 
