@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "json.h"
 #include "httpwatch.h"
 #include "lock.h"
 
@@ -145,29 +146,37 @@ struct http_events *http_events_new(struct event_base *base)
     return ev;
 }
 
-/* Reads ?lock=NAME into s. Returns NULL, or why the query is refused. */
+/* Reads ?lock=NAME into s. NAME is percent-decoded as the lock path /v1/locks/{name} is ('+' is
+ * a plus sign, not a space) and must be a name that path accepts. Returns NULL, or why the query
+ * is refused. */
 static const char *hev_query(struct evhttp_request *req, struct hev_stream *s)
 {
     const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-    struct evkeyvalq kv = {NULL, &kv.tqh_first}; /* an empty list (TAILQ_INIT) */
     const char *why = NULL;
 
-    if (!q || !*q)
-        return NULL;
-    if (evhttp_parse_query_str(q, &kv) != 0)
-        return "the query string is malformed; expected ?lock=NAME";
-    for (struct evkeyval *p = kv.tqh_first; p && !why; p = p->next.tqe_next) {
-        size_t n = strlen(p->value);
-        if (strcmp(p->key, "lock") != 0)
+    while (q && *q && !why) {
+        const char *end = q + strcspn(q, "&");
+        size_t n = 0;
+        char *v = NULL;
+        if (end - q < 5 || memcmp(q, "lock=", 5) != 0)
             why = "unknown query parameter; the only one is lock=NAME";
         else if (s->lock_len)
             why = "lock= is given twice; one stream follows one lock, or every lock without it";
-        else if (n == 0 || n > LOCK_MAX_NAME)
-            why = "lock=NAME: the name must be 1..512 bytes";
-        else
-            memcpy(s->lock, p->value, (s->lock_len = n) + 1);
+        else if ((v = malloc((size_t)(end - q) - 4)) == NULL)
+            why = "out of memory";
+        else {
+            memcpy(v, q + 5, (size_t)(end - q) - 5);
+            v[end - q - 5] = '\0';
+            char *d = evhttp_uridecode(v, 0, &n);
+            if (!d || n == 0 || n > LOCK_MAX_NAME || memchr(d, '\0', n) || !json_utf8_valid(d, n))
+                why = "lock=NAME: the name must be 1..512 bytes of UTF-8, without NUL";
+            else
+                memcpy(s->lock, d, (s->lock_len = n) + 1);
+            free(d);
+        }
+        free(v);
+        q = *end ? end + 1 : end;
     }
-    evhttp_clear_headers(&kv);
     return why;
 }
 

@@ -96,10 +96,21 @@ class HttpEvents(FgTestCase):
         _, kind, data = one.next()
         self.assertEqual((kind, data["name"]), ("acquired", "b b"))
 
+    def test_the_lock_query_decodes_as_the_lock_path_does(self):
+        # '+' is a plus sign in /v1/locks/a+b, so ?lock=a+b must follow the lock "a+b" too,
+        # not "a b" (form decoding); %2B is the same name.
+        plus, encoded = self.stream("?lock=a+b"), self.stream("?lock=a%2Bb")
+        for path in ("/v1/locks/a%20b", "/v1/locks/a+b"):
+            self.assertEqual(self.call("POST", path, {})[0], 200, path)
+        for s in (plus, encoded):
+            _, kind, data = s.next()
+            self.assertEqual((kind, data["name"]), ("acquired", "a+b"))
+
     def test_bad_requests(self):
         for query, words in [("?lock=", "1..512"), ("?lock=a&lock=b", "twice"),
                              ("?other=1", "unknown query parameter"),
-                             ("?lock=" + "x" * 513, "1..512")]:
+                             ("?lock=" + "x" * 513, "1..512"), ("?lock=a%00b", "NUL"),
+                             ("?lock=%FF", "UTF-8")]:
             st, doc = self.call("GET", "/v1/events" + query)
             self.assertEqual(st, 400, query)
             self.assertEqual(doc["error"], "bad_request")
