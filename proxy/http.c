@@ -37,6 +37,7 @@
 /* A lock the sidecar's session holds for HTTP clients: its lease and when it was granted. */
 struct http_grant {
     struct http_grant *next;
+    uint64_t token;
     long long ttl_ms;
     uint64_t t0_ms;
     size_t len;
@@ -257,9 +258,11 @@ static void http_grant_end(struct http_api *h, const char *name, size_t len)
 static void http_on_lost(void *arg, const char *name, uint64_t token, const char *why)
 {
     struct http_api *h = arg;
+    struct http_grant *g = *http_grant_find(h, name, strlen(name));
 
     metrics_inc(&fg_metrics, M_LOCKS_LOST, 1);
-    http_grant_end(h, name, strlen(name));
+    if (g && g->token == token) /* not a later grant of the same name */
+        http_grant_end(h, name, strlen(name));
     log_warn("http lock %s (token %" PRIu64 ") lost: %s", name, token, why);
     http_event_lock(h, "lost", name, strlen(name), token, 0, why);
 }
@@ -333,6 +336,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
         struct http_grant *g = malloc(sizeof(*g) + a->len);
         metrics_inc(&fg_metrics, M_LOCKS_ACQUIRED, 1);
         if (g) {
+            g->token = token;
             g->ttl_ms = ttl;
             g->t0_ms = clock_now_ms();
             g->len = a->len;
