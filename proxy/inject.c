@@ -65,11 +65,14 @@ struct inject_walk {
     struct inject_str meta_name, meta_generate_name, meta_namespace;
     struct inject_str ann_inject, ann_config, ann_secret;
     struct inject_url ann_app_health;
-    int ann_injected;
-    int has_sidecar;     /* a container or initContainer is already named "fencegate" */
-    int volume_conflict; /* a volume is already named "fencegate-config" */
-    int secret_conflict; /* ... or "fencegate-secret" */
-    size_t ncontainers;  /* app containers seen (may exceed INJECT_MAX_CONTAINERS) */
+    int has_sidecar; /* an initContainer is already named "fencegate": the sidecar */
+    int app_named;   /* an app container is named "fencegate" (app_named_at: its index) */
+    size_t app_named_at;
+    int host_network;               /* spec.hostNetwork: true */
+    char port_err[INJECT_MAX_NOTE]; /* a running container declares 6380 or 8380 */
+    int volume_conflict;            /* a volume is already named "fencegate-config" */
+    int secret_conflict;            /* ... or "fencegate-secret" */
+    size_t ncontainers;             /* app containers seen (may exceed INJECT_MAX_CONTAINERS) */
     unsigned char env_shape[INJECT_MAX_CONTAINERS]; /* enum inject_shape of each env member */
     unsigned char env_has[INJECT_MAX_CONTAINERS];   /* bit 0: RESP_ADDR set, bit 1: HTTP_ADDR */
     /* the first problem found at each level ("" while none) */
@@ -386,9 +389,9 @@ static int inject_walk_annotations(struct inject_walk *w)
             struct inject_url *u = &w->ann_app_health;
             u->set = 1;
             u->too_long = !inject_decode(&v, u->text, INJECT_MAX_APP_URL, &u->len);
-        } else {
-            w->ann_injected = json_string_equals(&v, "injected");
         }
+        /* fencegate.io/status is read only to refuse a duplicate: whether the pod has the
+         * sidecar is decided by its init containers. */
     }
     return rc;
 }
@@ -434,6 +437,44 @@ static int inject_walk_metadata(struct inject_walk *w)
     return rc;
 }
 
+/* A container's ports (the array is open): the first containerPort that is one of the
+ * sidecar's (6380, 8380) into *clash, else *clash is left alone. hostPort does not matter: the
+ * sidecar binds in the pod's network namespace, where only containerPort is taken. */
+static int inject_walk_ports(struct inject_walk *w, long long *clash)
+{
+    struct json_token t, k, v;
+    int done, rc;
+
+    for (;;) {
+        rc = json_next(&w->r, &t);
+        if (rc != FG_OK)
+            return rc;
+        if (t.type == JSON_ARRAY_END)
+            return FG_OK;
+        if (t.type != JSON_OBJECT_BEGIN) {
+            rc = inject_skip(w, &t);
+            if (rc != FG_OK)
+                return rc;
+            continue;
+        }
+        while ((rc = inject_member(w, &k, &done)) == FG_OK && !done) {
+            int64_t port;
+            rc = inject_value(w, &v);
+            if (rc != FG_OK)
+                return rc;
+            if (json_string_equals(&k, "containerPort") && v.type == JSON_NUMBER &&
+                json_number_int64(&v, &port) == FG_OK &&
+                (port == INJECT_RESP_PORT || port == INJECT_HTTP_PORT) && *clash == 0)
+                *clash = (long long)port;
+            rc = inject_skip(w, &v);
+            if (rc != FG_OK)
+                return rc;
+        }
+        if (rc != FG_OK)
+            return rc;
+    }
+}
+
 /* One element of spec.containers (app = 1, index i) or spec.initContainers (app = 0). */
 static int inject_walk_container(struct inject_walk *w, int app, size_t i)
 {
@@ -441,6 +482,8 @@ static int inject_walk_container(struct inject_walk *w, int app, size_t i)
     int track = app && i < INJECT_MAX_CONTAINERS;
     struct json_token k, v, ek, ev;
     unsigned seen = 0;
+    long long clash = 0; /* a declared containerPort of the sidecar's */
+    int always = 0;      /* restartPolicy: Always (a native sidecar: runs beside the app) */
     int done, rc;
 
     while ((rc = inject_member(w, &k, &done)) == FG_OK && !done) {
@@ -451,8 +494,22 @@ static int inject_walk_container(struct inject_walk *w, int app, size_t i)
             return rc;
         if ((is_name || is_env) && inject_dup(&seen, is_name ? 1u : 2u))
             inject_note(w->pod_err, "%s[%zu] has \"%s\" twice", list, i, is_name ? "name" : "env");
-        if (is_name && json_string_equals(&v, INJECT_CONTAINER))
-            w->has_sidecar = 1;
+        if (is_name && json_string_equals(&v, INJECT_CONTAINER)) {
+            if (!app) {
+                w->has_sidecar = 1;
+            } else if (!w->app_named) {
+                w->app_named = 1;
+                w->app_named_at = i;
+            }
+        }
+        if (json_string_equals(&k, "restartPolicy") && json_string_equals(&v, "Always"))
+            always = 1;
+        if (json_string_equals(&k, "ports") && v.type == JSON_ARRAY_BEGIN) {
+            rc = inject_walk_ports(w, &clash);
+            if (rc != FG_OK)
+                return rc;
+            continue;
+        }
         if (!is_env || v.type != JSON_ARRAY_BEGIN) {
             if (is_env) {
                 if (track)
@@ -499,6 +556,12 @@ static int inject_walk_container(struct inject_walk *w, int app, size_t i)
                 return rc;
         }
     }
+    /* A plain init container has exited before the sidecar (placed after it) starts. */
+    if (rc == FG_OK && clash != 0 && (app || always))
+        inject_note(w->port_err,
+                    "%s[%zu] declares containerPort %lld, which the sidecar listens on (ports "
+                    "%d and %d are the sidecar's)",
+                    list, i, clash, INJECT_RESP_PORT, INJECT_HTTP_PORT);
     return rc;
 }
 
@@ -583,7 +646,15 @@ static int inject_walk_spec(struct inject_walk *w)
                 which = i;
         }
         if (which < 0) {
-            rc = json_skip(&w->r, &k);
+            if (!json_string_equals(&k, "hostNetwork")) {
+                rc = json_skip(&w->r, &k);
+            } else {
+                rc = inject_value(w, &v);
+                if (rc == FG_OK) {
+                    w->host_network = v.type == JSON_TRUE;
+                    rc = inject_skip(w, &v);
+                }
+            }
             if (rc != FG_OK)
                 return rc;
             continue;
@@ -960,7 +1031,9 @@ static enum inject_outcome inject_decide(const struct inject_walk *w, int walk_r
                  INJECT_ANN_INJECT, shown);
         return INJECT_UNUSABLE;
     }
-    if (w->ann_injected || w->has_sidecar)
+    /* The sidecar itself, not the status annotation, says a pod has it: a pod whose template
+     * carries the annotation (copied from a running pod) still gets the sidecar it asks for. */
+    if (w->has_sidecar)
         return INJECT_ALREADY;
     if (w->pod_err[0] != '\0') {
         snprintf(msg, INJECT_MAX_MESSAGE, "fencegate: %s; no sidecar injected", w->pod_err);
@@ -969,6 +1042,25 @@ static enum inject_outcome inject_decide(const struct inject_walk *w, int walk_r
     if (w->spec != INJECT_OBJECT || w->containers != INJECT_ARRAY || w->ncontainers == 0) {
         snprintf(msg, INJECT_MAX_MESSAGE,
                  "fencegate: the pod has no spec.containers; no sidecar injected");
+        return INJECT_UNUSABLE;
+    }
+    if (w->app_named) {
+        snprintf(msg, INJECT_MAX_MESSAGE,
+                 "fencegate: spec.containers[%zu] is named " INJECT_CONTAINER
+                 ", the injected sidecar's name; rename it; no sidecar injected",
+                 w->app_named_at);
+        return INJECT_UNUSABLE;
+    }
+    if (w->host_network) {
+        snprintf(msg, INJECT_MAX_MESSAGE,
+                 "fencegate: a hostNetwork pod cannot have the sidecar (its HTTP lock API would "
+                 "listen on the node's address, port %d, and two such pods on one node clash); "
+                 "no sidecar injected",
+                 INJECT_HTTP_PORT);
+        return INJECT_UNUSABLE;
+    }
+    if (w->port_err[0] != '\0') {
+        snprintf(msg, INJECT_MAX_MESSAGE, "fencegate: %s; no sidecar injected", w->port_err);
         return INJECT_UNUSABLE;
     }
     if (w->ncontainers > INJECT_MAX_CONTAINERS) {

@@ -51,7 +51,7 @@ enum inject_outcome {
     INJECT_ERROR = 0,     /* not an AdmissionReview with a uid: body is {"error": ...} */
     INJECT_PATCHED,       /* allowed, with a JSONPatch adding the sidecar */
     INJECT_NOT_REQUESTED, /* allowed as is: no fencegate.io/inject: "true" */
-    INJECT_ALREADY,       /* allowed as is: the pod already has the sidecar */
+    INJECT_ALREADY,       /* allowed as is: an initContainer is named fencegate already */
     INJECT_IGNORED,       /* allowed as is: not the creation of a Pod */
     INJECT_UNUSABLE,      /* allowed as is, with status.message and a warning saying why */
 };
@@ -76,8 +76,9 @@ int inject_options_check(const struct inject_options *opt, char *err, size_t err
  * the response AdmissionReview with the same uid (and apiVersion) and "allowed": true, plus a
  * base64 JSONPatch when res->outcome is INJECT_PATCHED. A review whose object cannot be used
  * (missing, not a Pod, wrong member types, too many containers, a bad fencegate.io/config,
- * fencegate.io/secret or fencegate.io/app-health-url value, nesting deeper than the JSON reader
- * allows) is still allowed, without a patch and with status.message = res->message: a pod must
+ * fencegate.io/secret or fencegate.io/app-health-url value, an app container named fencegate, a
+ * container that keeps running and declares containerPort 6380 or 8380, hostNetwork, nesting
+ * deeper than the JSON reader allows) is still allowed, without a patch and with status.message = res->message: a pod must
  * never be refused because the injector could not read it, and its owner sees the warning in
  * kubectl's output.
  *

@@ -384,7 +384,7 @@ class Injector(FgTestCase):
             ("unannotated.json", None),
             ("annotated_false.json", None),
             ("already_injected.json", None),
-            ("named_fencegate.json", None),
+            ("named_fencegate.json", "spec.containers[1] is named fencegate"),
             ("delete.json", None),
             ("annotated_yes.json", 'fencegate.io/inject is "yes"'),
             ("deployment.json", "only Pods are injected"),

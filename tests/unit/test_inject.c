@@ -702,9 +702,91 @@ static void test_already_injected(void **state)
 {
     expect_no_patch("already_injected.json", "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee", INJECT_ALREADY,
                     NULL);
-    /* A container named fencegate without the annotation: injecting again would clash. */
-    expect_no_patch("named_fencegate.json", "abababab-bbbb-4ccc-8ddd-eeeeeeeeeeee", INJECT_ALREADY,
-                    NULL);
+    /* An app container named fencegate is not the sidecar: injecting would clash on the name,
+     * and the pod that asked for the sidecar runs without it, so its owner is told. */
+    expect_no_patch("named_fencegate.json", "abababab-bbbb-4ccc-8ddd-eeeeeeeeeeee", INJECT_UNUSABLE,
+                    "spec.containers[1] is named fencegate");
+}
+
+/* Whether a pod has the sidecar is read from its init containers, not from the status
+ * annotation: a pod carrying fencegate.io/status: injected (a template copied from a running
+ * pod) but no sidecar is injected, and the patch's add sets the annotation again. */
+static void test_status_annotation_without_sidecar(void **state)
+{
+    struct fixture fx = mkdoc(POD_REVIEW(
+        "{\"fencegate.io/inject\":\"true\",\"fencegate.io/status\":\"injected\"}", SPEC_ONE));
+    struct inject_result res;
+    size_t n;
+    char *p;
+
+    review(&fx, &full_opts, FG_OK, &res);
+    if (res.outcome != INJECT_PATCHED)
+        fail_msg("outcome %d, expected a patch (%s)", (int)res.outcome, res.message);
+    p = answer(&res, "u-1", &n);
+    expect_op(p, n, 0, "/spec/initContainers");
+    expect_sidecar(p, n, "0.value.0", "fencegate:test");
+    expect_op(p, n, 2, "/metadata/annotations/fencegate.io~1status");
+    free(p);
+    inject_result_free(&res);
+    free(fx.data);
+}
+
+/* The sidecar listens on 6380 and 8380 in the pod's network namespace: a container that
+ * declares one of them (an app container, or a native sidecar that keeps running beside it)
+ * would leave the sidecar unable to bind, its startup probe failing and the app never started.
+ * A hostNetwork pod would put the lock API on the node's address (and two such pods on one
+ * node clash). Both are answered without the sidecar and with a warning. */
+static void test_port_clashes(void **state)
+{
+    static const struct {
+        const char *spec, *message;
+    } bad[] = {
+        {"{\"containers\":[{\"name\":\"a\",\"ports\":[{\"containerPort\":8080},"
+         "{\"containerPort\":8380,\"protocol\":\"TCP\"}]}]}",
+         "spec.containers[0] declares containerPort 8380"},
+        {"{\"containers\":[{\"name\":\"a\"},{\"ports\":[{\"containerPort\":6380}],"
+         "\"name\":\"redis\"}]}",
+         "spec.containers[1] declares containerPort 6380"},
+        {"{\"initContainers\":[{\"name\":\"proxy\",\"ports\":[{\"containerPort\":6380}],"
+         "\"restartPolicy\":\"Always\"}],\"containers\":[{\"name\":\"a\"}]}",
+         "spec.initContainers[0] declares containerPort 6380"},
+        {"{\"hostNetwork\":true,\"containers\":[{\"name\":\"a\"}]}", "hostNetwork pod"},
+    };
+    /* A plain init container has exited before the sidecar starts: no clash. Nor is a
+     * hostPort of 8380 mapped to another container port, nor hostNetwork: false. */
+    static const char *const good[] = {
+        "{\"initContainers\":[{\"name\":\"migrate\",\"ports\":[{\"containerPort\":6380}]}],"
+        "\"containers\":[{\"name\":\"a\"}]}",
+        "{\"containers\":[{\"name\":\"a\",\"ports\":[{\"containerPort\":80,"
+        "\"hostPort\":8380}]}]}",
+        "{\"hostNetwork\":false,\"containers\":[{\"name\":\"a\",\"ports\":[]}]}",
+    };
+    char doc[4096];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) + sizeof(good) / sizeof(good[0]); i++) {
+        int is_bad = i < sizeof(bad) / sizeof(bad[0]);
+        const char *spec = is_bad ? bad[i].spec : good[i - sizeof(bad) / sizeof(bad[0])];
+        struct inject_result res;
+        struct fixture fx;
+        size_t n;
+        char *p;
+        int len = snprintf(doc, sizeof(doc), POD_REVIEW(ANN_ON, "%s"), spec);
+        assert_true(len > 0 && (size_t)len < sizeof(doc));
+        fx.data = doc;
+        fx.len = (size_t)len;
+        review(&fx, &full_opts, FG_OK, &res);
+        if (is_bad &&
+            (res.outcome != INJECT_UNUSABLE || strstr(res.message, bad[i].message) == NULL ||
+             strstr(res.message, "no sidecar injected") == NULL))
+            fail_msg("case %zu: outcome %d, message \"%s\" (expected \"%s\")", i, (int)res.outcome,
+                     res.message, bad[i].message);
+        if (!is_bad && res.outcome != INJECT_PATCHED)
+            fail_msg("case %zu: outcome %d (%s), expected a patch", i, (int)res.outcome,
+                     res.message);
+        p = answer(&res, "u-1", &n);
+        free(p);
+        inject_result_free(&res);
+    }
 }
 
 static void test_not_requested(void **state)
@@ -1165,6 +1247,8 @@ int main(void)
         cmocka_unit_test(test_app_health_url_invalid),
         cmocka_unit_test(test_existing_env_and_init_containers),
         cmocka_unit_test(test_already_injected),
+        cmocka_unit_test(test_status_annotation_without_sidecar),
+        cmocka_unit_test(test_port_clashes),
         cmocka_unit_test(test_not_requested),
         cmocka_unit_test(test_not_a_pod_creation),
         cmocka_unit_test(test_garbage_truncated_no_uid),
