@@ -25,9 +25,11 @@
 #define INJECTOR_TIMEOUT_S   30
 #define INJECTOR_RELOAD_S    10 /* how often the certificate and key files are checked */
 #define INJECTOR_ERR_MAX     512
+#define INJECTOR_DELAY_MAX   300 /* seconds of --shutdown-delay */
 
 #define INJECTOR_USAGE                                                                             \
     "usage: fencegate injector --listen HOST:PORT --cert FILE --key FILE [--log-level L]\n"        \
+    "                          [--shutdown-delay SECONDS]\n"                                       \
     "\n"                                                                                           \
     "Serves the mutating admission webhook over HTTPS: POST /mutate answers an\n"                  \
     "admission.k8s.io/v1 AdmissionReview, adding the fencegate sidecar to Pods annotated\n"        \
@@ -38,6 +40,10 @@
     "  --cert FILE          TLS certificate chain (PEM)\n"                                         \
     "  --key FILE           TLS private key (PEM)\n"                                               \
     "  --log-level L        error, warn, info or debug (default info)\n"                           \
+    "  --shutdown-delay S   after SIGTERM, keep answering for S seconds (0..300, default 0),\n"    \
+    "                       each reply with Connection: close, then exit; the API server\n"        \
+    "                       and the Service's endpoints need a moment to stop sending here.\n"     \
+    "                       A second SIGTERM or SIGINT exits at once.\n"                           \
     "\n"                                                                                           \
     "The injected sidecar (an empty variable counts as unset):\n"                                  \
     "  FENCEGATE_INJECT_IMAGE           image (default fencegate:" FG_VERSION ")\n"                \
@@ -69,19 +75,23 @@ struct injector {
     const char *cert_path, *key_path;
     struct injector_stamp cert_stamp, key_stamp;
     struct inject_options opt;
+    long delay_s;          /* --shutdown-delay */
+    int draining;          /* SIGTERM seen: replies close their connections */
+    struct event *ev_exit; /* ends the loop when the delay is over */
 };
 
 /* ---- Flags and environment ----------------------------------------------------------------- */
 
 struct injector_flags {
-    const char *listen, *cert, *key, *log_level;
+    const char *listen, *cert, *key, *log_level, *shutdown_delay;
 };
 
 /* Reads argv[1..argc) into f. Returns 0, 1 for --help, or -1 after printing the error. */
 static int injector_parse_flags(int argc, char **argv, struct injector_flags *f)
 {
-    static const char *const names[] = {"--listen", "--cert", "--key", "--log-level"};
-    const char **slots[] = {&f->listen, &f->cert, &f->key, &f->log_level};
+    static const char *const names[] = {"--listen", "--cert", "--key", "--log-level",
+                                        "--shutdown-delay"};
+    const char **slots[] = {&f->listen, &f->cert, &f->key, &f->log_level, &f->shutdown_delay};
 
     memset(f, 0, sizeof(*f));
     for (int i = 1; i < argc; i++) {
@@ -90,7 +100,7 @@ static int injector_parse_flags(int argc, char **argv, struct injector_flags *f)
         int which = -1;
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return 1;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             size_t n = strlen(names[k]);
             if (!strcmp(a, names[k]) || (!strncmp(a, names[k], n) && a[n] == '=')) {
                 which = k;
@@ -476,6 +486,9 @@ static void injector_on_request(struct evhttp_request *req, void *arg)
 
     if (path == NULL)
         path = "";
+    /* Draining: answer, and have the client take its next request to another replica. */
+    if (inj->draining)
+        evhttp_add_header(out, "Connection", "close");
     if (!strcmp(path, "/healthz")) {
         if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
             evhttp_add_header(out, "Allow", "GET, HEAD");
@@ -502,12 +515,33 @@ static void injector_on_request(struct evhttp_request *req, void *arg)
 
 /* ---- Process ------------------------------------------------------------------------------- */
 
-static void injector_on_stop(evutil_socket_t sig, short what, void *arg)
+static void injector_on_exit_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct injector *inj = arg;
 
-    log_info("injector: %s received; exiting", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    log_info("injector: shutdown delay over; exiting");
     event_base_loopexit(inj->base, NULL);
+}
+
+/* The first SIGTERM or SIGINT starts the shutdown delay (the pod stays in the Service's
+ * endpoints and in the API server's kept-alive connections for a moment, and a review refused
+ * then fails a pod's creation under failurePolicy Fail); with no delay, or at the second
+ * signal, the loop ends at once. */
+static void injector_on_stop(evutil_socket_t sig, short what, void *arg)
+{
+    struct injector *inj = arg;
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    struct timeval delay = {inj->delay_s, 0};
+
+    if (inj->draining || inj->delay_s == 0 || evtimer_add(inj->ev_exit, &delay) < 0) {
+        log_info("injector: %s received; exiting", name);
+        event_base_loopexit(inj->base, NULL);
+        return;
+    }
+    inj->draining = 1;
+    log_info("injector: %s received; answering for %ld more seconds, then exiting (a second "
+             "signal exits now)",
+             name, inj->delay_s);
 }
 
 static void injector_on_hup(evutil_socket_t sig, short what, void *arg)
@@ -557,6 +591,19 @@ int injector_main(int argc, char **argv)
                 f.log_level);
         return 2;
     }
+    if (f.shutdown_delay != NULL) {
+        char *end;
+        errno = 0;
+        inj.delay_s = strtol(f.shutdown_delay, &end, 10);
+        if (errno != 0 || *end != '\0' || f.shutdown_delay[0] < '0' || f.shutdown_delay[0] > '9' ||
+            inj.delay_s > INJECTOR_DELAY_MAX) {
+            fprintf(stderr,
+                    "fencegate injector: flag --shutdown-delay: '%.40s' is not a number of "
+                    "seconds in 0..%d\n",
+                    f.shutdown_delay, INJECTOR_DELAY_MAX);
+            return 2;
+        }
+    }
     log_set_level(level);
     if (injector_options(&inj.opt) < 0)
         return 2;
@@ -600,9 +647,10 @@ int injector_main(int argc, char **argv)
     ev_int = evsignal_new(inj.base, SIGINT, injector_on_stop, &inj);
     ev_hup = evsignal_new(inj.base, SIGHUP, injector_on_hup, &inj);
     ev_reload = event_new(inj.base, -1, EV_PERSIST, injector_on_reload_timer, &inj);
-    if (!ev_term || !ev_int || !ev_hup || !ev_reload || evsignal_add(ev_term, NULL) < 0 ||
-        evsignal_add(ev_int, NULL) < 0 || evsignal_add(ev_hup, NULL) < 0 ||
-        evtimer_add(ev_reload, &every) < 0) {
+    inj.ev_exit = evtimer_new(inj.base, injector_on_exit_timer, &inj);
+    if (!ev_term || !ev_int || !ev_hup || !ev_reload || !inj.ev_exit ||
+        evsignal_add(ev_term, NULL) < 0 || evsignal_add(ev_int, NULL) < 0 ||
+        evsignal_add(ev_hup, NULL) < 0 || evtimer_add(ev_reload, &every) < 0) {
         fprintf(stderr, "fencegate injector: cannot set up signals and timers\n");
         goto out;
     }
@@ -620,6 +668,8 @@ out:
         event_free(ev_hup);
     if (ev_reload)
         event_free(ev_reload);
+    if (inj.ev_exit)
+        event_free(inj.ev_exit);
     if (inj.http)
         evhttp_free(inj.http);
     if (inj.base)

@@ -133,13 +133,13 @@ class Injector(FgTestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
-    def start_injector(self, env=None, cert=None, key=None):
+    def start_injector(self, env=None, cert=None, key=None, args=()):
         port = harness.free_port()
         e = dict(ENV)
         e.update(env or {})
         fg = Fencegate(args=["injector", "--listen", "127.0.0.1:%d" % port,
                              "--cert", cert or self.crt, "--key", key or self.key,
-                             "--log-level", "debug"], with_ports=False, env=e)
+                             "--log-level", "debug"] + list(args), with_ports=False, env=e)
         fg.port = port
         self._fg_procs.append(fg)
         self.addCleanup(fg.cleanup)
@@ -484,6 +484,45 @@ class Injector(FgTestCase):
         self.assertEqual(fg.stop(expect_rc=0), 0)
         self.assertIn("SIGTERM received", fg.stderr_text)
 
+    def test_sigterm_keeps_serving_for_the_shutdown_delay(self):
+        """A terminating injector pod stays in the Service's endpoints, and in the API
+        server's kept-alive connections, for a moment after SIGTERM: with failurePolicy Fail a
+        review sent then and refused fails a pod's creation. With --shutdown-delay the injector
+        answers for that long (replies say Connection: close, so the API server reconnects to
+        another replica), then exits 0; a second signal exits at once."""
+        fg = self.start_injector(args=["--shutdown-delay", "2"])
+        review = json.loads(fixture("annotated.json"))
+        body = json.dumps(review)
+        c = http.client.HTTPSConnection("127.0.0.1", fg.port, timeout=10,
+                                        context=self.context())
+        self.addCleanup(c.close)
+        c.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        self.assertEqual(r.status, 200)
+        self.assertNotEqual((r.getheader("Connection") or "").lower(), "close")
+        t0 = time.monotonic()
+        fg.signal(signal.SIGTERM)
+        harness.wait_until(lambda: "SIGTERM received" in read_text(fg.stderr_path), 5,
+                           what="the SIGTERM to be logged")
+        # The kept-alive connection and a new one are both still answered.
+        c.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        self.assertIn("patch", json.loads(r.read())["response"])
+        self.assertEqual((r.getheader("Connection") or "").lower(), "close")
+        self.assertEqual(self.review_ok(fg, review)["patchType"], "JSONPatch")
+        self.assertTrue(fg.alive())
+        self.assertEqual(fg.wait_exit(10), 0)
+        self.assertGreaterEqual(time.monotonic() - t0, 1.8)
+
+        fg = self.start_injector(args=["--shutdown-delay", "30"])
+        fg.signal(signal.SIGTERM)
+        harness.wait_until(lambda: "SIGTERM received" in read_text(fg.stderr_path), 5,
+                           what="the SIGTERM to be logged")
+        fg.signal(signal.SIGTERM)
+        self.assertEqual(fg.wait_exit(5), 0)
+
     def test_flag_and_file_errors(self):
         port = "127.0.0.1:%d" % harness.free_port()
         cases = [
@@ -502,6 +541,10 @@ class Injector(FgTestCase):
              "cannot load key file '%s'" % self.ca),
             (["--listen", port, "--cert", self.crt, "--key", self.key, "--log-level", "loud"],
              "flag --log-level: 'loud'"),
+            (["--listen", port, "--cert", self.crt, "--key", self.key, "--shutdown-delay", "5s"],
+             "flag --shutdown-delay: '5s' is not a number of seconds in 0..300"),
+            (["--listen", port, "--cert", self.crt, "--key", self.key, "--shutdown-delay",
+              "301"], "flag --shutdown-delay: '301' is not a number of seconds in 0..300"),
         ]
         for args, want in cases:
             with self.subTest(want):

@@ -113,7 +113,8 @@ function main(argv) {
   eq(dep.spec.replicas, v.injector.replicas, 'replicas');
   eq(dep.spec.strategy && dep.spec.strategy.rollingUpdate && dep.spec.strategy.rollingUpdate.maxUnavailable, 0, 'rolling update keeps every injector until its replacement is ready');
   eq(c.image, injectorImage, 'injector image');
-  eq(c.args, ['injector', '--listen', `0.0.0.0:${v.injector.port}`, '--cert', '/tls/tls.crt', '--key', '/tls/tls.key', '--log-level', v.injector.logLevel], 'injector args');
+  eq(c.args, ['injector', '--listen', `0.0.0.0:${v.injector.port}`, '--cert', '/tls/tls.crt', '--key', '/tls/tls.key', '--log-level', v.injector.logLevel, '--shutdown-delay', String(v.injector.shutdownDelaySeconds)], 'injector args');
+  eq(pod.spec.terminationGracePeriodSeconds, v.injector.shutdownDelaySeconds + 10, 'terminationGracePeriodSeconds leaves 10 s after the shutdown delay');
   eq(c.ports, [{ name: 'https', containerPort: v.injector.port, protocol: 'TCP' }], 'injector port');
   for (const probe of ['readinessProbe', 'livenessProbe']) {
     const p = c[probe] || {};

@@ -32,7 +32,7 @@ function request(opts, body) {
     const req = https.request({ ...opts, timeout: 3000 }, (res) => {
       let data = '';
       res.on('data', (d) => (data += d));
-      res.on('end', () => resolve({ status: res.statusCode, body: data }));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: data }));
     });
     req.on('timeout', () => req.destroy(new Error('timed out')));
     req.on('error', reject);
@@ -152,11 +152,23 @@ async function main(argv) {
         check(senv.FENCEGATE_SHUTDOWN_GRACE_MS === env.FENCEGATE_INJECT_GRACE_MS, `sidecar FENCEGATE_SHUTDOWN_GRACE_MS ${senv.FENCEGATE_SHUTDOWN_GRACE_MS}`);
       }
     }
+
+    // After SIGTERM the injector keeps answering for the Deployment's --shutdown-delay, each
+    // reply closing its connection; a second SIGTERM ends it.
+    const delay = Number(ctr.args[ctr.args.indexOf('--shutdown-delay') + 1] || 0);
+    if (delay > 0 && !exited) {
+      child.kill('SIGTERM');
+      await new Promise((r) => setTimeout(r, 300));
+      check(!exited, `the injector still runs 0.3 s after SIGTERM (--shutdown-delay ${delay})`);
+      const late = await request({ ...base, method: 'GET', path: ctr.readinessProbe.httpGet.path });
+      check(late.status === 200 && late.headers.connection === 'close', `GET after SIGTERM: ${late.status}, Connection: ${late.headers.connection}`);
+      check(stderr.includes(`answering for ${delay} more seconds`), `the injector logs its shutdown delay of ${delay} s`);
+    }
   } catch (e) {
     failures.push(e.message);
   } finally {
     if (!exited) {
-      child.kill('SIGTERM');
+      child.kill('SIGTERM'); // the first, or the second that ends a shutdown delay
       for (let i = 0; i < 50 && !exited; i++) await new Promise((r) => setTimeout(r, 100));
       if (!exited) child.kill('SIGKILL');
     }
