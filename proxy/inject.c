@@ -1138,10 +1138,10 @@ static void inject_put_probe(struct inject_out *o, const char *name, const char 
 
 /* The sidecar: a native sidecar (an initContainer that keeps running), so that it starts before
  * the app containers and stops after them. The startup probe holds the app containers back
- * until /readyz answers. A pod with its own ConfigMap gets no cluster-wide backend, upstream or
- * grace variables: the environment overrides the file, and the pod's own file must win. The
- * pod's own health check URL (app_health, NULL for none) is set with or without a ConfigMap:
- * it is the pod's word, overriding the file's app_health.url. */
+ * until /readyz answers. A pod with its own ConfigMap gets no cluster-wide backend, upstream,
+ * grace, prefix, session TTL or log level variables: the environment overrides the file, and the
+ * pod's own file must win. The pod's own health check URL (app_health, NULL for none) is set with
+ * or without a ConfigMap: it is the pod's word, overriding the file's app_health.url. */
 static void inject_put_sidecar(struct inject_out *o, const struct inject_options *opt,
                                const struct inject_str *config, const struct inject_str *secret,
                                const struct inject_url *app_health)
@@ -1167,6 +1167,12 @@ static void inject_put_sidecar(struct inject_out *o, const struct inject_options
             snprintf(ms, sizeof(ms), "%lld", opt->grace_ms);
             inject_put_env(o, "FENCEGATE_SHUTDOWN_GRACE_MS", ms, &first);
         }
+        if (inject_set(opt->backend_prefix))
+            inject_put_env(o, "FENCEGATE_BACKEND_PREFIX", opt->backend_prefix, &first);
+        if (inject_set(opt->session_ttl_ms))
+            inject_put_env(o, "FENCEGATE_SESSION_TTL_MS", opt->session_ttl_ms, &first);
+        if (inject_set(opt->log_level))
+            inject_put_env(o, "FENCEGATE_LOG_LEVEL", opt->log_level, &first);
     }
     if (app_health != NULL)
         inject_put_env(o, INJECT_ENV_APP_HEALTH, app_health->text, &first);
@@ -1311,10 +1317,12 @@ static int inject_fail(struct inject_result *res, int code, const char *fmt, ...
 
 int inject_options_check(const struct inject_options *opt, char *err, size_t errlen)
 {
-    const char *names[] = {"image",        "cpu_request", "memory_request", "cpu_limit",
-                           "memory_limit", "backend",     "upstream"};
-    const char *vals[] = {opt->image,        opt->cpu_request, opt->memory_request, opt->cpu_limit,
-                          opt->memory_limit, opt->backend,     opt->upstream};
+    const char *names[] = {"image",          "cpu_request", "memory_request", "cpu_limit",
+                           "memory_limit",   "backend",     "upstream",       "backend_prefix",
+                           "session_ttl_ms", "log_level"};
+    const char *vals[] = {
+        opt->image,   opt->cpu_request, opt->memory_request, opt->cpu_limit,      opt->memory_limit,
+        opt->backend, opt->upstream,    opt->backend_prefix, opt->session_ttl_ms, opt->log_level};
 
     if (errlen > 0)
         err[0] = '\0';

@@ -41,9 +41,12 @@ struct inject_options {
     const char *memory_request; /* e.g. "16Mi" */
     const char *cpu_limit;
     const char *memory_limit;
-    const char *backend;  /* FENCEGATE_BACKEND of the sidecar */
-    const char *upstream; /* FENCEGATE_UPSTREAM of the sidecar */
-    long long grace_ms;   /* FENCEGATE_SHUTDOWN_GRACE_MS; < 0 leaves it out */
+    const char *backend;        /* FENCEGATE_BACKEND of the sidecar */
+    const char *upstream;       /* FENCEGATE_UPSTREAM of the sidecar */
+    long long grace_ms;         /* FENCEGATE_SHUTDOWN_GRACE_MS; < 0 leaves it out */
+    const char *backend_prefix; /* FENCEGATE_BACKEND_PREFIX: lock keys must agree fleet-wide */
+    const char *session_ttl_ms; /* FENCEGATE_SESSION_TTL_MS, as text (the sidecar checks it) */
+    const char *log_level;      /* FENCEGATE_LOG_LEVEL */
 };
 
 /* What inject_review() decided. */
@@ -78,9 +81,9 @@ int inject_options_check(const struct inject_options *opt, char *err, size_t err
  * (missing, not a Pod, wrong member types, too many containers, a bad fencegate.io/config,
  * fencegate.io/secret or fencegate.io/app-health-url value, an app container named fencegate, a
  * container that keeps running and declares containerPort 6380 or 8380, hostNetwork, nesting
- * deeper than the JSON reader allows) is still allowed, without a patch and with status.message = res->message: a pod must
- * never be refused because the injector could not read it, and its owner sees the warning in
- * kubectl's output.
+ * deeper than the JSON reader allows) is still allowed, without a patch and with status.message =
+ * res->message: a pod must never be refused because the injector could not read it, and its owner
+ * sees the warning in kubectl's output.
  *
  * Returns FG_ERR_PROTO (not JSON, not an AdmissionReview, no usable request.uid: there is no
  * review to answer, so the HTTP layer replies 400) or FG_ERR_LIMIT (len > INJECT_MAX_BODY:

@@ -55,10 +55,14 @@
     "  FENCEGATE_INJECT_UPSTREAM        the sidecar's FENCEGATE_UPSTREAM (default: unset)\n"       \
     "  FENCEGATE_INJECT_GRACE_MS        the sidecar's FENCEGATE_SHUTDOWN_GRACE_MS (default "       \
     "10000)\n"                                                                                     \
+    "  FENCEGATE_INJECT_BACKEND_PREFIX  the sidecar's FENCEGATE_BACKEND_PREFIX (default: unset)\n" \
+    "  FENCEGATE_INJECT_SESSION_TTL_MS  the sidecar's FENCEGATE_SESSION_TTL_MS (default: unset)\n" \
+    "  FENCEGATE_INJECT_LOG_LEVEL       the sidecar's FENCEGATE_LOG_LEVEL (default: unset)\n"      \
     "A pod annotated fencegate.io/config: NAME gets that ConfigMap's config.yaml instead of\n"     \
-    "the backend, upstream and grace above; fencegate.io/secret: NAME mounts that Secret at\n"     \
-    "/etc/fencegate-secret in the sidecar; fencegate.io/app-health-url: URL (http://, \"\" for\n"  \
-    "none) gives the sidecar FENCEGATE_APP_HEALTH_URL, its locks' health gate.\n"
+    "the backend, upstream, grace, prefix, session TTL and log level above;\n"                     \
+    "fencegate.io/secret: NAME mounts that Secret at /etc/fencegate-secret in the sidecar;\n"      \
+    "fencegate.io/app-health-url: URL (http://, \"\" for none) gives the sidecar\n"                \
+    "FENCEGATE_APP_HEALTH_URL, its locks' health gate.\n"
 
 /* Identity of a file's current contents, to notice a rotated certificate. */
 struct injector_stamp {
@@ -160,6 +164,9 @@ static int injector_options(struct inject_options *opt)
     opt->memory_limit = injector_env("FENCEGATE_INJECT_MEMORY_LIMIT", "64Mi");
     opt->backend = injector_env("FENCEGATE_INJECT_BACKEND", NULL);
     opt->upstream = injector_env("FENCEGATE_INJECT_UPSTREAM", NULL);
+    opt->backend_prefix = injector_env("FENCEGATE_INJECT_BACKEND_PREFIX", NULL);
+    opt->session_ttl_ms = injector_env("FENCEGATE_INJECT_SESSION_TTL_MS", NULL);
+    opt->log_level = injector_env("FENCEGATE_INJECT_LOG_LEVEL", NULL);
     errno = 0;
     ms = strtoll(grace, &end, 10);
     if (errno != 0 || *end != '\0' || grace[0] < '0' || grace[0] > '9' || ms > 600000) {
@@ -180,6 +187,9 @@ static int injector_options(struct inject_options *opt)
             {"memory_limit", "MEMORY_LIMIT"},
             {"backend", "BACKEND"},
             {"upstream", "UPSTREAM"},
+            {"backend_prefix", "BACKEND_PREFIX"},
+            {"session_ttl_ms", "SESSION_TTL_MS"},
+            {"log_level", "LOG_LEVEL"},
             {"grace_ms", "GRACE_MS"},
         };
         const char *colon = strchr(err, ':');

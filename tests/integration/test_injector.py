@@ -31,6 +31,9 @@ ENV = {
     "FENCEGATE_INJECT_BACKEND": "etcd://etcd-0.etcd.fencegate:2379",
     "FENCEGATE_INJECT_UPSTREAM": "redis://redis.shop:6379",
     "FENCEGATE_INJECT_GRACE_MS": "12000",
+    "FENCEGATE_INJECT_BACKEND_PREFIX": "/shop/locks/",
+    "FENCEGATE_INJECT_SESSION_TTL_MS": "15000",
+    "FENCEGATE_INJECT_LOG_LEVEL": "warn",
 }
 SECURITY_CONTEXT = {
     "runAsNonRoot": True,
@@ -228,7 +231,10 @@ class Injector(FgTestCase):
             self.assertEqual(env, {"FENCEGATE_LISTEN_HTTP": "0.0.0.0:8380",
                                    "FENCEGATE_BACKEND": ENV["FENCEGATE_INJECT_BACKEND"],
                                    "FENCEGATE_UPSTREAM": ENV["FENCEGATE_INJECT_UPSTREAM"],
-                                   "FENCEGATE_SHUTDOWN_GRACE_MS": "12000"})
+                                   "FENCEGATE_SHUTDOWN_GRACE_MS": "12000",
+                                   "FENCEGATE_BACKEND_PREFIX": "/shop/locks/",
+                                   "FENCEGATE_SESSION_TTL_MS": "15000",
+                                   "FENCEGATE_LOG_LEVEL": "warn"})
             self.assertEqual(pod["spec"].get("volumes"), original["spec"].get("volumes"))
         else:
             self.assertEqual(s["args"], ["--config", "/etc/fencegate/config.yaml"])

@@ -148,6 +148,9 @@ function main(argv) {
     FENCEGATE_INJECT_BACKEND: backend,
     FENCEGATE_INJECT_UPSTREAM: v.sidecar.upstream.url,
     FENCEGATE_INJECT_GRACE_MS: String(v.sidecar.shutdownGraceMs),
+    FENCEGATE_INJECT_BACKEND_PREFIX: v.sidecar.backend.prefix,
+    FENCEGATE_INJECT_SESSION_TTL_MS: String(v.sidecar.sessionTtlMs),
+    FENCEGATE_INJECT_LOG_LEVEL: v.sidecar.logLevel,
   }, 'injector environment (the injected sidecar settings)');
   eq(pod.spec.imagePullSecrets || [], v.imagePullSecrets, 'imagePullSecrets');
 

@@ -13,6 +13,7 @@ const https = require('https');
 const net = require('net');
 const path = require('path');
 const { spawn } = require('child_process');
+const YAML = require('yaml');
 const { readDocs } = require('./validate.js');
 
 const LIMIT_MS = 60000;
@@ -81,10 +82,12 @@ async function main(argv) {
   const dep = docs.find((d) => d.kind === 'Deployment');
   const svc = docs.find((d) => d.kind === 'Service');
   const mwc = docs.find((d) => d.kind === 'MutatingWebhookConfiguration');
-  if (!secret || !dep || !svc || !mwc) {
-    console.log('  FAIL injector wiring: the rendering needs a generated Secret, a Deployment, a Service and the webhook');
+  const cmap = docs.find((d) => d.kind === 'ConfigMap');
+  if (!secret || !dep || !svc || !mwc || !cmap) {
+    console.log('  FAIL injector wiring: the rendering needs a generated Secret, a Deployment, a Service, the webhook and the sidecar ConfigMap');
     return 1;
   }
+  const cfgDoc = YAML.parse(cmap.data['config.yaml']);
   const failures = [];
   const check = (cond, what) => cond || failures.push(what);
   const ctr = dep.spec.template.spec.containers[0];
@@ -150,6 +153,10 @@ async function main(argv) {
         check(senv.FENCEGATE_UPSTREAM === env.FENCEGATE_INJECT_UPSTREAM, `sidecar FENCEGATE_UPSTREAM ${senv.FENCEGATE_UPSTREAM}`);
         check(senv.FENCEGATE_BACKEND === env.FENCEGATE_INJECT_BACKEND, `sidecar FENCEGATE_BACKEND ${senv.FENCEGATE_BACKEND}`);
         check(senv.FENCEGATE_SHUTDOWN_GRACE_MS === env.FENCEGATE_INJECT_GRACE_MS, `sidecar FENCEGATE_SHUTDOWN_GRACE_MS ${senv.FENCEGATE_SHUTDOWN_GRACE_MS}`);
+        // The same lock keys, lease and log level as the chart's ConfigMap gives.
+        check(senv.FENCEGATE_BACKEND_PREFIX === cfgDoc.backend.prefix, `sidecar FENCEGATE_BACKEND_PREFIX ${senv.FENCEGATE_BACKEND_PREFIX}, ConfigMap backend.prefix ${cfgDoc.backend.prefix}`);
+        check(senv.FENCEGATE_SESSION_TTL_MS === String(cfgDoc.backend.session_ttl_ms), `sidecar FENCEGATE_SESSION_TTL_MS ${senv.FENCEGATE_SESSION_TTL_MS}, ConfigMap backend.session_ttl_ms ${cfgDoc.backend.session_ttl_ms}`);
+        check(senv.FENCEGATE_LOG_LEVEL === cfgDoc.log.level, `sidecar FENCEGATE_LOG_LEVEL ${senv.FENCEGATE_LOG_LEVEL}, ConfigMap log.level ${cfgDoc.log.level}`);
       }
     }
 

@@ -493,6 +493,60 @@ static const char *sidecar_env(const char *p, size_t n, const char *prefix, cons
     return found ? value : NULL;
 }
 
+/* The chart's sidecar.backend.prefix, sessionTtlMs and logLevel reach a pod without a ConfigMap
+ * too: without them, pods with and pods without the fencegate.io/config annotation took the
+ * same lock under different backend keys (and counters), so both could hold it at once. With
+ * a ConfigMap the pod's file decides, as for the backend URL. */
+static void test_backend_prefix_ttl_and_log_level(void **state)
+{
+    struct inject_options opt = full_opts;
+    struct fixture fx = mkdoc(POD_REVIEW(ANN_ON, SPEC_ONE));
+    struct fixture fc = mkdoc(
+        POD_REVIEW("{\"fencegate.io/inject\":\"true\",\"fencegate.io/config\":\"cfg\"}", SPEC_ONE));
+    struct inject_result res;
+    const char *v;
+    size_t n;
+    char *p;
+
+    opt.backend_prefix = "/shop/locks/";
+    opt.session_ttl_ms = "15000";
+    opt.log_level = "debug";
+    review(&fx, &opt, FG_OK, &res);
+    assert_int_equal(res.outcome, INJECT_PATCHED);
+    p = answer(&res, "u-1", &n);
+    v = sidecar_env(p, n, "0.value.0", "FENCEGATE_BACKEND_PREFIX");
+    assert_non_null(v);
+    assert_string_equal(v, "/shop/locks/");
+    v = sidecar_env(p, n, "0.value.0", "FENCEGATE_SESSION_TTL_MS");
+    assert_non_null(v);
+    assert_string_equal(v, "15000");
+    v = sidecar_env(p, n, "0.value.0", "FENCEGATE_LOG_LEVEL");
+    assert_non_null(v);
+    assert_string_equal(v, "debug");
+    free(p);
+    inject_result_free(&res);
+
+    review(&fc, &opt, FG_OK, &res);
+    assert_int_equal(res.outcome, INJECT_PATCHED);
+    p = answer(&res, "u-1", &n);
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_BACKEND_PREFIX"));
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_SESSION_TTL_MS"));
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_LOG_LEVEL"));
+    free(p);
+    inject_result_free(&res);
+
+    /* Unset (NULL or ""): left out, the sidecar's defaults apply. */
+    review(&fx, &full_opts, FG_OK, &res);
+    p = answer(&res, "u-1", &n);
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_BACKEND_PREFIX"));
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_SESSION_TTL_MS"));
+    assert_null(sidecar_env(p, n, "0.value.0", "FENCEGATE_LOG_LEVEL"));
+    free(p);
+    inject_result_free(&res);
+    free(fx.data);
+    free(fc.data);
+}
+
 /* A review of a pod with ann (the annotations object) and one app container, patched. Returns
  * the decoded patch; the caller frees it. */
 static char *patched(const char *ann, size_t *n)
@@ -917,8 +971,8 @@ static void test_many_containers(void **state)
 
     memset(longval, '"', INJECT_MAX_OPTION); /* each byte doubles when escaped */
     longval[INJECT_MAX_OPTION] = '\0';
-    opt = (struct inject_options){longval, longval, longval, longval,
-                                  longval, longval, longval, 600000};
+    opt = (struct inject_options){longval, longval, longval, longval, longval, longval,
+                                  longval, 600000,  longval, longval, longval};
     char err[200];
     assert_int_equal(inject_options_check(&opt, err, sizeof(err)), FG_OK);
     /* The URL too: '"' is printable ASCII, escaped both in the review and in the patch. */
@@ -1244,6 +1298,7 @@ int main(void)
         cmocka_unit_test(test_annotated_pod_with_config),
         cmocka_unit_test(test_annotated_pod_with_config_and_secret),
         cmocka_unit_test(test_app_health_url),
+        cmocka_unit_test(test_backend_prefix_ttl_and_log_level),
         cmocka_unit_test(test_app_health_url_invalid),
         cmocka_unit_test(test_existing_env_and_init_containers),
         cmocka_unit_test(test_already_injected),
