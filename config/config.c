@@ -1529,8 +1529,51 @@ int cfg_parse_yaml(struct cfg *cfg, const char *text, size_t len, const char *so
 
 /* ---- environment and flags ---------------------------------------------------------------- */
 
+/* Whether name[0..n) (with value val) is a variable Kubernetes sets for a Service of the pod's
+ * namespace (service links, on by default): a Service "fencegate-injector" gives every container
+ * FENCEGATE_INJECTOR_SERVICE_HOST, _SERVICE_PORT, _SERVICE_PORT_<PORT NAME>, _PORT (a
+ * tcp://, udp:// or sctp:// URL), _PORT_<N>_<PROTO> and that with _PROTO, _PORT or _ADDR. The
+ * chart's own webhook Service is such a one, so these cannot be refused as typos. */
+static int cfg_service_link(const char *name, size_t n, const char *val)
+{
+    static const char *const protos[] = {"_TCP", "_UDP", "_SCTP"};
+    static const char *const tails[] = {"", "_PROTO", "_PORT", "_ADDR"};
+    const char *end = name + n;
+
+    for (const char *p = name; p < end; p++) {
+        if ((size_t)(end - p) == 13 && memcmp(p, "_SERVICE_HOST", 13) == 0)
+            return 1;
+        if ((size_t)(end - p) >= 13 && memcmp(p, "_SERVICE_PORT", 13) == 0 &&
+            ((size_t)(end - p) == 13 || (p[13] == '_' && (size_t)(end - p) > 14)))
+            return 1;
+        if ((size_t)(end - p) == 5 && memcmp(p, "_PORT", 5) == 0)
+            return strncmp(val, "tcp://", 6) == 0 || strncmp(val, "udp://", 6) == 0 ||
+                   strncmp(val, "sctp://", 7) == 0;
+        if ((size_t)(end - p) > 6 && memcmp(p, "_PORT_", 6) == 0) {
+            const char *q = p + 6;
+
+            while (q < end && cfg_is_digit(*q))
+                q++;
+            if (q == p + 6)
+                continue;
+            for (size_t i = 0; i < sizeof protos / sizeof protos[0]; i++) {
+                size_t pl = strlen(protos[i]);
+
+                if ((size_t)(end - q) < pl || memcmp(q, protos[i], pl) != 0)
+                    continue;
+                for (size_t j = 0; j < sizeof tails / sizeof tails[0]; j++)
+                    if ((size_t)(end - q - pl) == strlen(tails[j]) &&
+                        memcmp(q + pl, tails[j], strlen(tails[j])) == 0)
+                        return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Applies FENCEGATE_* variables; an empty value counts as unset (templated manifests often
- * render unset values as ""). Returns FG_OK or FG_ERR_CONFIG with the reason in err. */
+ * render unset values as ""), and Kubernetes' service-link variables are skipped. Returns FG_OK or
+ * FG_ERR_CONFIG with the reason in err. */
 int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err)
 {
     static const size_t plen = sizeof "FENCEGATE_" - 1;
@@ -1549,6 +1592,8 @@ int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err)
         for (size_t j = 0; j < CFG_NSETTINGS; j++)
             if (strlen(cfg_settings[j].env) == n && memcmp(cfg_settings[j].env, e, n) == 0)
                 s = &cfg_settings[j];
+        if (!s && cfg_service_link(e, n, eq + 1))
+            continue;
         if (!s) {
             char shown[CFG_SHOW_BUF], list[600];
             size_t o = 0;
@@ -1918,7 +1963,8 @@ const char *cfg_usage(void)
            "Settings come from the config file, then FENCEGATE_* environment variables, then "
            "flags;\n"
            "each source overrides the one before. Flags take '--flag VALUE' or '--flag=VALUE'.\n"
-           "An empty environment variable counts as unset.\n"
+           "An empty environment variable counts as unset; variables Kubernetes sets for a\n"
+           "Service (FENCEGATE_*_SERVICE_HOST, FENCEGATE_*_PORT_443_TCP, ...) are ignored.\n"
            "\n"
            "  --config FILE             FENCEGATE_CONFIG             YAML config file (default: "
            "none)\n"

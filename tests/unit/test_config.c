@@ -919,6 +919,50 @@ static void test_env_errors(void **state)
     free(c);
 }
 
+/* Kubernetes gives every container variables for each Service of its namespace (service links,
+ * on by default). The chart's webhook Service, "<release>-fencegate-injector" or
+ * "fencegate-injector", yields FENCEGATE_INJECTOR_SERVICE_HOST and friends in every pod of the
+ * release's namespace, the injected sidecar included: they must not stop it. Typos still do. */
+static void test_env_ignores_kubernetes_service_links(void **state)
+{
+    char *links[] = {"FENCEGATE_INJECTOR_SERVICE_HOST=10.96.0.12",
+                     "FENCEGATE_INJECTOR_SERVICE_PORT=443",
+                     "FENCEGATE_INJECTOR_SERVICE_PORT_HTTPS=443",
+                     "FENCEGATE_INJECTOR_PORT=tcp://10.96.0.12:443",
+                     "FENCEGATE_INJECTOR_PORT_443_TCP=tcp://10.96.0.12:443",
+                     "FENCEGATE_INJECTOR_PORT_443_TCP_PROTO=tcp",
+                     "FENCEGATE_INJECTOR_PORT_443_TCP_PORT=443",
+                     "FENCEGATE_INJECTOR_PORT_443_TCP_ADDR=10.96.0.12",
+                     "FENCEGATE_SERVICE_HOST=10.96.0.13", /* a Service named "fencegate" */
+                     "FENCEGATE_SERVICE_PORT=6380",
+                     "FENCEGATE_PORT=tcp://10.96.0.13:6380",
+                     "FENCEGATE_PORT_8380_UDP=udp://10.96.0.13:8380",
+                     "FENCEGATE_PORT_6380_SCTP_ADDR=10.96.0.13",
+                     NULL};
+    static const char *const typos[] = {"FENCEGATE_RESP_PORT=6380", "FENCEGATE_PORT=6380",
+                                        "FENCEGATE_LISTEN_PORT=tcp", "FENCEGATE_PORT_X_TCP=1",
+                                        "FENCEGATE_PORT_443=tcp://10.0.0.1:443"};
+    struct cfg *c = new_cfg(), *want = new_cfg();
+    struct cfg_error err;
+
+    memset(&err, 0, sizeof err);
+    if (cfg_apply_env(c, links, &err) != FG_OK)
+        print_error("%s\n", err.msg);
+    assert_int_equal(cfg_apply_env(c, links, &err), FG_OK);
+    assert_memory_equal(c, want, sizeof *c);
+    for (size_t i = 0; i < sizeof typos / sizeof typos[0]; i++) {
+        char *env[] = {(char *)typos[i], NULL};
+        char name[64];
+
+        snprintf(name, sizeof name, "environment %.*s: unknown variable",
+                 (int)(strchr(typos[i], '=') - typos[i]), typos[i]);
+        assert_int_equal(cfg_apply_env(c, env, &err), FG_ERR_CONFIG);
+        assert_starts_with(err.msg, name);
+    }
+    free(want);
+    free(c);
+}
+
 static void expect_args_msg(int argc, char **argv, const char *msg, int exact)
 {
     struct cfg *c = new_cfg();
@@ -1772,6 +1816,7 @@ int main(void)
         cmocka_unit_test(test_env_sets_each_setting),
         cmocka_unit_test(test_flags_set_each_setting),
         cmocka_unit_test(test_env_errors),
+        cmocka_unit_test(test_env_ignores_kubernetes_service_links),
         cmocka_unit_test(test_flag_errors),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_config_path),
