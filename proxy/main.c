@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,35 +35,57 @@ struct main_ctx {
     int stopping;
 };
 
-/* Reads a whole config file into a NUL-terminated heap buffer. Returns NULL with err set. */
+/* Reads a whole config file into a NUL-terminated heap buffer. Returns NULL with err set. The
+ * file is read to its end, not to the size stat() reports: a pipe (`--config <(...)`, a FIFO)
+ * or a /proc file says 0 and still has content. */
 static char *main_read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
+    size_t cap = 4096, n = 0;
     char *text;
-    struct stat st;
 
     if (!f) {
         snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(errno));
         return NULL;
     }
-    if (fstat(fileno(f), &st) < 0 || st.st_size > MAIN_MAX_CONFIG_BYTES) {
-        snprintf(err, errlen, "config file '%s' is larger than %d bytes", path,
-                 MAIN_MAX_CONFIG_BYTES);
-        fclose(f);
-        return NULL;
+    text = malloc(cap);
+    while (text) {
+        n += fread(text + n, 1, cap - 1 - n, f);
+        if (ferror(f) || feof(f))
+            break;
+        if (n > MAIN_MAX_CONFIG_BYTES) {
+            snprintf(err, errlen, "config file '%s' is larger than %d bytes", path,
+                     MAIN_MAX_CONFIG_BYTES);
+            free(text);
+            fclose(f);
+            return NULL;
+        }
+        if (n + 1 == cap) {
+            char *grown = realloc(text, cap * 2);
+
+            if (!grown) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = grown;
+            cap *= 2;
+        }
     }
-    text = malloc((size_t)st.st_size + 1);
     if (!text) {
         snprintf(err, errlen, "out of memory");
-        fclose(f);
-        return NULL;
-    }
-    *len = fread(text, 1, (size_t)st.st_size, f);
-    text[*len] = '\0';
-    if (ferror(f)) {
+    } else if (ferror(f)) {
         snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(errno));
         free(text);
         text = NULL;
+    } else if (n > MAIN_MAX_CONFIG_BYTES) {
+        snprintf(err, errlen, "config file '%s' is larger than %d bytes", path,
+                 MAIN_MAX_CONFIG_BYTES);
+        free(text);
+        text = NULL;
+    } else {
+        text[n] = '\0';
+        *len = n;
     }
     fclose(f);
     return text;

@@ -114,6 +114,28 @@ class CommandLine(unittest.TestCase):
         self.assertIn(path, err)
 
 
+    def test_config_from_a_pipe_is_read(self):
+        # `--config <(envsubst < tmpl.yaml)` or a FIFO: the file's size says 0, its content
+        # still counts (it was ignored, and the sidecar ran on the defaults).
+        path = os.path.join(self._tmpdir(), "fifo.yaml")
+        os.mkfifo(path, 0o600)
+        text = "# from a pipe\nlisten:\n  resp: 127.0.0.1:99999\n"
+
+        def feed():
+            with open(path, "w") as f:
+                f.write(text)
+        threading.Thread(target=feed, daemon=True).start()
+        rc, _, err = run_fencegate(self.ports() + ["--config", path], timeout=5.0)
+        self.assertEqual(rc, 2, err)
+        self.assertIn(path + ":3:9: listen.resp: bad address '127.0.0.1:99999'", err)
+
+    def test_config_that_is_a_directory(self):
+        d = self._tmpdir()
+        rc, _, err = run_fencegate(self.ports() + ["--config", d])
+        self.assertEqual(rc, 2, err)
+        self.assertIn(d, err)
+
+
 class Configuration(FgTestCase):
     """Which port it listens on shows which source won: file < environment < flag."""
 
