@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <yaml.h>
@@ -766,6 +767,7 @@ static int cfg_set(struct cfg *cfg, const struct cfg_setting *s, const char *val
     char shown[CFG_SHOW_BUF];
     char *field = (char *)cfg + s->off;
     struct cfg_url u;
+    struct stat st;
     long long v;
     int rc;
 
@@ -839,6 +841,11 @@ static int cfg_set(struct cfg *cfg, const struct cfg_setting *s, const char *val
         }
         if (access(val, R_OK) != 0) {
             cfg_errf(err, "cannot read file '%s': %s", cfg_show_str(shown, val), strerror(errno));
+            return FG_ERR_CONFIG;
+        }
+        /* Readable, but a directory is no PEM or password file (a device or pipe may be). */
+        if (stat(val, &st) == 0 && S_ISDIR(st.st_mode)) {
+            cfg_errf(err, "cannot read file '%s': it is a directory", cfg_show_str(shown, val));
             return FG_ERR_CONFIG;
         }
         cfg_copy(field, CFG_MAX_STR, val, strlen(val));

@@ -1250,6 +1250,23 @@ static void test_finish_backend_checks(void **state)
                     "t.yaml:1:25: backend.tls_ca_file: cannot read file '/nonexistent/ca.pem': "
                     "No such file or directory",
                     NULL);
+    /* A directory passes access(R_OK) but is no PEM or password file: refused where it is named,
+     * not later by the TLS or password code without a position. */
+    expect_yaml_err("backend: { tls_ca_file: /tmp }\n",
+                    "t.yaml:1:25: backend.tls_ca_file: cannot read file '/tmp': it is a directory",
+                    NULL);
+    expect_yaml_err("backend:\n  password_file: /\n",
+                    "t.yaml:2:18: backend.password_file: cannot read file '/': it is a directory",
+                    NULL);
+    {
+        char *dir_env[] = {"FENCEGATE_BACKEND_TLS_KEY_FILE=/tmp", NULL};
+
+        c = new_cfg();
+        assert_int_equal(cfg_apply_env(c, dir_env, &err), FG_ERR_CONFIG);
+        assert_string_equal(err.msg, "environment FENCEGATE_BACKEND_TLS_KEY_FILE: cannot read file "
+                                     "'/tmp': it is a directory");
+        free(c);
+    }
     expect_yaml_err("backend: { tls_server_name: 'a b' }\n",
                     "t.yaml:1:29: backend.tls_server_name: bad host name 'a b'", NULL);
 
