@@ -923,8 +923,9 @@ static const struct cfg_setting *cfg_find_key(const char *key)
     return NULL;
 }
 
-/* Checks that every "$N" in the lock template names a '*' of the glob. Returns FG_OK or
- * FG_ERR_CONFIG with the reason in err. */
+/* Checks that every "$N" in the lock template names a '*' of the glob; "$$" stands for a '$'
+ * and names nothing, as fence.c reads it. Returns FG_OK or FG_ERR_CONFIG with the reason in err.
+ */
 static int cfg_check_rule(const struct cfg_protect *r, struct cfg_error *err)
 {
     char shown[CFG_SHOW_BUF], shown2[CFG_SHOW_BUF];
@@ -943,6 +944,10 @@ static int cfg_check_rule(const struct cfg_protect *r, struct cfg_error *err)
     for (const char *p = r->lock; *p; p++) {
         int nth;
 
+        if (*p == '$' && p[1] == '$') { /* "$$" is a '$' of the name (fence.c expands it so) */
+            p++;
+            continue;
+        }
         if (*p != '$' || !cfg_is_digit(p[1]))
             continue;
         nth = p[1] - '0';
@@ -1579,8 +1584,8 @@ static int cfg_service_link(const char *name, size_t n, const char *val)
 }
 
 /* Applies FENCEGATE_* variables; an empty value counts as unset (templated manifests often
- * render unset values as ""), and Kubernetes' service-link variables are skipped. Returns FG_OK or
- * FG_ERR_CONFIG with the reason in err. */
+ * render unset values as ""), and Kubernetes' service-link variables are skipped. Returns FG_OK
+ * or FG_ERR_CONFIG with the reason in err. */
 int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err)
 {
     static const size_t plen = sizeof "FENCEGATE_" - 1;

@@ -52,7 +52,8 @@ struct cfg_store {
 struct cfg_protect {
     char store[128];        /* names a store */
     char keys[CFG_MAX_STR]; /* glob: '*' matches any run, '?' one byte */
-    char lock[CFG_MAX_STR]; /* lock name template; "$1".."$9" = what the n-th '*' matched */
+    char lock[CFG_MAX_STR]; /* lock name template; "$1".."$9" = what the n-th '*' matched,
+                             * "$$" = '$' */
 };
 
 enum cfg_log_level { CFG_LOG_ERROR = 0, CFG_LOG_WARN, CFG_LOG_INFO, CFG_LOG_DEBUG };

@@ -528,6 +528,15 @@ static void test_lock_templates(void **state)
     assert_int_equal(c->nprotect, 2);
     assert_string_equal(c->protect[0].lock, "o:$2:$1:$$x");
     assert_string_equal(c->protect[1].keys, "k?");
+    /* "$$" is a '$' of the lock name, as fence.c expands it: "$$1" names no '*' ... */
+    expect_yaml_ok("protect:\n  - { store: s, keys: 'price', lock: 'cost:$$1' }\n", c);
+    assert_string_equal(c->protect[0].lock, "cost:$$1");
+    expect_yaml_ok("protect:\n  - { store: s, keys: 'p:*', lock: 'p:$$$$0:$$$1' }\n", c);
+    /* ... and "$$$2" is a '$' and then $2. */
+    expect_yaml_err("protect:\n  - { store: s, keys: 'a:*', lock: 'a:$$$2' }\n",
+                    "t.yaml:2:36: protect[0].lock: bad lock template 'a:$$$2': $2 refers to '*' "
+                    "number 2, but keys 'a:*' has 1",
+                    NULL);
     free(c);
 }
 
