@@ -104,6 +104,8 @@ static const struct cfg_setting cfg_settings[] = {
 
 #define CFG_NSETTINGS (sizeof cfg_settings / sizeof cfg_settings[0])
 
+_Static_assert(CFG_NSETTINGS <= CFG_MAX_SETTINGS, "struct cfg.origin is too small");
+
 static const char *const cfg_top_keys[] = {"listen",
                                            "upstream",
                                            "upstream_multiplex",
@@ -1190,6 +1192,14 @@ static int yaml_map_key(struct cfg_yaml *y, struct cfg_map *m, int *idx)
     return FG_OK;
 }
 
+/* Records that a value came from the file at mark m. */
+static void cfg_mark(struct cfg_origin *o, yaml_mark_t m)
+{
+    o->from = CFG_FROM_FILE;
+    o->line = m.line + 1 > INT_MAX ? INT_MAX : (int)(m.line + 1);
+    o->column = m.column + 1 > INT_MAX ? INT_MAX : (int)(m.column + 1);
+}
+
 /* Applies the current scalar to setting s. */
 static int yaml_setting(struct cfg_yaml *y, const struct cfg_setting *s)
 {
@@ -1200,9 +1210,12 @@ static int yaml_setting(struct cfg_yaml *y, const struct cfg_setting *s)
     if (rc)
         return rc;
     rc = cfg_set(y->cfg, s, val, y->err);
-    if (rc)
+    if (rc) {
         cfg_err_prefix(y->err, "%s:%zu:%zu: %s: ", y->src, m.line + 1, m.column + 1, s->key);
-    return rc;
+        return rc;
+    }
+    cfg_mark(&y->cfg->origin[s - cfg_settings], m);
+    return FG_OK;
 }
 
 /* listen, backend, limits, log: mappings of plain settings named "<name>.<key>". */
@@ -1378,6 +1391,7 @@ static int yaml_rule(struct cfg_yaml *y, int i)
                 return yaml_fail(y, vm, "%s: bad store name '%s': %s", key,
                                  cfg_show_str(shown, val), why);
             cfg_copy(r->store, sizeof r->store, val, strlen(val));
+            cfg_mark(&r->at, vm);
             break;
         case CFG_RULE_KEYS:
             rc = yaml_scalar(y, key, "a key glob such as 'wallet:*'", r->keys, sizeof r->keys);
@@ -1527,6 +1541,7 @@ int cfg_parse_yaml(struct cfg *cfg, const char *text, size_t len, const char *so
                  CFG_YAML_MAX_BYTES);
         return FG_ERR_CONFIG;
     }
+    cfg_copy(cfg->source, sizeof cfg->source, y.src, strnlen(y.src, sizeof cfg->source));
     if (!yaml_parser_initialize(&y.parser)) {
         cfg_errf(err, "%s: out of memory while parsing YAML", y.src);
         return FG_ERR_CONFIG;
@@ -1630,6 +1645,7 @@ int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err)
             cfg_err_prefix(err, "environment %s: ", s->env);
             return rc;
         }
+        cfg->origin[s - cfg_settings].from = CFG_FROM_ENV;
     }
     return FG_OK;
 }
@@ -1714,6 +1730,7 @@ int cfg_apply_args(struct cfg *cfg, int argc, char *const argv[], enum cfg_actio
             cfg_err_prefix(err, "flag --%s: ", s->flag);
             return rc;
         }
+        cfg->origin[s - cfg_settings].from = CFG_FROM_FLAG;
     }
     return FG_OK;
 }
@@ -1849,6 +1866,38 @@ static int cfg_finish_upstream(struct cfg *cfg, struct cfg_error *err)
     return FG_OK;
 }
 
+/* Puts where a value was set in front of the message in err: "file:line:column: ",
+ * "environment NAME: " or "flag --name: " (s names the setting; NULL for a protect rule, which
+ * only the file sets); nothing for a default. */
+static void cfg_err_at(const struct cfg *cfg, const struct cfg_origin *o,
+                       const struct cfg_setting *s, struct cfg_error *err)
+{
+    if (o->from == CFG_FROM_FILE)
+        cfg_err_prefix(err, "%s:%d:%d: ", cfg->source, o->line, o->column);
+    else if (o->from == CFG_FROM_ENV && s)
+        cfg_err_prefix(err, "environment %s: ", s->env);
+    else if (o->from == CFG_FROM_FLAG && s)
+        cfg_err_prefix(err, "flag --%s: ", s->flag);
+}
+
+/* cfg_err_at() for the setting with YAML key `key`. Returns FG_ERR_CONFIG. */
+static int cfg_err_key(const struct cfg *cfg, const char *key, struct cfg_error *err)
+{
+    const struct cfg_setting *s = cfg_find_key(key);
+
+    if (s)
+        cfg_err_at(cfg, &cfg->origin[s - cfg_settings], s, err);
+    return FG_ERR_CONFIG;
+}
+
+/* Whether the setting with YAML key `key` was given by any source. */
+static int cfg_given(const struct cfg *cfg, const char *key)
+{
+    const struct cfg_setting *s = cfg_find_key(key);
+
+    return s && cfg->origin[s - cfg_settings].from != CFG_FROM_DEFAULT;
+}
+
 /* Cross-field checks once every source was applied; see config.h. Returns FG_OK or FG_ERR_CONFIG
  * with the reason in err. */
 int cfg_finish(struct cfg *cfg, struct cfg_error *err)
@@ -1870,9 +1919,14 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
     }
     if (!cfg->backend.tls && (cfg->backend_tls_ca[0] || cfg->backend_tls_cert[0] ||
                               cfg->backend_tls_key[0] || cfg->backend_tls_server_name[0])) {
-        cfg_errf(err, "backend.tls_*: TLS settings need an etcds:// backend URL, not '%s'",
+        const char *key = cfg->backend_tls_ca[0]     ? "backend.tls_ca_file"
+                          : cfg->backend_tls_cert[0] ? "backend.tls_cert_file"
+                          : cfg->backend_tls_key[0]  ? "backend.tls_key_file"
+                                                     : "backend.tls_server_name";
+
+        cfg_errf(err, "%s: TLS settings need an etcds:// backend URL, not '%s'", key,
                  cfg_show_url(shown, cfg->backend.raw));
-        return FG_ERR_CONFIG;
+        return cfg_err_key(cfg, key, err);
     }
     if (cfg->backend.kind == CFG_URL_ETCD && cfg->backend.user[0] && !cfg->backend.password[0] &&
         !cfg->backend_password_file[0]) {
@@ -1880,18 +1934,19 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                  "backend.url: etcd user '%s' has no password: give user:password@ or "
                  "backend.password_file",
                  cfg_show_str(shown, cfg->backend.user));
-        return FG_ERR_CONFIG;
+        return cfg_err_key(cfg, "backend.url", err);
     }
     if (cfg->backend.kind == CFG_URL_ETCD && !cfg->backend.user[0] &&
         cfg->backend_password_file[0]) {
         cfg_errf(err, "backend.password_file: an etcd password needs a user in the URL "
                       "(etcd://USER@host:port)");
-        return FG_ERR_CONFIG;
+        return cfg_err_key(cfg, "backend.password_file", err);
     }
     if (!cfg->backend_tls_cert[0] != !cfg->backend_tls_key[0]) {
         cfg_errf(err, "backend.tls_cert_file and backend.tls_key_file: a client certificate "
                       "needs both");
-        return FG_ERR_CONFIG;
+        return cfg_err_key(
+            cfg, cfg->backend_tls_cert[0] ? "backend.tls_cert_file" : "backend.tls_key_file", err);
     }
     if (cfg->backend_prefix[0] == '\0') {
         cfg_errf(err, "backend.prefix: empty prefix (expected e.g. /fencegate/locks/)");
@@ -1902,13 +1957,15 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                  "backend.prefix: bad prefix '%s': an etcd backend needs a prefix that starts "
                  "with '/', e.g. /fencegate/locks/",
                  cfg_show_str(shown, cfg->backend_prefix));
-        return FG_ERR_CONFIG;
+        return cfg_err_key(cfg, "backend.prefix", err);
     }
     if (cfg->listen_resp.port == cfg->listen_http.port &&
         strcasecmp(cfg->listen_resp.host, cfg->listen_http.host) == 0) {
-        cfg_errf(err, "listen: resp and http are both '%s:%d'; give them different ports",
+        const char *key = cfg_given(cfg, "listen.http") ? "listen.http" : "listen.resp";
+
+        cfg_errf(err, "%s: resp and http are both '%s:%d'; give them different ports", key,
                  cfg_show_str(shown, cfg->listen_resp.host), cfg->listen_resp.port);
-        return FG_ERR_CONFIG;
+        return cfg_err_key(cfg, key, err);
     }
     for (int i = 0; i < cfg->nstores; i++) {
         const char *why = cfg_check_name(cfg->stores[i].name);
@@ -1944,6 +2001,7 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
             }
             cfg_errf(err, "protect[%d].store: unknown store '%s' (known stores: %s)", i,
                      cfg_show_str(shown, r->store), list);
+            cfg_err_at(cfg, &r->at, NULL, err);
             return FG_ERR_CONFIG;
         }
         if (cfg->stores[cfg_store_index(cfg, r->store)].url.kind == CFG_URL_POSTGRES) {
@@ -1951,6 +2009,7 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                      "protect[%d].store: '%s' is a PostgreSQL store; SQL requests name their lock "
                      "in the body, so protect rules apply to Redis and HTTP stores only",
                      i, cfg_show_str(shown, r->store));
+            cfg_err_at(cfg, &r->at, NULL, err);
             return FG_ERR_CONFIG;
         }
         rc = cfg_check_rule(r, err);

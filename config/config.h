@@ -49,7 +49,18 @@ struct cfg_store {
     int queue_max;        /* requests waiting for a connection, 1..100000 */
 };
 
+/* Where a value was set, so that checks made after every source was applied (cfg_finish()) can
+ * still name it. */
+enum cfg_from { CFG_FROM_DEFAULT = 0, CFG_FROM_FILE, CFG_FROM_ENV, CFG_FROM_FLAG };
+struct cfg_origin {
+    enum cfg_from from;
+    int line, column; /* CFG_FROM_FILE: 1-based, in cfg.source */
+};
+
+#define CFG_MAX_SETTINGS 32 /* room in cfg.origin; config.c checks its table fits */
+
 struct cfg_protect {
+    struct cfg_origin at;   /* of its store: value */
     char store[128];        /* names a store */
     char keys[CFG_MAX_STR]; /* glob: '*' matches any run, '?' one byte */
     char lock[CFG_MAX_STR]; /* lock name template; "$1".."$9" = what the n-th '*' matched,
@@ -94,6 +105,10 @@ struct cfg {
     long long app_health_timeout_ms;  /* default 1000; 100..600000 */
     int app_health_failures;          /* failure_threshold, default 3; 1..1000 */
     enum cfg_log_level log_level;     /* default info */
+    /* Bookkeeping for error messages: the config file's name as given to cfg_parse_yaml(), and
+     * where each setting was last set (indexed by config.c's table of settings). */
+    char source[CFG_MAX_STR];
+    struct cfg_origin origin[CFG_MAX_SETTINGS];
 };
 
 /* An error that names where the bad value came from and the value itself. */

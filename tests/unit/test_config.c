@@ -94,6 +94,16 @@ static void expect_yaml_ok(const char *yaml, struct cfg *c)
     assert_int_equal(rc, FG_OK);
 }
 
+/* Clears what struct cfg keeps only for error messages (where each value came from), so that
+ * two configs can be compared by what they configure. */
+static void forget_origins(struct cfg *c)
+{
+    memset(c->source, 0, sizeof c->source);
+    memset(c->origin, 0, sizeof c->origin);
+    for (int i = 0; i < CFG_MAX_PROTECT; i++)
+        memset(&c->protect[i].at, 0, sizeof c->protect[i].at);
+}
+
 static void finish_ok(struct cfg *c)
 {
     struct cfg_error err;
@@ -223,6 +233,8 @@ static void test_block_and_flow_shapes(void **state)
                    " limits: {max_clients: 5, max_args: \"99\"}, log: {level: DEBUG},\n"
                    " shutdown_grace_ms: 0, stores: [{name: s1, url: 'redis://h1'}]}\n",
                    b);
+    forget_origins(a);
+    forget_origins(b);
     assert_memory_equal(a, b, sizeof *a);
     assert_addr(&a->listen_resp, "0.0.0.0", 7000);
     assert_addr(&a->listen_http, "::1", 7001);
@@ -251,6 +263,7 @@ static void test_empty_documents_keep_defaults(void **state)
         struct cfg *c = new_cfg();
 
         expect_yaml_ok(docs[i], c);
+        forget_origins(c);
         assert_memory_equal(c, want, sizeof *c);
         free(c);
     }
@@ -1149,8 +1162,9 @@ static void test_finish_protect_rules(void **state)
                    " { store: nope, keys: 'b', lock: 'b' }]\n",
                    c);
     assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
-    assert_string_equal(err.msg,
-                        "protect[1].store: unknown store 'nope' (known stores: cache, ledger)");
+    assert_string_equal(
+        err.msg,
+        "t.yaml:2:65: protect[1].store: unknown store 'nope' (known stores: cache, ledger)");
     free(c);
 
     /* PostgreSQL stores take the lock from each request: a rule for one is a mistake. */
@@ -1180,6 +1194,77 @@ static void test_finish_protect_rules(void **state)
     free(c);
 }
 
+/* Checks that need every source applied still name where the offending value came from: the
+ * file's line and column, the variable or the flag. */
+static void test_finish_errors_name_their_source(void **state)
+{
+    struct cfg_error err;
+    enum cfg_action action;
+    struct cfg *c = new_cfg();
+
+    expect_yaml_ok("stores:\n"
+                   "  - { name: cache, url: 'redis://h' }\n"
+                   "protect:\n"
+                   "  - { store: cache, keys: 'a:*', lock: 'a:$1' }\n"
+                   "  - store: cahce\n"
+                   "    keys: b\n"
+                   "    lock: b\n",
+                   c);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_string_equal(err.msg, "t.yaml:5:12: protect[1].store: unknown store 'cahce' (known "
+                                 "stores: cache)");
+    free(c);
+
+    c = new_cfg();
+    expect_yaml_ok("stores: [{ name: ledger, url: 'postgresql://p/db' }]\n"
+                   "protect: [{ store: ledger, keys: 'accounts', lock: 'l' }]\n",
+                   c);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_starts_with(err.msg, "t.yaml:2:20: protect[0].store: 'ledger' is a PostgreSQL store");
+    free(c);
+
+    c = new_cfg();
+    expect_yaml_ok("backend:\n  url: etcd://e\n  prefix: locks/\n", c);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_starts_with(err.msg, "t.yaml:3:11: backend.prefix: bad prefix 'locks/': an etcd "
+                                "backend needs a prefix that starts with '/'");
+    free(c);
+
+    c = new_cfg();
+    expect_yaml_ok("backend: { url: 'etcd://fg@e' }\n", c);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_starts_with(err.msg, "t.yaml:1:17: backend.url: etcd user 'fg' has no password");
+    free(c);
+
+    c = new_cfg();
+    expect_yaml_ok("backend:\n  tls_cert_file: /dev/null\n", c);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_starts_with(err.msg, "t.yaml:2:18: backend.tls_");
+    free(c);
+
+    c = new_cfg();
+    expect_yaml_ok("listen:\n  resp: 7000\n  http: 127.0.0.1:7000\n", c);
+    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+    assert_starts_with(err.msg, "t.yaml:3:9: listen.http: ");
+    free(c);
+
+    /* The file set the prefix, the environment the etcd URL: the prefix is what is wrong. */
+    {
+        char *env[] = {"FENCEGATE_BACKEND=etcd://e", NULL};
+        char *argv[] = {"fencegate", "--backend-prefix", "x/", NULL};
+
+        c = new_cfg();
+        expect_yaml_ok("backend: { prefix: locks/ }\n", c);
+        assert_int_equal(cfg_apply_env(c, env, &err), FG_OK);
+        assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+        assert_starts_with(err.msg, "t.yaml:1:20: backend.prefix: bad prefix 'locks/'");
+        assert_int_equal(cfg_apply_args(c, 3, argv, &action, &err), FG_OK);
+        assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+        assert_starts_with(err.msg, "flag --backend-prefix: backend.prefix: bad prefix 'x/'");
+        free(c);
+    }
+}
+
 static void test_finish_backend_checks(void **state)
 {
     struct cfg_error err;
@@ -1191,8 +1276,8 @@ static void test_finish_backend_checks(void **state)
 
     assert_int_equal(cfg_apply_args(c, 5, etcd_bad, &action, &err), FG_OK);
     assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
-    assert_starts_with(err.msg, "backend.prefix: bad prefix 'locks/': an etcd backend needs a "
-                                "prefix that starts with '/'");
+    assert_starts_with(err.msg, "flag --backend-prefix: backend.prefix: bad prefix 'locks/': an "
+                                "etcd backend needs a prefix that starts with '/'");
     free(c);
 
     c = new_cfg();
@@ -1218,7 +1303,7 @@ static void test_finish_backend_checks(void **state)
     c = new_cfg();
     assert_int_equal(cfg_apply_args(c, 3, no_pw, &action, &err), FG_OK);
     assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
-    assert_starts_with(err.msg, "backend.url: etcd user 'fg' has no password");
+    assert_starts_with(err.msg, "flag --backend: backend.url: etcd user 'fg' has no password");
     free(c);
     c = new_cfg();
     assert_int_equal(cfg_apply_args(c, 5, pw_file, &action, &err), FG_OK);
@@ -1247,8 +1332,9 @@ static void test_finish_backend_checks(void **state)
     c = new_cfg();
     assert_int_equal(cfg_apply_args(c, 5, tls_plain, &action, &err), FG_OK);
     assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
-    assert_starts_with(err.msg, "backend.tls_*: TLS settings need an etcds:// backend URL, not "
-                                "'etcd://e'");
+    assert_starts_with(err.msg,
+                       "flag --backend-tls-ca-file: backend.tls_ca_file: TLS settings need "
+                       "an etcds:// backend URL, not 'etcd://e'");
     free(c);
     c = new_cfg();
     assert_int_equal(cfg_apply_args(c, 5, tls_half, &action, &err), FG_OK);
@@ -1849,6 +1935,7 @@ int main(void)
         cmocka_unit_test(test_finish_upstream_store),
         cmocka_unit_test(test_finish_protect_rules),
         cmocka_unit_test(test_finish_backend_checks),
+        cmocka_unit_test(test_finish_errors_name_their_source),
         cmocka_unit_test(test_parse_addr_table),
         cmocka_unit_test(test_parse_url_table),
         cmocka_unit_test(test_password_not_in_errors),
