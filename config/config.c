@@ -345,6 +345,22 @@ static const char *cfg_port(const char *p, size_t n, int *port)
     return NULL;
 }
 
+/* cfg_check_host() for a host to connect to or listen on, which may also be a fully qualified
+ * name with its trailing dot ("redis.ns.svc.cluster.local.", as Kubernetes users write to skip
+ * the search domains); the resolver takes it so. */
+static const char *cfg_hostport_name(const char *h, size_t n)
+{
+    size_t i;
+
+    if (n < 2 || h[n - 1] != '.' || h[n - 2] == '.')
+        return cfg_check_host(h, n);
+    for (i = 0; i + 1 < n && (cfg_is_digit(h[i]) || h[i] == '.'); i++)
+        ;
+    if (i + 1 == n) /* "1.2.3.4." is no IPv4 address */
+        return "bad IPv4 address (four numbers 0..255, no leading zeros)";
+    return cfg_check_host(h, n - 1);
+}
+
 /* Parses host[:port] or [v6][:port] in s[0..n). defport 0 means the port is required. Returns
  * NULL on success, else why it failed. */
 static const char *cfg_hostport(const char *s, size_t n, int defport, struct cfg_addr *out)
@@ -386,7 +402,7 @@ static const char *cfg_hostport(const char *s, size_t n, int defport, struct cfg
             port = colon + 1;
             plen = n - hlen - 1;
         }
-        why = cfg_check_host(host, hlen);
+        why = cfg_hostport_name(host, hlen);
         if (why)
             return why;
     }

@@ -1362,6 +1362,9 @@ static void test_finish_backend_checks(void **state)
                                      "'/tmp': it is a directory");
         free(c);
     }
+    /* A name in SNI carries no trailing dot (RFC 6066), unlike a host to connect to. */
+    expect_yaml_err("backend: { tls_server_name: 'etcd.example.' }\n",
+                    "t.yaml:1:29: backend.tls_server_name: bad host name 'etcd.example.'", NULL);
     expect_yaml_err("backend: { tls_server_name: 'a b' }\n",
                     "t.yaml:1:29: backend.tls_server_name: bad host name 'a b'", NULL);
 
@@ -1390,6 +1393,9 @@ static void test_parse_addr_table(void **state)
         {"localhost:80", "localhost", 80},
         {"my-host.example.com:8080", "my-host.example.com", 8080},
         {"redis-0.redis.ns.svc.cluster.local:6379", "redis-0.redis.ns.svc.cluster.local", 6379},
+        /* A fully qualified name (Kubernetes users write one to skip the search domains). */
+        {"redis.ns.svc.cluster.local.:6379", "redis.ns.svc.cluster.local.", 6379},
+        {"localhost.:80", "localhost.", 80},
         {"[::1]:6380", "::1", 6380},
         {"[fe80::1:2]:7", "fe80::1:2", 7},
         {"[::ffff:1.2.3.4]:9", "::ffff:1.2.3.4", 9},
@@ -1426,6 +1432,9 @@ static void test_parse_addr_table(void **state)
         {"a-:80", "bad host name"},
         {"a..b:80", "bad host name"},
         {".a:80", "bad host name"},
+        {"a..:80", "bad host name"},
+        {"a-.:80", "bad host name"},
+        {"1.2.3.4.:80", "bad IPv4 address"},
         {"h st:80", "bad host name"},
     };
     struct cfg_error err;
@@ -1497,6 +1506,11 @@ static void test_parse_url_table(void **state)
 
     URL_OK("redis://localhost");
     assert_addr(&u->hosts[0], "localhost", 6379);
+    URL_OK("redis://redis.ns.svc.cluster.local.:6379/1");
+    assert_addr(&u->hosts[0], "redis.ns.svc.cluster.local.", 6379);
+    URL_OK("etcd://etcd-0.etcd.ns.svc.cluster.local.:2379,etcd-1.etcd.ns.svc.cluster.local.");
+    assert_int_equal(u->nhosts, 2);
+    assert_addr(&u->hosts[1], "etcd-1.etcd.ns.svc.cluster.local.", 2379);
 
     URL_OK("redis://app:p%40ss@cache.internal:7000/3");
     assert_string_equal(u->user, "app");
