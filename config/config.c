@@ -941,6 +941,20 @@ static const struct cfg_setting *cfg_find_key(const char *key)
     return NULL;
 }
 
+/* Only '*' and '?' are special in a key pattern (fence.c). Redis's globs also have [classes]
+ * and \\ escapes, which would match literally here and leave the keys a user meant unprotected.
+ * Returns NULL when the pattern is fine, else why not. */
+static const char *cfg_check_glob(const char *g)
+{
+    if (strpbrk(g, "[]"))
+        return "'[' and ']' are not special here (only '*' and '?' are); to match a bracket, put "
+               "'?' in its place";
+    if (strchr(g, '\\'))
+        return "'\\\\' escapes are not supported (only '*' and '?' are special); to match a "
+               "'*', '?' or '\\\\', put '?' in its place";
+    return NULL;
+}
+
 /* Checks that every "$N" in the lock template names a '*' of the glob; "$$" stands for a '$'
  * and names nothing, as fence.c reads it. Returns FG_OK or FG_ERR_CONFIG with the reason in err.
  */
@@ -955,6 +969,11 @@ static int cfg_check_rule(const struct cfg_protect *r, struct cfg_error *err)
     }
     if (r->lock[0] == '\0') {
         cfg_errf(err, "empty lock name (expected a name such as 'wallet:$1')");
+        return FG_ERR_CONFIG;
+    }
+    if (cfg_check_glob(r->keys)) {
+        cfg_errf(err, "bad key pattern '%s': %s", cfg_show_str(shown, r->keys),
+                 cfg_check_glob(r->keys));
         return FG_ERR_CONFIG;
     }
     for (const char *p = r->keys; *p; p++)
@@ -1416,6 +1435,10 @@ static int yaml_rule(struct cfg_yaml *y, int i)
             if (!r->keys[0])
                 return yaml_fail(y, vm,
                                  "%s: empty key pattern (expected a glob such as 'wallet:*')", key);
+            why = cfg_check_glob(r->keys);
+            if (why)
+                return yaml_fail(y, vm, "%s: bad key pattern '%s': %s", key,
+                                 cfg_show_str(shown, r->keys), why);
             break;
         default:
             rc = yaml_scalar(y, key, "a lock name such as 'wallet:$1'", r->lock, sizeof r->lock);

@@ -541,6 +541,13 @@ static void test_lock_templates(void **state)
     assert_int_equal(c->nprotect, 2);
     assert_string_equal(c->protect[0].lock, "o:$2:$1:$$x");
     assert_string_equal(c->protect[1].keys, "k?");
+    /* Only '*' and '?' are special in keys (fence.c). Redis's own globs (KEYS, SCAN MATCH) also
+     * have [classes] and \\ escapes; written here they would match literally and leave the keys
+     * they were meant for unprotected, so they are refused. */
+    expect_yaml_err("protect:\n  - { store: s, keys: 'user:[0-9]*', lock: 'u:$1' }\n",
+                    "t.yaml:2:23: protect[0].keys: bad key pattern 'user:[0-9]*': '[' ", NULL);
+    expect_yaml_err("protect:\n  - { store: s, keys: 'a\\*b:*', lock: 'a:$1' }\n",
+                    "t.yaml:2:23: protect[0].keys: bad key pattern 'a\\\\*b:*': '\\\\' ", NULL);
     /* "$$" is a '$' of the lock name, as fence.c expands it: "$$1" names no '*' ... */
     expect_yaml_ok("protect:\n  - { store: s, keys: 'price', lock: 'cost:$$1' }\n", c);
     assert_string_equal(c->protect[0].lock, "cost:$$1");
