@@ -816,9 +816,9 @@ static int cfg_set(struct cfg *cfg, const struct cfg_setting *s, const char *val
             cfg_errf(err, "empty prefix (expected e.g. /fencegate/locks/)");
             return FG_ERR_CONFIG;
         }
-        if (n >= sizeof cfg->backend_prefix) {
-            cfg_errf(err, "prefix '%s' is too long (at most %zu bytes)", cfg_show_str(shown, val),
-                     sizeof cfg->backend_prefix - 1);
+        if (n > CFG_MAX_PREFIX) {
+            cfg_errf(err, "prefix '%s' is too long (at most %d bytes)", cfg_show_str(shown, val),
+                     CFG_MAX_PREFIX);
             return FG_ERR_CONFIG;
         }
         for (size_t i = 0; i < n; i++) {

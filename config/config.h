@@ -10,6 +10,7 @@
 #define CFG_MAX_PROTECT 256
 #define CFG_MAX_HOSTS   16
 #define CFG_MAX_STR     1024 /* longest string value accepted anywhere */
+#define CFG_MAX_PREFIX  200  /* longest backend.prefix: both lock backends' limit */
 
 /* host:port as written by the user, split; host is a name or an IPv4/IPv6 literal (no brackets). */
 struct cfg_addr {
