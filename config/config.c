@@ -1595,6 +1595,57 @@ int cfg_parse_yaml(struct cfg *cfg, const char *text, size_t len, const char *so
 
 /* ---- environment and flags ---------------------------------------------------------------- */
 
+/* 1 for the variables the fencegate family defines for the sidecar's clients, not for the
+ * sidecar: fencectl's FENCEGATE_HTTP and the addresses the injector gives application containers.
+ * A shell or compose file that sets them for both must not stop the sidecar. */
+static int cfg_client_var(const char *name, size_t n)
+{
+    static const char *const names[] = {"FENCEGATE_HTTP", "FENCEGATE_HTTP_ADDR",
+                                        "FENCEGATE_RESP_ADDR"};
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], name, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* The variable the sidecar reads that is nearest to name (at most 3 edits: a typo), or NULL. */
+static const char *cfg_closest_env(const char *name, size_t n)
+{
+    enum { MAXN = 64 };
+    size_t row[MAXN + 1], best = 4;
+    const char *found = NULL;
+
+    if (n > MAXN)
+        return NULL;
+    for (size_t k = 0; k < CFG_NSETTINGS; k++) {
+        const char *t = cfg_settings[k].env;
+        size_t m = strlen(t);
+
+        if (m > MAXN)
+            continue;
+        for (size_t j = 0; j <= m; j++)
+            row[j] = j;
+        for (size_t i = 1; i <= n; i++) {
+            size_t diag = row[0];
+
+            row[0] = i;
+            for (size_t j = 1; j <= m; j++) {
+                size_t up = row[j], sub = diag + (name[i - 1] != t[j - 1]);
+                size_t v = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+
+                row[j] = sub < v ? sub : v;
+                diag = up;
+            }
+        }
+        if (row[m] < best) {
+            best = row[m];
+            found = t;
+        }
+    }
+    return found;
+}
+
 /* Whether name[0..n) (with value val) is a variable Kubernetes sets for a Service of the pod's
  * namespace (service links, on by default): a Service "fencegate-injector" gives every container
  * FENCEGATE_INJECTOR_SERVICE_HOST, _SERVICE_PORT, _SERVICE_PORT_<PORT NAME>, _PORT (a
@@ -1638,7 +1689,8 @@ static int cfg_service_link(const char *name, size_t n, const char *val)
 }
 
 /* Applies FENCEGATE_* variables; an empty value counts as unset (templated manifests often
- * render unset values as ""), and Kubernetes' service-link variables are skipped. Returns FG_OK
+ * render unset values as ""), and Kubernetes' service-link variables and the clients' ones are
+ * skipped. Returns FG_OK
  * or FG_ERR_CONFIG with the reason in err. */
 int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err)
 {
@@ -1660,21 +1712,17 @@ int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err)
                 s = &cfg_settings[j];
         if (!s && cfg_service_link(e, n, eq + 1))
             continue;
+        if (!s && cfg_client_var(e, n))
+            continue;
         if (!s) {
-            char shown[CFG_SHOW_BUF], list[600];
-            size_t o = 0;
+            char shown[CFG_SHOW_BUF];
+            const char *near = cfg_closest_env(e, n);
 
-            list[0] = '\0';
-            for (size_t j = 0; j < CFG_NSETTINGS; j++) {
-                int w =
-                    snprintf(list + o, sizeof list - o, "%s%s", j ? ", " : "", cfg_settings[j].env);
-
-                if (w < 0 || (size_t)w >= sizeof list - o)
-                    break;
-                o += (size_t)w;
-            }
-            cfg_errf(err, "environment %s: unknown variable (known: %s)", cfg_show(shown, e, n),
-                     list);
+            cfg_errf(err,
+                     "environment %s: unknown variable (%s%s%s'fencegate --help' lists the ones "
+                     "it reads)",
+                     cfg_show(shown, e, n), near ? "did you mean " : "", near ? near : "",
+                     near ? "? " : "");
             return FG_ERR_CONFIG;
         }
         if (s->kind == CFG_K_PATH || eq[1] == '\0')
@@ -2081,7 +2129,8 @@ const char *cfg_usage(void)
            "flags;\n"
            "each source overrides the one before. Flags take '--flag VALUE' or '--flag=VALUE'.\n"
            "An empty environment variable counts as unset; variables Kubernetes sets for a\n"
-           "Service (FENCEGATE_*_SERVICE_HOST, FENCEGATE_*_PORT_443_TCP, ...) are ignored.\n"
+           "Service (FENCEGATE_*_SERVICE_HOST, FENCEGATE_*_PORT_443_TCP, ...) and those for\n"
+           "clients (FENCEGATE_HTTP, FENCEGATE_RESP_ADDR, FENCEGATE_HTTP_ADDR) are ignored.\n"
            "\n"
            "  --config FILE             FENCEGATE_CONFIG             YAML config file (default: "
            "none)\n"

@@ -134,8 +134,9 @@ int cfg_parse_yaml(struct cfg *cfg, const char *text, size_t len, const char *so
 /* Applies FENCEGATE_* variables from envp (NULL-terminated "NAME=value" strings). Unknown
  * FENCEGATE_ names are errors (a typo must not pass silently), except the variables Kubernetes
  * sets for a Service whose name starts with "fencegate" (FENCEGATE_*_SERVICE_HOST,
- * FENCEGATE_*_PORT_443_TCP, ...), which are skipped. FENCEGATE_CONFIG is ignored here (see
- * cfg_config_path()). */
+ * FENCEGATE_*_PORT_443_TCP, ...) and the ones the sidecar's clients read (FENCEGATE_HTTP,
+ * FENCEGATE_RESP_ADDR, FENCEGATE_HTTP_ADDR), which are skipped. FENCEGATE_CONFIG is ignored here
+ * (see cfg_config_path()). */
 int cfg_apply_env(struct cfg *cfg, char *const envp[], struct cfg_error *err) FG_MUST_CHECK;
 
 /* Applies command-line flags (argv[1..argc-1]); sets *action for --help/--version. --config is
