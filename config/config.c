@@ -2046,13 +2046,6 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                  cfg_show_str(shown, cfg->backend_prefix));
         return cfg_err_key(cfg, "backend.prefix", err);
     }
-    if (cfg->backend.kind != CFG_URL_ETCD && strpbrk(cfg->backend_prefix, "{}")) {
-        cfg_errf(err,
-                 "backend.prefix: bad prefix '%s': a Redis backend's prefix may not contain '{' "
-                 "or '}' (braces would split a lock's keys across cluster slots)",
-                 cfg_show_str(shown, cfg->backend_prefix));
-        return cfg_err_key(cfg, "backend.prefix", err);
-    }
     if (cfg->listen_resp.port == cfg->listen_http.port &&
         strcasecmp(cfg->listen_resp.host, cfg->listen_http.host) == 0) {
         const char *key = cfg_given(cfg, "listen.http") ? "listen.http" : "listen.resp";

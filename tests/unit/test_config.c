@@ -1248,19 +1248,6 @@ static void test_finish_errors_name_their_source(void **state)
                                 "backend needs a prefix that starts with '/'");
     free(c);
 
-    /* Braces are refused for a Redis backend (its own check at start had no position); etcd
-     * keys have no slots, so they may hold braces. */
-    c = new_cfg();
-    expect_yaml_ok("backend:\n  prefix: '/locks/{a}/'\n", c);
-    assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
-    assert_starts_with(err.msg, "t.yaml:2:11: backend.prefix: bad prefix '/locks/{a}/': a Redis "
-                                "backend's prefix may not contain '{' or '}'");
-    free(c);
-    c = new_cfg();
-    expect_yaml_ok("backend:\n  url: etcd://e\n  prefix: '/locks/{a}/'\n", c);
-    assert_int_equal(cfg_finish(c, &err), FG_OK);
-    free(c);
-
     c = new_cfg();
     expect_yaml_ok("backend: { url: 'etcd://fg@e' }\n", c);
     assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
