@@ -632,7 +632,8 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     long long timeout = hs->response_ms, rem;
     uint64_t token;
     size_t len;
-    char msg[1200], target[HTTPHDR_MAX_TARGET], key[HS_MAX_KEY], ruled[LOCK_MAX_NAME + 1];
+    char msg[1200], target[HTTPHDR_MAX_TARGET], decoded[HTTPHDR_MAX_TARGET], key[HS_MAX_KEY],
+        ruled[LOCK_MAX_NAME + 1];
     struct hs_fwd *f;
     const struct fence_rules *rules = hs->rules[st - hs->cfg->stores];
     int rl;
@@ -648,12 +649,27 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
             lock = kv->value;
         }
     }
+    /* A path that could leave the store's prefix is refused before anything else is judged. */
+    query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    tlen = httphdr_target(target, sizeof(target), st->url.path, rest, query);
+    if (tlen == -1) {
+        http_reply_error(req, 400, "bad_request",
+                         "the path has a '.' or '..' segment, which could leave the store's "
+                         "path prefix; send a normalised path");
+        return;
+    }
+    if (tlen < 0) {
+        snprintf(msg, sizeof(msg), "the forwarded path and query are longer than %d bytes",
+                 HTTPHDR_MAX_TARGET);
+        http_reply_error(req, 414, "uri_too_long", msg);
+        return;
+    }
     /* Protect rules of this store map the path, as the store will read it (percent-decoded,
      * after /http/), to its lock. */
     rl = 0;
     if (rules) {
-        int dlen = httphdr_decode_path(target, sizeof(target), rest);
-        const char *dkey = target[0] == '/' ? target + 1 : target;
+        int dlen = httphdr_decode_path(decoded, sizeof(decoded), rest);
+        const char *dkey = decoded[0] == '/' ? decoded + 1 : decoded;
         if (dlen < 0) {
             http_reply_error(req, dlen == HTTPHDR_PATH_REFUSED ? 400 : 414,
                              dlen == HTTPHDR_PATH_REFUSED ? "bad_request" : "uri_too_long",
@@ -664,7 +680,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
                                  : "the path is too long");
             return;
         }
-        rl = fence_lock_for_key(rules, dkey, (size_t)dlen - (size_t)(dkey - target), ruled,
+        rl = fence_lock_for_key(rules, dkey, (size_t)dlen - (size_t)(dkey - decoded), ruled,
                                 LOCK_MAX_NAME);
         if (rl < 0) { /* a rule claims the path, but its lock could never be held: fail closed */
             snprintf(msg, sizeof(msg),
@@ -713,20 +729,6 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         snprintf(msg, sizeof(msg), "Fence-Timeout-Ms: expected milliseconds in 1..%d, got '%.40s'",
                  HTTPSTORE_MAX_TIMEOUT_MS, tmo);
         http_reply_error(req, 400, "bad_request", msg);
-        return;
-    }
-    query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-    tlen = httphdr_target(target, sizeof(target), st->url.path, rest, query);
-    if (tlen == -1) {
-        http_reply_error(req, 400, "bad_request",
-                         "the path has a '.' or '..' segment, which could leave the store's "
-                         "path prefix; send a normalised path");
-        return;
-    }
-    if (tlen < 0) {
-        snprintf(msg, sizeof(msg), "the forwarded path and query are longer than %d bytes",
-                 HTTPHDR_MAX_TARGET);
-        http_reply_error(req, 414, "uri_too_long", msg);
         return;
     }
     held = lock_state(sess, lock, len, &token, &rem);

@@ -481,7 +481,8 @@ class HttpStore(HttpStoreCase):
                                     409, "wrong_lock")
             self.assertIn("report:7", doc["message"])
         for path in ("/reports%2F7", "/reports%2f7", "//reports/7", "/reports//7",
-                     "/reports/7%00", "/reports/%zz", "/reports/%4"):
+                     "/reports/7%00", "/reports/%zz", "/reports/%4", "/reports/7/../8",
+                     "/reports/%2e%2E/8"):
             doc = self.assert_error(self.store(fg, "PUT", path, lock="other", body=b"x"),
                                     400, "bad_request")
             self.assertIn("path", doc["message"])
