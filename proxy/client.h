@@ -146,6 +146,7 @@ struct client {
     unsigned pin_pending : 1;   /* pins at its next request, once no reply is due to it */
     unsigned slow_reader : 1;   /* left max_pending_bytes of replies unread: pins next time */
     unsigned wait_idle : 1;     /* parsing waits until no reply is due (REQ_IDLE) */
+    unsigned used_shared : 1;   /* sent commands on the shared connection: a WAIT must see them */
     uint32_t shared_pending;    /* replies still due to it on the shared upstream connection */
     int db; /* its database as SELECT and RESET set it; -1 unknown (a SELECT inside MULTI) */
     char marker[48];

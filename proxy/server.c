@@ -220,11 +220,14 @@ struct op *op_push(struct client *c, enum op_kind kind)
         c->ops_cap = cap;
         c->ops_head = 0;
     }
-    if (kind != OP_LOCAL && !c->pinned && lk_push(c->srv->shared, c) < 0) {
-        /* Its bytes may be on the link already: without its entry every later reply would go
-         * to the wrong client, so the link fails as a whole. */
-        lk_schedule_fail(c->srv->shared, "fencegate is out of memory");
-        return NULL;
+    if (kind != OP_LOCAL && !c->pinned) {
+        if (lk_push(c->srv->shared, c) < 0) {
+            /* Its bytes may be on the link already: without its entry every later reply would
+             * go to the wrong client, so the link fails as a whole. */
+            lk_schedule_fail(c->srv->shared, "fencegate is out of memory");
+            return NULL;
+        }
+        c->used_shared = 1;
     }
     o = op_at(c, c->ops_count++);
     c->ops_pushed++;
@@ -1879,6 +1882,27 @@ static int req_answered_here(const struct client *c, const char *m, const struct
     return c->mode == MODE_NORMAL && fencing_is_command(m + r->argv[0].off, r->argv[0].len);
 }
 
+/* WAIT (and WAITAOF) count the replicas that acknowledged the last write of their own
+ * connection. A client's writes on the shared connection are not its pinned connection's, where
+ * WAIT would answer at once that every replica has them. A PUBLISH, which Redis propagates to
+ * its replicas, first moves the pinned connection's write offset to the end of the replication
+ * stream, past them (its reply is swallowed). Once is enough: later writes go on this
+ * connection. */
+static void cl_wait_after_shared(struct client *c, struct span *sp)
+{
+    static const char publish[] = "*3\r\n$7\r\nPUBLISH\r\n$14\r\nfencegate:wait\r\n$0\r\n\r\n";
+
+    if (!c->pinned || !c->used_shared || c->mode != MODE_NORMAL || c->in_multi)
+        return;
+    span_flush(c, sp, 1);
+    up_send(c, publish, sizeof(publish) - 1);
+    if (!op_push(c, OP_HIDDEN)) {
+        c->dead = 1;
+        return;
+    }
+    c->used_shared = 0;
+}
+
 /* Decides what to do with one request and queues the op for its reply. */
 static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
                                     struct span *sp)
@@ -2004,6 +2028,8 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         if (c->resp3)
             return REQ_FORWARD;
         nreplies = r->argc > 1 ? (uint32_t)(r->argc - 1) : 1;
+    } else if (name_is(name, nlen, "wait") || name_is(name, nlen, "waitaof")) {
+        cl_wait_after_shared(c, sp);
     } else if (name_is(name, nlen, "monitor")) {
         flags = OPF_BARRIER | OPF_ENTER_MONITOR;
     } else if (name_is(name, nlen, "sync") || name_is(name, nlen, "psync")) {

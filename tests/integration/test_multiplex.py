@@ -5,6 +5,7 @@ connections")."""
 
 import os
 import random
+import signal
 import time
 import unittest
 
@@ -388,6 +389,31 @@ class Multiplex(FgTestCase):
         if rng.random() < 0.3:
             prog.append([("QUIT",)])
         return prog
+
+    def test_wait_counts_the_writes_made_on_the_shared_connection(self):
+        # WAIT answers how many replicas acknowledged the writes of *its* connection. A client's
+        # writes went on the shared connection; WAIT pins it to a new one, where Redis knows of
+        # no write: it would answer at once that every replica has them, though none does.
+        replica = self.start_redis(args=["--replicaof", "127.0.0.1", str(self.redis.port)])
+        harness.wait_until(
+            lambda: self.direct.info("replication").get("connected_slaves") == 1 and
+            replica.client().info("replication").get("master_link_status") == "up",
+            10, 0.05, "the replica to attach")
+        c = self.raw(self.fg.resp_port)
+        self.assertEqual(c.call("SET", "w", "1"), Status("OK"))
+        self.assertEqual(c.call("WAIT", "1", "5000"), 1)  # the replica has it
+        self.assertEqual(self.pinned(), 1)
+        fresh = self.raw(self.fg.resp_port)
+        self.assertEqual(fresh.call("SET", "w", "2"), Status("OK"))
+        self.assertEqual(fresh.call("WAIT", "1", "5000"), 1)
+        replica.proc.send_signal(signal.SIGSTOP)  # it stops acknowledging
+        self.addCleanup(lambda: replica.proc.poll() is None and
+                        replica.proc.send_signal(signal.SIGCONT))
+        late = self.raw(self.fg.resp_port)
+        self.assertEqual(late.call("SET", "w", "3"), Status("OK"))
+        self.assertEqual(late.call("WAIT", "1", "300"), 0, "WAIT claimed a replica has the write")
+        replica.proc.send_signal(signal.SIGCONT)
+        self.assertEqual(late.call("WAIT", "1", "5000"), 1)
 
     def test_dedicated_when_multiplexing_is_off(self):
         fg = self.start_fencegate(self.redis, args=["--upstream-multiplex", "false"])
