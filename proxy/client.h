@@ -121,6 +121,7 @@ struct client {
     size_t rscan_off;   /* bytes at the head of uin already scanned */
     int reply_partial;  /* part of the current reply already went to the client */
     char down_why[256]; /* why the upstream was unreachable for this connection */
+    int uwrite_errno;   /* a write to the upstream failed so: dropped at the next cl_update() */
 
     struct op *ops; /* ring buffer */
     size_t ops_head, ops_count, ops_cap;

@@ -380,10 +380,13 @@ void up_send(struct client *c, const char *p, size_t n)
     up_write(c, p, n);
 }
 
-/* Writes bytes to the upstream (or queues them while it connects). */
+/* Writes bytes to the upstream (or queues them while it connects). A write that fails does not
+ * drop the connection here: callers send while they hold an op of the queue that dropping it
+ * would fail and free (a NOSCRIPT's write sent again, a held-back block after its check). The
+ * error is kept, later bytes are discarded, and cl_update() drops the connection. */
 static void up_write(struct client *c, const char *p, size_t n)
 {
-    if (n == 0)
+    if (n == 0 || c->uwrite_errno)
         return;
     metrics_inc(&fg_metrics, M_BYTES_TO_UPSTREAM, n);
     if (!c->pinned) {
@@ -393,7 +396,7 @@ static void up_write(struct client *c, const char *p, size_t n)
     if (c->ustate == U_READY && buf_len(&c->uout) == 0) {
         ssize_t w = write(c->ufd, p, n);
         if (w < 0 && errno != EAGAIN && errno != EINTR) {
-            up_drop(c, strerror(errno));
+            c->uwrite_errno = errno;
             return;
         }
         if (w > 0) {
@@ -539,6 +542,7 @@ static void up_close_fd(struct client *c)
     c->rscan_off = 0;
     c->script_loaded = 0;
     c->txn_seen = 0;
+    c->uwrite_errno = 0;
     if (c->run) { /* its writes fail with the connection */
         buf_free(&c->run->reqs);
         free(c->run);
@@ -2262,6 +2266,8 @@ void cl_update(struct client *c)
     /* Requests held back by a barrier or by back-pressure may be handled now. */
     if (!c->dead && c->stalled && cl_can_parse(c))
         cl_process_input(c);
+    if (c->uwrite_errno) /* up_write() failed in a callback that held ops */
+        up_drop(c, strerror(c->uwrite_errno));
     if (!c->dead && c->ustate == U_READY && buf_len(&c->uout) > 0 && !c->uwev_on)
         up_flush(c);
 

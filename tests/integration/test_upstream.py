@@ -3,6 +3,7 @@
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 import unittest
@@ -179,6 +180,37 @@ class UpstreamLost(FgTestCase):
                 self.assertEqual(self.raw(fg.resp_port).call("SET", "k", i), "OK")
             time.sleep(1.1)  # a second closing within a second goes the slow way, by design
         self.assertEqual(fg.http("/readyz")[0], 200)
+
+    def test_connection_closed_under_a_noscript_write_sent_again(self):
+        """A fenced write answered NOSCRIPT (the script cache was flushed) is sent again with the
+        script's body. When Redis has closed that connection meanwhile, the write fails: the
+        client gets -UNAVAILABLE and loses its connection, as for any upstream lost under it,
+        and fencegate goes on serving (it freed the write's request twice and aborted)."""
+        c = self.raw(self.fg.resp_port)
+        up_id = c.call("CLIENT", "ID")  # a connection of its own, which Redis will close
+        self.assertIsInstance(c.call("FENCE.ACQUIRE", "L"), int)
+        self.assertEqual(c.call("SET", "{L}k", "1"), "OK")
+        direct = self.redis.client()
+        self.addCleanup(direct.close)
+        direct.script_flush()
+        # Redis answers the write NOSCRIPT and closes the connection before fencegate reads it.
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            c.send(encode("SET", "{L}k", "2"))
+            time.sleep(0.2)  # fencegate forwards it to the stopped Redis
+            self.freeze(self.fg)
+        finally:
+            self.redis.proc.send_signal(signal.SIGCONT)
+        harness.wait_until(lambda: direct.info("commandstats").get("cmdstat_evalsha"), 5, 0.02,
+                           "Redis to answer the write")
+        self.assertEqual(direct.execute_command("CLIENT", "KILL", "ID", str(up_id)), 1)
+        self.fg.signal(signal.SIGCONT)
+        got = c.read_reply()
+        self.assertIsInstance(got, Err)
+        self.assertTrue(got.startswith("UNAVAILABLE"), got)
+        self.assertEqual(c.read_until_close(), b"")
+        self.assertTrue(self.fg.alive(), "fencegate died")
+        self.assertEqual(self.raw(self.fg.resp_port).call("GET", "{L}k"), b"1")
 
     def test_redis_killed_mid_session(self):
         fg = self.fg
