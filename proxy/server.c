@@ -1550,8 +1550,11 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
             r = NULL;
         }
     }
-    if ((o->flags & OPF_TXN_CHECK) && fencing_txn_checked(c, r, n))
-        r = NULL; /* the block went out; EXEC's own reply will answer the application */
+    if (o->flags & OPF_TXN_CHECK) {
+        if (fencing_txn_checked(c, r, n))
+            r = NULL;    /* the block went out; EXEC's own reply will answer the application */
+        o = op_at(c, 0); /* the block's ops were pushed behind it: the queue may have moved */
+    }
     if (o->txn_exec && !c->reply_partial &&
         ((n == 5 && memcmp(r, "*-1\r\n", 5) == 0) || (n == 3 && memcmp(r, "_\r\n", 3) == 0))) {
         static const char moved[] =

@@ -140,6 +140,24 @@ class ProxySemantics(FgTestCase):
         self.assertEqual(a.call("EXEC"), ["OK"])
         self.assertEqual(self.direct.get("wk"), b"mine")
 
+    def test_watch_then_a_long_fenced_block_under_a_lock(self):
+        # Holding a lock, the block is held back until EXEC and its marks checked first; with the
+        # application's own WATCH the check goes alone, and the block after its answer. A block
+        # of many commands grew the queue of pending replies while the check's reply was being
+        # handled, which then went on with the queue's old memory (ASan: heap-use-after-free).
+        a = self.raw()
+        self.assertIsInstance(a.call("FENCE.ACQUIRE", "wl"), int)
+        for rnd in range(3):
+            n = 40
+            self.assertEqual(a.call("WATCH", "{wl}w"), "OK")
+            a.send(encode("MULTI") + b"".join(encode("SET", "{wl}w", "%d.%d" % (rnd, i))
+                                              for i in range(n)) + encode("EXEC"))
+            self.assertEqual(a.read_reply(), "OK")
+            self.assertEqual([a.read_reply() for _ in range(n)], ["QUEUED"] * n)
+            self.assertEqual(a.read_reply(), ["OK"] * n)
+            self.assertEqual(self.direct.get("{wl}w"), b"%d.%d" % (rnd, n - 1))
+        self.assertEqual(a.call("PING"), "PONG")
+
     def test_blpop_blocks_until_push_and_pipelined_reply_follows(self):
         a = self.raw()
         a.send(encode("BLPOP", "bq", "10") + encode("ECHO", "after"))
