@@ -21,8 +21,12 @@
  * A key left behind (a cancelled wait, a call whose outcome is unknown) is deleted by a guarded
  * "orphan" delete, retried after reconnects. A create whose outcome is unknown has no revision to
  * guard with, so its name is "dirty" in the session: the unguarded clean-up runs before any new
- * acquisition of that name in the session may start. Revoking the leases at session close deletes
- * whatever is left.
+ * acquisition of that name in the session may start. etcd may still apply that create after the
+ * clean-up (it was proposed before the call was given up, or is still on its way): the key would
+ * then stand at the head of the name's queue with no holder, and keep every other owner waiting
+ * for as long as the session lives. So the clean-up runs again 1, 2, 4, 8, 16 and 32 s later,
+ * each time the session neither holds, acquires nor releases the name (a create of its own would
+ * adopt such a key). Revoking the leases at session close deletes whatever is left.
  *
  * With etcd://user:password@..., every new connection first calls Auth/Authenticate; calls start
  * once it answered, each carrying the token as "token" metadata. A unary call refused for its
@@ -46,6 +50,7 @@
 #define ED_LEASE_HEX_MAX 17
 #define ED_BATCH_MAX     16  /* acquire/release Txns sent as one (etcd's --max-txn-ops >= 32) */
 #define ED_TXQ_MAX       256 /* Txns waiting for the end of the loop turn; more go alone */
+#define ED_DIRTY_AGAIN   6   /* clean-ups of a dirty name after the first, 1 s apart doubling */
 
 /* A completion's status when the call never reached etcd (not a gRPC status). */
 #define ED_NOT_SENT (-1)
@@ -98,12 +103,17 @@ struct ed_held {
     char key[]; /* the name is the tail of the key */
 };
 
-/* A name of the session whose key may exist with an unknown revision (see the file comment). */
+/* A name of the session whose key may exist with an unknown revision (see the file comment).
+ * While a clean-up is due or in flight it is in es->dirty, and acquisitions of the name wait
+ * for it; between clean-ups it is on es->idle until next_ms. */
 struct ed_dirty {
     struct lock_hnode node;
     struct ed_sess *es;
     struct ed_rpc *call;
     struct ed_acq *waiting;
+    struct ed_dirty *inext; /* es->idle */
+    int again;              /* clean-ups after the first, so far */
+    int64_t next_ms;
     size_t keylen;
     char *name;
     char key[];
@@ -114,6 +124,7 @@ struct ed_sess {
     struct ed_lease *leases;
     struct lock_map held;  /* struct ed_held by name */
     struct lock_map dirty; /* struct ed_dirty by name */
+    struct ed_dirty *idle; /* dirty names between clean-ups */
 };
 
 enum ed_acq_phase {
@@ -220,7 +231,7 @@ struct ed_client {
     struct ed_orphan *orphans;
     size_t norphans;
     struct ed_mark *marks;
-    size_t ndirty;         /* dirty names over all sessions */
+    size_t ndirty;         /* dirty names over all sessions, idle ones included */
     struct event *maint;   /* retries orphan deletes and dirty-name clean-ups every second */
     struct event *txflush; /* sends ec->txq at the end of the loop turn */
     struct ed_rpc *txq[ED_TXQ_MAX]; /* Txns to send, in the order they started */
@@ -1575,12 +1586,68 @@ static void ed_acq_start(struct ed_acq *a)
 
 /* ---- dirty names ---- */
 
-static void ed_dirty_free(struct ed_dirty *d)
+/* Frees d, which is in es->dirty (idle: on es->idle, unlinked by the caller). */
+static void ed_dirty_free(struct ed_dirty *d, int idle)
 {
     ed_of(d->es->s->c)->ndirty--;
-    lock_map_remove(&d->es->dirty, &d->node);
+    if (!idle)
+        lock_map_remove(&d->es->dirty, &d->node);
     ed_rpc_cancel(d->call);
     free(d);
+}
+
+/* A clean-up of d succeeded: d leaves es->dirty, to wait on es->idle for the next one, or goes. */
+static void ed_dirty_rest(struct ed_dirty *d)
+{
+    if (d->again >= ED_DIRTY_AGAIN) {
+        ed_dirty_free(d, 0);
+        return;
+    }
+    lock_map_remove(&d->es->dirty, &d->node);
+    d->next_ms = lock_now_ms() + (1000LL << d->again);
+    d->again++;
+    d->inext = d->es->idle;
+    d->es->idle = d;
+}
+
+/* 1 when the session holds the name (lost ones included), or acquires or releases it. */
+static int ed_sess_uses(const struct ed_sess *es, const char *name, size_t len)
+{
+    if (lock_map_find(&es->held, name, len) || lock_map_find(&es->s->locks, name, len))
+        return 1;
+    for (const struct lock_req *r = es->s->reqs; r; r = r->s_next)
+        if (r->len == len && memcmp(r->name, name, len) == 0)
+            return 1;
+    return 0;
+}
+
+static void ed_dirty_clean(struct ed_dirty *d);
+
+/* Cleans up again the idle dirty names whose time has come, unless the session holds or waits
+ * for the name then (it is tried again a second later). A name made dirty again meanwhile has a
+ * record of its own in es->dirty: the idle one goes. */
+static void ed_dirty_wake(struct ed_sess *es, int64_t now)
+{
+    for (struct ed_dirty **p = &es->idle; *p;) {
+        struct ed_dirty *d = *p;
+        if (d->next_ms > now) {
+            p = &d->inext;
+            continue;
+        }
+        if (ed_sess_uses(es, d->name, d->node.len)) {
+            d->next_ms = now + 1000;
+            p = &d->inext;
+            continue;
+        }
+        *p = d->inext;
+        d->inext = NULL;
+        if (lock_map_find(&es->dirty, d->name, d->node.len) ||
+            lock_map_insert(&es->dirty, &d->node) != 0) {
+            ed_dirty_free(d, 1);
+            continue;
+        }
+        ed_dirty_clean(d);
+    }
 }
 
 static void ed_dirty_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
@@ -1594,7 +1661,7 @@ static void ed_dirty_done(void *arg, int status, const char *err, const uint8_t 
         return; /* retried after the next connect */
     struct ed_acq *w = d->waiting;
     d->waiting = NULL;
-    ed_dirty_free(d);
+    ed_dirty_rest(d);
     while (w) {
         struct ed_acq *a = w;
         w = a->lnext;
@@ -1778,8 +1845,13 @@ static void ed_op_close_session(struct lock_session *s)
     b = 0;
     it = NULL;
     while ((n = lock_map_next(&es->dirty, &b, &it)) != NULL)
-        ed_dirty_free((struct ed_dirty *)(void *)n);
+        ed_dirty_free((struct ed_dirty *)(void *)n, 0);
     lock_map_clear(&es->dirty);
+    while (es->idle) {
+        struct ed_dirty *d = es->idle;
+        es->idle = d->inext;
+        ed_dirty_free(d, 1);
+    }
     /* Revoking the leases deletes every key left, queue positions included. */
     while (es->leases) {
         struct ed_lease *l = es->leases;
@@ -2064,12 +2136,15 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
         ed_orphans_flush(ec);
     if (ec->ndirty == 0)
         return;
+    int64_t now = lock_now_ms();
     for (struct lock_session *s = ec->c->sessions; s; s = s->next) {
         struct ed_sess *es = s->b_sess;
         size_t b = 0;
         struct lock_hnode *it = NULL, *n;
         while (es && (n = lock_map_next(&es->dirty, &b, &it)) != NULL)
             ed_dirty_clean((struct ed_dirty *)(void *)n);
+        if (es)
+            ed_dirty_wake(es, now);
     }
 }
 
