@@ -79,12 +79,25 @@ struct fctl_answer {
 /* ---- Signals ------------------------------------------------------------------------------- */
 
 static volatile sig_atomic_t fctl_child_pid;   /* 0 until the command runs */
+static volatile sig_atomic_t fctl_child_pgrp;  /* its process group when it leads one, else 0 */
 static volatile sig_atomic_t fctl_stop_signal; /* a stop signal that arrived before that */
 static int fctl_wake[2] = {-1, -1};            /* self-pipe: signals wake the main loop */
 
-/* Forwards SIGINT/SIGTERM/SIGHUP to the command, and wakes the main loop. A signal the kernel
- * sent because of the terminal (Ctrl-C) reached the whole foreground process group, the command
- * included, so it is not sent a second time. kill() and write() are async-signal-safe. */
+/* Sends sig to the command: to its whole process group when it has one of its own, so that what
+ * it started (a shell script's children) gets it too. Async-signal-safe. */
+static void fctl_signal_command(int sig)
+{
+    pid_t pgrp = (pid_t)fctl_child_pgrp, child = (pid_t)fctl_child_pid;
+    if (pgrp > 0)
+        kill(-pgrp, sig);
+    else if (child > 0)
+        kill(child, sig);
+}
+
+/* Forwards SIGINT/SIGTERM/SIGHUP to the command, and wakes the main loop. When the command shares
+ * fencectl's process group (the terminal's foreground group), a signal the kernel sent because of
+ * the terminal (Ctrl-C) reached the command too, so it is not sent a second time. kill() and
+ * write() are async-signal-safe. */
 static void fctl_on_signal(int sig, siginfo_t *si, void *ctx)
 {
     int saved = errno;
@@ -92,8 +105,8 @@ static void fctl_on_signal(int sig, siginfo_t *si, void *ctx)
     if (sig != SIGCHLD) {
         pid_t child = (pid_t)fctl_child_pid;
         if (child > 0) {
-            if (si == NULL || si->si_code != SI_KERNEL)
-                kill(child, sig);
+            if (fctl_child_pgrp > 0 || si == NULL || si->si_code != SI_KERNEL)
+                fctl_signal_command(sig);
         } else {
             fctl_stop_signal = sig;
         }
@@ -1016,14 +1029,18 @@ static const char fctl_help[] =
     "     ends (DELETE), or released by the sidecar when the sidecar gets SIGTERM.\n"
     "  2. COMMAND runs with FENCE_TOKEN=<token> and FENCE_LOCK=<NAME> in its environment. Pass\n"
     "     the token with every write (for example through the sidecar's fenced endpoints), so\n"
-    "     that a store rejects writes from a holder that has lost the lock. SIGINT, SIGTERM and\n"
-    "     SIGHUP sent to fencectl are forwarded to COMMAND.\n"
+    "     that a store rejects writes from a holder that has lost the lock. COMMAND runs in a\n"
+    "     process group of its own, so that signals reach what it starts too; but when fencectl\n"
+    "     runs in the foreground of a terminal, COMMAND stays in fencectl's group (so that it can\n"
+    "     read the terminal and gets Ctrl-C), and only COMMAND itself is signalled. SIGINT,\n"
+    "     SIGTERM and SIGHUP sent to fencectl are forwarded to COMMAND('s group).\n"
     "  3. While COMMAND runs, fencectl checks the lock (GET /v1/locks) every TTL/3, but not\n"
     "     more often than every 200 ms. If the lock is lost (gone, marked lost, or held under\n"
     "     another token), or the sidecar cannot be reached for longer than the TTL (fail safe),\n"
-    "     COMMAND gets SIGTERM, then SIGKILL 5 seconds later if it is still running, and\n"
-    "     fencectl exits with status 3 (non-zero) once COMMAND is gone. A lost lock is not\n"
-    "     released: by then the name may belong to a newer holder.\n"
+    "     COMMAND('s group) gets SIGTERM, then SIGKILL 5 seconds later if it is still running,\n"
+    "     and fencectl exits with status 3 (non-zero) once COMMAND is gone; what is left of its\n"
+    "     group then is killed at once. A lost lock is not released: by then the name may\n"
+    "     belong to a newer holder.\n"
     "  4. When COMMAND exits, fencectl releases the lock and exits with COMMAND's status. A\n"
     "     failed release is only a warning: the sidecar then keeps the lock until its session\n"
     "     ends.\n"
@@ -1290,11 +1307,30 @@ static int fctl_check(const struct fctl_args *a, long long token, int timeout_ms
     }
 }
 
-/* Starts the command. Returns its pid, or -1 (fork failed). */
+/* Whether fencectl runs in the foreground of its controlling terminal (an interactive shell, or a
+ * script run from one). The command then stays in fencectl's process group: a group of its own
+ * would not be the terminal's foreground group, so it would be stopped when it reads the terminal,
+ * and Ctrl-C would not reach it. Elsewhere (cron, a Kubernetes Job, systemd, a background job)
+ * there is no such terminal, and the command gets a process group of its own. */
+static int fctl_terminal_foreground(void)
+{
+    int fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    int fg;
+
+    if (fd < 0)
+        return 0;
+    fg = tcgetpgrp(fd) == getpgrp();
+    close(fd);
+    return fg;
+}
+
+/* Starts the command, in a process group of its own unless fencectl is in the foreground of a
+ * terminal. Returns its pid, or -1 (fork failed). */
 static pid_t fctl_spawn(const struct fctl_args *a, long long token)
 {
     sigset_t block, old;
     pid_t pid;
+    int own_group = !fctl_terminal_foreground();
 
     sigemptyset(&block);
     for (size_t i = 0; i < sizeof(fctl_forwarded) / sizeof(fctl_forwarded[0]); i++)
@@ -1316,6 +1352,8 @@ static pid_t fctl_spawn(const struct fctl_args *a, long long token)
         }
         sigaction(SIGCHLD, &dfl, NULL);
         signal(SIGPIPE, SIG_DFL);
+        if (own_group)
+            setpgid(0, 0);
         sigprocmask(SIG_SETMASK, &old, NULL);
         snprintf(tok, sizeof(tok), "%lld", token);
         if (setenv("FENCE_TOKEN", tok, 1) != 0 || setenv("FENCE_LOCK", a->name, 1) != 0) {
@@ -1332,9 +1370,12 @@ static pid_t fctl_spawn(const struct fctl_args *a, long long token)
         _exit(FCTL_EXIT_NOEXEC);
     }
     if (pid > 0) {
+        /* Both sides set the group, so that it exists before either goes on. */
+        if (own_group && (setpgid(pid, pid) == 0 || errno == EACCES))
+            fctl_child_pgrp = (sig_atomic_t)pid;
         fctl_child_pid = (sig_atomic_t)pid;
         if (fctl_stop_signal != 0) /* arrived after the lock was granted, before the fork */
-            kill(pid, (int)fctl_stop_signal);
+            fctl_signal_command((int)fctl_stop_signal);
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
     return pid;
@@ -1359,10 +1400,24 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
     /* Each pass waits for a signal or the next deadline, so the loop sleeps between checks and
      * ends when the command has been reaped. */
     for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid)
+        siginfo_t si;
+        int wr;
+        memset(&si, 0, sizeof(si));
+        /* WNOWAIT: the command stays a zombie, so its process group id cannot be reused while
+         * what is left of the group is killed. */
+        wr = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
+        if (wr == 0 && si.si_pid == pid) {
+            pid_t pgrp = (pid_t)fctl_child_pgrp;
+            fctl_child_pid = 0;
+            fctl_child_pgrp = 0;
+            /* The lock is lost: nothing the command started may go on running without it. */
+            if (lost && pgrp > 0)
+                kill(-pgrp, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
             break;
-        if (w < 0 && errno != EINTR) {
+        }
+        if (wr < 0 && errno != EINTR) {
             fctl_err("waitpid: %s", strerror(errno));
             status = 0;
             break;
@@ -1371,7 +1426,7 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
         if (lost && kill_at >= 0 && now >= kill_at) {
             fctl_err("%s did not exit %d s after SIGTERM; sending SIGKILL", a->command[0],
                      FCTL_KILL_GRACE_MS / 1000);
-            kill(pid, SIGKILL);
+            fctl_signal_command(SIGKILL);
             kill_at = -1;
         }
         if (!lost && now >= next_check) {
@@ -1400,7 +1455,7 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
                 fctl_err("lock %s (token %lld) was lost; stopping %s", a->name, token,
                          a->command[0]);
                 lost = 1;
-                kill(pid, SIGTERM);
+                fctl_signal_command(SIGTERM);
                 kill_at = now + FCTL_KILL_GRACE_MS;
             }
             continue; /* reap at once if the command is already gone */
@@ -1414,6 +1469,7 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
             fctl_wake_drain();
     }
     fctl_child_pid = 0;
+    fctl_child_pgrp = 0;
     if (lost)
         return FCTL_EXIT_LOST; /* not released: a newer holder may own the name now */
     fctl_release(a, path, token);

@@ -136,6 +136,28 @@ class FakeSidecar:
             self.locks[name].update(kw)
 
 
+def running(pid):
+    """True while pid exists and is not a zombie (an orphan's zombie may wait long for init)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def read_pid(pidfile):
+    with open(pidfile) as f:
+        return int(f.read())
+
+
+def running_kill(pidfile):
+    """SIGKILLs the pid written in pidfile, if any (test cleanup)."""
+    try:
+        os.kill(read_pid(pidfile), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
 class FencectlTest(unittest.TestCase):
 
     def setUp(self):
@@ -155,14 +177,18 @@ class FencectlTest(unittest.TestCase):
 
     def run_ctl(self, args, http=True, env=None, timeout=RUN_TIMEOUT):
         argv = [FENCECTL] + (["--http", self.fake.addr] if http else []) + list(args)
+        # A session of its own: no controlling terminal, as under cron or in a Kubernetes Job,
+        # also when the tests run from a terminal.
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                           timeout=timeout, env=env or self.env(), cwd=self.tmp.name)
+                           timeout=timeout, env=env or self.env(), cwd=self.tmp.name,
+                           start_new_session=True)
         return p.returncode, p.stdout.decode(), p.stderr.decode()
 
     def start_ctl(self, args):
         argv = [FENCECTL, "--http", self.fake.addr] + list(args)
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=self.env(), cwd=self.tmp.name)
+                             stderr=subprocess.PIPE, env=self.env(), cwd=self.tmp.name,
+                             start_new_session=True)
 
         def reap():
             if p.poll() is None:
@@ -328,6 +354,62 @@ class FencectlTest(unittest.TestCase):
             self.assertEqual(rc, code, err)
             self.assertTrue(os.path.exists(got))
             self.assertEqual(self.fake.locks, {})  # released afterwards
+
+    def _grandchild_script(self):
+        """A shell command that starts a long child, as scripts do, and waits for it. Returns
+        (script, pid file, ready file); the child's pid is killed at cleanup."""
+        pidfile, ready = self.path("grandchild"), self.path("ready")
+        # The child's output goes elsewhere, so that fencectl's pipes close when fencectl ends.
+        script = ('sleep 60 >/dev/null 2>&1 & echo $! > "$0"; : > "$1"; wait $!; '
+                  'echo finished')
+        self.addCleanup(running_kill, pidfile)
+        return script, pidfile, ready
+
+    def test_sigterm_reaches_what_the_command_started(self):
+        # Kubernetes stops a Job's pod with SIGTERM to fencectl. The command is a shell script;
+        # its children must get the signal too, or they go on working after fencectl has
+        # released the lock.
+        script, pidfile, ready = self._grandchild_script()
+        p = self.start_ctl(["lock", "job", "--", "sh", "-c", script, pidfile, ready])
+        wait_until(lambda: os.path.exists(ready), 10, what="the command to start")
+        grandchild = read_pid(pidfile)
+        p.send_signal(signal.SIGTERM)
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 128 + signal.SIGTERM, err)
+        self.assertEqual(len(self.fake.of("DELETE")), 1)
+        wait_until(lambda: not running(grandchild), 2, what="the command's child to end")
+
+    def test_lost_lock_stops_what_the_command_started(self):
+        script, pidfile, ready = self._grandchild_script()
+        self.fake.reply_ttl = 600
+        p = self.start_ctl(["lock", "job", "--", "sh", "-c", script, pidfile, ready])
+        wait_until(lambda: os.path.exists(ready), 10, what="the command to start")
+        grandchild = read_pid(pidfile)
+        self.fake.set_lock("job", state="lost")
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 3, err)
+        self.assertNotIn("finished", out)
+        # Signalled before fencectl exits; a signal takes a moment to be acted on.
+        wait_until(lambda: not running(grandchild), 1,
+                   what="the command's child to end after the lost lock")
+
+    def test_lost_lock_kills_a_straggler_that_ignores_sigterm(self):
+        # The command exits on SIGTERM; a child of it ignores SIGTERM. Once the command is gone,
+        # what is left of its process group is killed before fencectl exits.
+        pidfile, ready = self.path("grandchild"), self.path("ready")
+        script = ('sh -c \'trap "" TERM; echo $$ > "$0"; exec sleep 60 >/dev/null 2>&1\' "$0" & '
+                  'while [ ! -s "$0" ]; do sleep 0.01; done; : > "$1"; wait')
+        self.addCleanup(running_kill, pidfile)
+        p = self.start_ctl(["lock", "job", "--", "sh", "-c", script, pidfile, ready])
+        wait_until(lambda: os.path.exists(ready), 10, what="the command to start")
+        grandchild = read_pid(pidfile)
+        self.fake.set_lock("job", state="lost")
+        t0 = time.monotonic()
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 3, err)
+        self.assertLess(time.monotonic() - t0, 4.0)  # the command itself exited on SIGTERM
+        wait_until(lambda: not running(grandchild), 1,
+                   what="a child ignoring SIGTERM to end after the lost lock")
 
     # ---- answers of the sidecar ---------------------------------------------------------
 
