@@ -1041,15 +1041,19 @@ static const char fctl_help[] =
     "     and fencectl exits with status 3 (non-zero) once COMMAND is gone; what is left of its\n"
     "     group then is killed at once. A lost lock is not released: by then the name may\n"
     "     belong to a newer holder.\n"
-    "  4. When COMMAND exits, fencectl releases the lock and exits with COMMAND's status. A\n"
-    "     failed release is only a warning: the sidecar then keeps the lock until its session\n"
-    "     ends.\n"
+    "  4. When COMMAND exits, fencectl releases the lock and exits with COMMAND's status. If\n"
+    "     the sidecar answers that the lock was no longer held (HTTP 404, or 409: held under\n"
+    "     another token), it was lost after the last check, maybe while COMMAND ran: fencectl\n"
+    "     exits with status 3. A release that fails otherwise is only a warning: without an\n"
+    "     answer the sidecar keeps the lock until its session ends; after HTTP 503 (the backend\n"
+    "     was not reached) the lock's lease runs out.\n"
     "\n"
     "Exit status:\n"
     "  0..255  COMMAND's own exit status; 128+N when COMMAND was killed by signal N\n"
     "  1       the lock is held by someone else (HTTP 409), after --wait\n"
     "  2       usage error\n"
-    "  3       the lock was lost while COMMAND ran; COMMAND was signalled\n"
+    "  3       the lock was lost while COMMAND ran; COMMAND was signalled, or (when the\n"
+    "          release found it lost) had ended\n"
     "  4       the sidecar is unreachable (connection refused, timeout) or its lock backend is\n"
     "          unavailable (HTTP 503)\n"
     "  5       the sidecar rejected the request (HTTP 400) or answered something unexpected\n"
@@ -1245,12 +1249,15 @@ static int fctl_acquire(const struct fctl_args *a, const char *path, long long *
     }
 }
 
-/* Releases the lock, best effort: failures are warnings. */
-static void fctl_release(const struct fctl_args *a, const char *path, long long token)
+/* Releases the lock. Returns 1 when the sidecar says the lock was no longer ours (404 not held,
+ * 409 held under another token): it was lost before the release, maybe while the command ran.
+ * Otherwise 0; a release that fails (no answer, 503) is only a warning, since the lock was still
+ * held and its lease runs out. */
+static int fctl_release(const struct fctl_args *a, const char *path, long long token)
 {
     char err[512], hdr[64];
     struct fctl_reply r;
-    int rc;
+    int rc, lost = 0;
 
     /* The token header lets a sidecar refuse to release a newer holder's lock of the same name. */
     snprintf(hdr, sizeof(hdr), "Fencing-Token: %lld\r\n", token);
@@ -1259,15 +1266,19 @@ static void fctl_release(const struct fctl_args *a, const char *path, long long 
         fctl_err("warning: could not release lock %s (token %lld): %s; it stays held until the "
                  "sidecar's session ends",
                  a->name, token, err);
-        return;
+        return 0;
     }
-    if (r.status == 404)
-        fctl_err("warning: lock %s (token %lld) was no longer held when the command ended", a->name,
-                 token);
-    else if (r.status < 200 || r.status > 299)
+    if (r.status == 404 || r.status == 409) {
+        fctl_err("lock %s (token %lld) was lost before it was released (the sidecar answered HTTP "
+                 "%d: %s), maybe while the command ran",
+                 a->name, token, r.status,
+                 r.status == 404 ? "not held" : "held under another token");
+        lost = 1;
+    } else if (r.status < 200 || r.status > 299)
         fctl_err("warning: releasing lock %s (token %lld): the sidecar answered HTTP %d", a->name,
                  token, r.status);
     free(r.body);
+    return lost;
 }
 
 /* Checks the lock once. Returns 1 held, 0 lost (logged), -1 could not tell (err says why). */
@@ -1394,7 +1405,7 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
 
     if (pid < 0) {
         fctl_err("cannot start %s: fork: %s", a->command[0], strerror(errno));
-        fctl_release(a, path, token);
+        (void)fctl_release(a, path, token);
         return FCTL_EXIT_INTERNAL;
     }
     /* Each pass waits for a signal or the next deadline, so the loop sleeps between checks and
@@ -1472,7 +1483,15 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
     fctl_child_pgrp = 0;
     if (lost)
         return FCTL_EXIT_LOST; /* not released: a newer holder may own the name now */
-    fctl_release(a, path, token);
+    if (fctl_release(a, path, token)) {
+        if (WIFEXITED(status))
+            fctl_err("%s exited with status %d; exiting 3 (lock lost)", a->command[0],
+                     WEXITSTATUS(status));
+        else if (WIFSIGNALED(status))
+            fctl_err("%s was killed by signal %d; exiting 3 (lock lost)", a->command[0],
+                     WTERMSIG(status));
+        return FCTL_EXIT_LOST;
+    }
     if (WIFEXITED(status))
         return WEXITSTATUS(status);
     if (WIFSIGNALED(status))
@@ -1499,7 +1518,7 @@ int main(int argc, char **argv)
         return rc;
     if (fctl_stop_signal != 0) {
         /* Stopped while the lock was being granted: give it back and do not run the command. */
-        fctl_release(&a, path, token);
+        (void)fctl_release(&a, path, token);
         return 128 + (int)fctl_stop_signal;
     }
     if (ttl <= 0)

@@ -33,6 +33,7 @@ class FakeSidecar:
         self.next_token = 41
         self.reply_ttl = 600
         self.post_answer = None
+        self.delete_answer = None
         self.raw_answer = None  # bytes sent instead of an HTTP reply
         self.chunked = False
         fake = self
@@ -102,10 +103,19 @@ class FakeSidecar:
 
             def do_DELETE(self):
                 req = self._record()
+                if fake.delete_answer is not None:
+                    self._send(*fake.delete_answer)
+                    return
+                claim = req["headers"].get("Fencing-Token")
                 with fake.mu:
-                    held = fake.locks.pop(req["name"], None)
+                    held = fake.locks.get(req["name"])
+                    if held is not None and (claim is None or claim == str(held["token"])):
+                        del fake.locks[req["name"]]
                 if held is None:
                     self._send(404, {"error": "not_held", "message": "not held"})
+                elif claim is not None and claim != str(held["token"]):
+                    self._send(409, {"error": "token_mismatch", "token": int(claim),
+                                     "held": held["token"], "message": "token mismatch"})
                 else:
                     self._send(200, {"released": True})
 
@@ -314,22 +324,45 @@ class FencectlTest(unittest.TestCase):
         # Only one POST, and it came before the command ran.
         self.assertLess(self.fake.of("POST")[0]["t"], os.stat(marker).st_mtime)
 
-    def test_release_failure_is_only_a_warning(self):
-        # ttl 30000: no check happens before the command ends, so when the lock disappears
-        # meanwhile, only the DELETE notices (404).
+    def _lose_before_release(self, lose):
+        # ttl 30000: no check happens before the command ends, so when the lock is lost
+        # meanwhile, only the DELETE notices.
         self.fake.reply_ttl = 30000
 
-        def drop():
+        def later():
             wait_until(lambda: self.fake.locks, 5, what="the lock to be taken")
             with self.fake.mu:
-                self.fake.locks.clear()
-        t = threading.Thread(target=drop)
+                lose()
+        t = threading.Thread(target=later)
         t.start()
-        rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c", "sleep 0.5; exit 6"])
+        rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c", "sleep 0.5; exit 0"])
         t.join()
+        self.assertEqual(len(self.fake.of("DELETE")), 1)
+        return rc, err
+
+    def test_lock_found_lost_at_release_exits_3(self):
+        # A cron job whose command succeeded must not report success when the lock was gone
+        # by its end: part of its work may have run without the lock.
+        rc, err = self._lose_before_release(self.fake.locks.clear)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("lock job (token 41) was lost before it was released (the sidecar answered "
+                      "HTTP 404: not held)", err)
+        self.assertIn("sh exited with status 0; exiting 3 (lock lost)", err)
+
+    def test_lock_taken_again_under_another_token_at_release_exits_3(self):
+        # Lost, then taken by another client of the same sidecar: the DELETE carries our token,
+        # the sidecar refuses it (409) and the other holder keeps the lock.
+        rc, err = self._lose_before_release(lambda: self.fake.locks["job"].update(token=99))
+        self.assertEqual(rc, 3, err)
+        self.assertIn("HTTP 409: held under another token", err)
+        self.assertEqual(self.fake.locks["job"]["token"], 99)
+
+    def test_release_failure_is_only_a_warning(self):
+        # The sidecar answers 503 (its backend was not reached): the lock was held until then.
+        self.fake.delete_answer = (503, {"error": "unavailable", "message": "redis is down"})
+        rc, _, err = self.run_ctl(["lock", "job", "--", "sh", "-c", "exit 6"])
         self.assertEqual(rc, 6, err)
-        self.assertIn("warning", err)
-        self.assertIn("no longer held", err)
+        self.assertIn("warning: releasing lock job (token 41): the sidecar answered HTTP 503", err)
         self.assertEqual(len(self.fake.of("DELETE")), 1)
 
     def test_command_not_found_is_127(self):
