@@ -922,10 +922,12 @@ static int fctl_parse_answer(const char *body, size_t len, struct fctl_answer *a
 /* What GET /v1/locks says about our lock. */
 enum fctl_lock_view { FCTL_VIEW_HELD, FCTL_VIEW_MISSING, FCTL_VIEW_LOST, FCTL_VIEW_OTHER_TOKEN };
 
-/* Reads {"locks":[{"name","token","state",...},...]} and finds name. Returns 0 with *view, or -1
- * when the body is not that shape. */
+/* Reads {"locks":[{"name","token","state","remaining_ms",...},...]} and finds name. Returns 0 with
+ * *view (and, when held, *remaining_ms: -1 when the entry has none), or -1 when the body is not
+ * that shape. */
 static int fctl_parse_locks(const char *body, size_t len, const char *name, long long token,
-                            enum fctl_lock_view *view, long long *seen_token)
+                            enum fctl_lock_view *view, long long *seen_token,
+                            long long *remaining_ms)
 {
     struct fctl_json j = {body, body + len};
     char key[64];
@@ -952,7 +954,7 @@ static int fctl_parse_locks(const char *body, size_t len, const char *name, long
                 for (;;) {
                     char lname[FCTL_MAX_NAME + 8];
                     char state[32] = "";
-                    long long t = -1;
+                    long long t = -1, rem = -1;
                     int named = 0;
                     if (fctl_jexpect(&j, '{') != 0)
                         return -1;
@@ -965,6 +967,8 @@ static int fctl_parse_locks(const char *body, size_t len, const char *name, long
                             named = rc == 0; /* a cut name is longer than any of ours */
                         } else if (!strcmp(key, "token")) {
                             rc = fctl_jint(&j, &t);
+                        } else if (!strcmp(key, "remaining_ms") && fctl_jpeek(&j) != '"') {
+                            rc = fctl_jint(&j, &rem);
                         } else if (!strcmp(key, "state") && fctl_jpeek(&j) == '"') {
                             rc = fctl_jstring(&j, state, sizeof(state));
                         } else {
@@ -980,9 +984,10 @@ static int fctl_parse_locks(const char *body, size_t len, const char *name, long
                     j.p++;
                     if (named && !strcmp(lname, name)) {
                         /* Our token wins over any other entry of the same name. */
-                        if (t == token && *view != FCTL_VIEW_HELD)
+                        if (t == token && *view != FCTL_VIEW_HELD) {
                             *view = strcmp(state, "held") == 0 ? FCTL_VIEW_HELD : FCTL_VIEW_LOST;
-                        else if (*view == FCTL_VIEW_MISSING) {
+                            *remaining_ms = rem;
+                        } else if (*view == FCTL_VIEW_MISSING) {
                             *view = FCTL_VIEW_OTHER_TOKEN;
                             *seen_token = t;
                         }
@@ -1036,7 +1041,8 @@ static const char fctl_help[] =
     "     SIGTERM and SIGHUP sent to fencectl are forwarded to COMMAND('s group).\n"
     "  3. While COMMAND runs, fencectl checks the lock (GET /v1/locks) every TTL/3, but not\n"
     "     more often than every 200 ms. If the lock is lost (gone, marked lost, or held under\n"
-    "     another token), or the sidecar cannot be reached for longer than the TTL (fail safe),\n"
+    "     another token), or the sidecar does not confirm it before the lease it last reported\n"
+    "     (remaining_ms) runs out (fail safe: the sidecar is down, frozen or unreadable),\n"
     "     COMMAND('s group) gets SIGTERM, then SIGKILL 5 seconds later if it is still running,\n"
     "     and fencectl exits with status 3 (non-zero) once COMMAND is gone; what is left of its\n"
     "     group then is killed at once. A lost lock is not released: by then the name may\n"
@@ -1281,9 +1287,10 @@ static int fctl_release(const struct fctl_args *a, const char *path, long long t
     return lost;
 }
 
-/* Checks the lock once. Returns 1 held, 0 lost (logged), -1 could not tell (err says why). */
-static int fctl_check(const struct fctl_args *a, long long token, int timeout_ms, char *err,
-                      size_t errlen)
+/* Checks the lock once. Returns 1 held (*remaining_ms: the lease left as the sidecar counts it,
+ * -1 when it did not say), 0 lost (logged), -1 could not tell (err says why). */
+static int fctl_check(const struct fctl_args *a, long long token, int timeout_ms,
+                      long long *remaining_ms, char *err, size_t errlen)
 {
     struct fctl_reply r;
     enum fctl_lock_view view;
@@ -1297,7 +1304,7 @@ static int fctl_check(const struct fctl_args *a, long long token, int timeout_ms
         free(r.body);
         return -1;
     }
-    rc = fctl_parse_locks(r.body, r.len, a->name, token, &view, &other);
+    rc = fctl_parse_locks(r.body, r.len, a->name, token, &view, &other, remaining_ms);
     free(r.body);
     if (rc != 0) {
         snprintf(err, errlen, "GET /v1/locks answered something unexpected");
@@ -1399,7 +1406,10 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
     long long interval = ttl / 3 > FCTL_MIN_CHECK_MS ? ttl / 3 : FCTL_MIN_CHECK_MS;
     int io_ms = (int)(interval < FCTL_MAX_CHECK_IO_MS ? interval : FCTL_MAX_CHECK_IO_MS);
     long long now = fctl_now_ms();
-    long long last_ok = now, next_check = now + interval, kill_at = -1;
+    /* lease_end: when the lease last confirmed by the sidecar runs out, counted from the moment
+     * that check was sent. Without a newer confirmation by then, the lock may belong to someone
+     * else (a sidecar that is frozen or gone renews nothing). */
+    long long lease_end = now + ttl, next_check = now + interval, kill_at = -1;
     int lost = 0, warned = 0, status = 0;
     pid_t pid = fctl_spawn(a, token);
 
@@ -1440,25 +1450,32 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
             fctl_signal_command(SIGKILL);
             kill_at = -1;
         }
-        if (!lost && now >= next_check) {
-            char err[512];
-            int held = fctl_check(a, token, io_ms, err, sizeof(err));
+        if (!lost && (now >= next_check || now >= lease_end)) {
+            char err[512] = "";
+            long long sent = now, remaining = -1;
+            int held =
+                now < lease_end ? fctl_check(a, token, io_ms, &remaining, err, sizeof(err)) : -1;
             now = fctl_now_ms();
             next_check = now + interval;
             if (held == 1) {
-                last_ok = now;
+                lease_end = sent + (remaining >= 0 ? remaining : ttl);
+                /* Ask again before that lease runs out, in case the sidecar renewed it. */
+                if (next_check > lease_end - io_ms)
+                    next_check = lease_end - io_ms > now + FCTL_MIN_CHECK_MS
+                                     ? lease_end - io_ms
+                                     : now + FCTL_MIN_CHECK_MS;
                 if (warned)
                     fctl_err("sidecar at %s reachable again; lock %s still held", a->addr.text,
                              a->name);
                 warned = 0;
             } else if (held < 0) {
-                if (!warned)
+                if (!warned && now < lease_end)
                     fctl_err("warning: cannot check lock %s: %s", a->name, err);
                 warned = 1;
-                if (now - last_ok > ttl) {
-                    fctl_err("no confirmation of lock %s for %lld ms, longer than its ttl of %lld "
-                             "ms; assuming it is lost",
-                             a->name, now - last_ok, ttl);
+                if (now >= lease_end) {
+                    fctl_err("the sidecar did not confirm lock %s before the lease it last "
+                             "reported ran out%s%s; assuming it is lost",
+                             a->name, err[0] ? ": " : "", err);
                     held = 0;
                 }
             }
@@ -1471,7 +1488,8 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
             }
             continue; /* reap at once if the command is already gone */
         }
-        long long until = lost ? (kill_at >= 0 ? kill_at : now + 1000) : next_check;
+        long long until = lost ? (kill_at >= 0 ? kill_at : now + 1000)
+                               : (next_check < lease_end ? next_check : lease_end);
         struct pollfd p = {.fd = fctl_wake[0], .events = POLLIN};
         long long left = until - now;
         if (left < 0)

@@ -34,6 +34,7 @@ class FakeSidecar:
         self.reply_ttl = 600
         self.post_answer = None
         self.delete_answer = None
+        self.remaining = None  # remaining_ms that GET /v1/locks reports (default: reply_ttl)
         self.raw_answer = None  # bytes sent instead of an HTTP reply
         self.chunked = False
         fake = self
@@ -99,6 +100,9 @@ class FakeSidecar:
                     return
                 with fake.mu:
                     locks = [dict(v) for v in fake.locks.values()]
+                    if fake.remaining is not None:
+                        for v in locks:
+                            v["remaining_ms"] = fake.remaining
                 self._send(200, {"locks": locks})
 
             def do_DELETE(self):
@@ -562,8 +566,19 @@ class FencectlTest(unittest.TestCase):
         self.assertTrue(termed)
         self.assertGreater(took, 0.9 - 0.35)  # not before the ttl has run out since the last ok
         self.assertLess(took, 0.9 + 1.5)
-        self.assertIn("longer than its ttl", err)
+        self.assertIn("did not confirm lock job before the lease it last reported ran out", err)
         self.assertIn("was lost", err)
+
+    def test_unreachable_sidecar_stops_the_command_when_the_reported_lease_ends(self):
+        # The sidecar last said 700 ms of the 3000 ms lease were left (its renewal was due),
+        # then froze or died: nothing renews the lease, which ends 700 ms after that check, and
+        # another holder may take the lock then. The command must stop by then, not 3 s later.
+        self.fake.remaining = 700
+        rc, err, took, termed = self._run_until_lost(self.fake.stop, ttl=3000)
+        self.assertEqual(rc, 3, err)
+        self.assertTrue(termed)
+        self.assertLess(took, 0.7 + 0.3)
+        self.assertIn("before the lease it last reported ran out", err)
 
     def test_command_ignoring_sigterm_is_killed_after_5s(self):
         rc, err, took, _ = self._run_until_lost(
