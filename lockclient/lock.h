@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* a C++ application links the C library */
+#endif
+
 struct event_base;
 struct lock_client;
 struct lock_session;
@@ -61,7 +65,8 @@ struct lock_options {
      * token repair), so that store needs no fence hook and an acquisition no extra round trip. */
     char mark_prefix[64];
     /* Told of notable events worth a log line (a token repaired past a store's mark); may be
-     * NULL. */
+     * NULL. Unlike the other callbacks it runs inside the library (while a backend's answer is
+     * handled), so it must only log: it must not free the client or a session. */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
     /* etcds:// only: PEM files as etcdctl's --cacert, --cert and --key (empty: the system's CAs,
@@ -197,5 +202,9 @@ struct lock_stats {
     uint64_t backend_batched; /* the acquires and releases those carried */
 };
 void lock_client_stats(const struct lock_client *c, struct lock_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
