@@ -791,6 +791,67 @@ static void test_deleted_key_is_lost(void **state)
     client_free(c);
 }
 
+/* Callbacks that free what called them: an acquire callback that frees the client while more
+ * results are queued behind it (they are dropped, not run on freed memory), and a lost callback
+ * that frees its session while the session's next loss is queued. */
+struct freeing {
+    int calls;
+    struct lock_client *client;   /* freed by the first call, when set */
+    struct lock_session *session; /* freed by the first call, when set */
+};
+
+static void freeing_acq_cb(void *arg, int status, uint64_t token, const char *msg)
+{
+    struct freeing *f = arg;
+    (void)status;
+    (void)token;
+    (void)msg;
+    if (f->calls++ == 0 && f->client)
+        client_free(f->client);
+}
+
+static void freeing_lost_cb(void *arg, const char *name, uint64_t token, const char *why)
+{
+    struct freeing *f = arg;
+    (void)name;
+    (void)token;
+    (void)why;
+    if (f->calls++ == 0 && f->session)
+        lock_session_free(f->session);
+}
+
+static void test_callbacks_may_free_their_session_or_client(void **state)
+{
+    struct acq a;
+    struct freeing f;
+    struct lock_client *c = client_new(g_redis.port, NULL);
+    struct lock_session *s = lock_session_new(c, 5000, NULL, NULL);
+    assert_int_equal(acquire_sync(s, "cbfree-1", 0, 0, 0, &a), LOCK_OK);
+    /* Three answers queued at once (the lock is held: each is answered without the backend). */
+    memset(&f, 0, sizeof(f));
+    f.client = c;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(lock_acquire(s, "cbfree-1", 8, 0, 0, 0, freeing_acq_cb, &f), 0);
+    run_for(50);
+    assert_int_equal(f.calls, 1);
+    /* Freeing the client released the lock. */
+    assert_true(wait_key(g_redis.port, "cbfree-1", 0, 1000));
+
+    c = client_new(g_redis.port, NULL);
+    memset(&f, 0, sizeof(f));
+    s = lock_session_new(c, 900, freeing_lost_cb, &f);
+    f.session = s;
+    assert_int_equal(acquire_sync(s, "cbfree-2", 0, 0, 0, &a), LOCK_OK);
+    assert_int_equal(acquire_sync(s, "cbfree-3", 0, 0, 0, &a), LOCK_OK);
+    admin_int(g_redis.port, "DEL " TEST_PREFIX "lock:{cbfree-2} " TEST_PREFIX "lock:{cbfree-3}");
+    run_for(1200); /* the next renewal finds both gone: two losses in one turn */
+    assert_int_equal(f.calls, 1);
+    /* The client goes on serving other sessions. */
+    struct lock_session *s2 = lock_session_new(c, 5000, NULL, NULL);
+    assert_int_equal(acquire_sync(s2, "cbfree-2", 0, 0, 0, &a), LOCK_OK);
+    client_free(c);
+}
+
 /* A caller that learns the key is gone (a store refused a write under it) has the session renew
  * at once, and the lock is reported lost long before the next tick. The key is named by
  * lock_client_redis_lock_prefix() and holds lock_owner(). */
@@ -1476,6 +1537,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_renewals_batched_per_session, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_deleted_key_is_lost, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_callbacks_may_free_their_session_or_client, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_renew_soon_finds_a_lost_key, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_fence_hook_repairs_lost_counter, test_setup,
