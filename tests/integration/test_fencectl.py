@@ -9,6 +9,7 @@ import http.server
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -26,7 +27,8 @@ class FakeSidecar:
     """The sidecar's lock API, in memory. `post_answer` (status, body) overrides the answer to
     POST; `locks` maps a name to its entry in GET /v1/locks; every request is recorded."""
 
-    def __init__(self):
+    def __init__(self, host="127.0.0.1"):
+        self.host = host
         self.mu = threading.Lock()
         self.requests = []  # dicts: method, path, name, headers, body, t
         self.locks = {}
@@ -123,7 +125,10 @@ class FakeSidecar:
                 else:
                     self._send(200, {"released": True})
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        self.server = Server((host, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever,
@@ -133,7 +138,7 @@ class FakeSidecar:
 
     @property
     def addr(self):
-        return "127.0.0.1:%d" % self.port
+        return ("[%s]:%d" if ":" in self.host else "%s:%d") % (self.host, self.port)
 
     def stop(self):
         if not self.stopped:
@@ -368,6 +373,47 @@ class FencectlTest(unittest.TestCase):
         self.assertEqual(rc, 6, err)
         self.assertIn("warning: releasing lock job (token 41): the sidecar answered HTTP 503", err)
         self.assertEqual(len(self.fake.of("DELETE")), 1)
+
+    def test_command_not_executable_is_126(self):
+        script = self.path("script.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(script, 0o644)
+        for cmd in (script, self.tmp.name):  # a file without x, a directory
+            rc, _, err = self.run_ctl(["lock", "job", "--", cmd])
+            self.assertEqual(rc, 126, err)
+            self.assertIn("cannot run %s: Permission denied" % cmd, err)
+
+    def test_tokens_beyond_2_53_are_exact(self):
+        # A double holds 2^53 + 1 as 2^53: the token must go through as the sidecar's digits,
+        # to the command, the lock checks and the release.
+        for token in (2**53 + 1, 2**63 - 1):
+            with self.fake.mu:
+                self.fake.requests.clear()
+                self.fake.next_token = token
+            out = self.path("token")
+            rc, _, err = self.run_ctl(["lock", "big", "--", "sh", "-c",
+                                       'printf %s "$FENCE_TOKEN" > "$0"; sleep 0.5', out])
+            self.assertEqual(rc, 0, err)
+            self.assertNotIn("lost", err)
+            self.assertGreaterEqual(len(self.fake.of("GET")), 1)
+            with open(out) as f:
+                self.assertEqual(f.read(), str(token))
+            self.assertEqual(self.fake.of("DELETE")[0]["headers"].get("Fencing-Token"),
+                             str(token))
+
+    def test_ipv6_address(self):
+        try:
+            fake6 = FakeSidecar("::1")
+        except OSError as e:
+            self.skipTest("no IPv6 loopback: %s" % e)
+        self.addCleanup(fake6.stop)
+        argv = [FENCECTL, "--http", fake6.addr, "lock", "v6", "--", "true"]
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=RUN_TIMEOUT, env=self.env(), start_new_session=True)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        self.assertEqual(fake6.of("POST")[0]["headers"].get("Host"), fake6.addr)
+        self.assertEqual(len(fake6.of("DELETE")), 1)
 
     def test_command_not_found_is_127(self):
         rc, _, err = self.run_ctl(["lock", "job", "--", "/nonexistent/fencectl-no-such-cmd"])
