@@ -1040,7 +1040,10 @@ static const char fctl_help[] =
     "     read the terminal and gets Ctrl-C), and only COMMAND itself is signalled. SIGINT,\n"
     "     SIGTERM and SIGHUP sent to fencectl are forwarded to COMMAND('s group).\n"
     "  3. While COMMAND runs, fencectl checks the lock (GET /v1/locks) every TTL/3, but not\n"
-    "     more often than every 200 ms. If the lock is lost (gone, marked lost, or held under\n"
+    "     more often than every 200 ms, and at once when the sidecar's event stream of the lock\n"
+    "     (GET /v1/events?lock=NAME) carries anything, so that a loss the sidecar sees stops\n"
+    "     COMMAND within a round trip (without a stream, as past the sidecar's 64, only the\n"
+    "     periodic checks are made). If the lock is lost (gone, marked lost, or held under\n"
     "     another token), or the sidecar does not confirm it before the lease it last reported\n"
     "     (remaining_ms) runs out (fail safe: the sidecar is down, frozen or unreadable),\n"
     "     COMMAND('s group) gets SIGTERM, then SIGKILL 5 seconds later if it is still running,\n"
@@ -1325,6 +1328,32 @@ static int fctl_check(const struct fctl_args *a, long long token, int timeout_ms
     }
 }
 
+/* Opens the sidecar's event stream of the lock (GET /v1/events?lock=NAME) on a non-blocking
+ * socket. fencectl does not parse it: whatever arrives (an event, the stream's end) only makes it
+ * check the lock at once (GET /v1/locks decides), so a lost lock is noticed within a round trip
+ * rather than at the next periodic check. Returns the socket, or -1. */
+static int fctl_events_open(const struct fctl_args *a, int timeout_ms)
+{
+    char req[FCTL_MAX_NAME * 3 + 512], enc[FCTL_MAX_NAME * 3 + 1], err[512];
+    int interrupted = 0, fd, k;
+
+    fctl_path_encode(a->name, enc, sizeof(enc));
+    k = snprintf(req, sizeof(req),
+                 "GET /v1/events?lock=%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: fencectl/%s\r\n"
+                 "Accept: text/event-stream\r\n\r\n",
+                 enc, a->addr.text, FG_VERSION);
+    if (k < 0 || (size_t)k >= sizeof(req))
+        return -1;
+    fd = fctl_connect(&a->addr, fctl_now_ms() + timeout_ms, 0, &interrupted, err, sizeof(err));
+    if (fd < 0)
+        return -1;
+    if (send(fd, req, (size_t)k, MSG_NOSIGNAL) != (ssize_t)k) { /* fits an empty socket */
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* Whether fencectl runs in the foreground of its controlling terminal (an interactive shell, or a
  * script run from one). The command then stays in fencectl's process group: a group of its own
  * would not be the terminal's foreground group, so it would be stopped when it reads the terminal,
@@ -1410,7 +1439,8 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
      * that check was sent. Without a newer confirmation by then, the lock may belong to someone
      * else (a sidecar that is frozen or gone renews nothing). */
     long long lease_end = now + ttl, next_check = now + interval, kill_at = -1;
-    int lost = 0, warned = 0, status = 0;
+    long long last_check = now, events_retry = now;
+    int lost = 0, warned = 0, status = 0, events = -1, events_ok = 0;
     pid_t pid = fctl_spawn(a, token);
 
     if (pid < 0) {
@@ -1450,9 +1480,16 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
             fctl_signal_command(SIGKILL);
             kill_at = -1;
         }
+        if (!lost && events < 0 && now >= events_retry) {
+            events = fctl_events_open(a, io_ms);
+            events_ok = 0;
+            now = fctl_now_ms();
+            events_retry = now + interval; /* when it fails or ends: not more often than checks */
+        }
         if (!lost && (now >= next_check || now >= lease_end)) {
             char err[512] = "";
             long long sent = now, remaining = -1;
+            last_check = now;
             int held =
                 now < lease_end ? fctl_check(a, token, io_ms, &remaining, err, sizeof(err)) : -1;
             now = fctl_now_ms();
@@ -1490,13 +1527,51 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
         }
         long long until = lost ? (kill_at >= 0 ? kill_at : now + 1000)
                                : (next_check < lease_end ? next_check : lease_end);
-        struct pollfd p = {.fd = fctl_wake[0], .events = POLLIN};
+        if (!lost && events < 0 && events_retry < until)
+            until = events_retry;
+        struct pollfd p[2] = {{.fd = fctl_wake[0], .events = POLLIN},
+                              {.fd = events, .events = POLLIN}};
         long long left = until - now;
         if (left < 0)
             left = 0;
-        if (poll(&p, 1, (int)(left > INT_MAX ? INT_MAX : left)) > 0)
+        if (poll(p, events >= 0 ? 2 : 1, (int)(left > INT_MAX ? INT_MAX : left)) <= 0)
+            continue;
+        if (p[0].revents != 0)
             fctl_wake_drain();
+        if (events >= 0 && p[1].revents != 0) {
+            char buf[4096];
+            ssize_t n = recv(events, buf, sizeof(buf), MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            if (n > 0 && !events_ok) {
+                /* The answer's first bytes: a stream (200), or none to be had. A sidecar without
+                 * one (404, 405) is not asked again; 503 (too many streams) is, later. */
+                events_ok =
+                    n >= 12 && memcmp(buf, "HTTP/1.", 7) == 0 && memcmp(buf + 8, " 200", 4) == 0;
+                if (!events_ok) {
+                    if (n >= 12 &&
+                        (memcmp(buf + 8, " 404", 4) == 0 || memcmp(buf + 8, " 405", 4) == 0))
+                        events_retry = LLONG_MAX;
+                    close(events);
+                    events = -1;
+                    continue;
+                }
+                const char *hend = memmem(buf, (size_t)n, "\r\n\r\n", 4);
+                if (hend == NULL || hend + 4 == buf + n)
+                    continue; /* only the headers: nothing has happened yet */
+            }
+            if (n <= 0) { /* the stream ended: the sidecar stops, or restarted */
+                close(events);
+                events = -1;
+            }
+            /* Something happened to the lock or the sidecar: check now (at most every 200 ms). */
+            if (!lost)
+                next_check =
+                    last_check + FCTL_MIN_CHECK_MS > now ? last_check + FCTL_MIN_CHECK_MS : now;
+        }
     }
+    if (events >= 0)
+        close(events);
     fctl_child_pid = 0;
     fctl_child_pgrp = 0;
     if (lost)

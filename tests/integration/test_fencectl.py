@@ -37,6 +37,9 @@ class FakeSidecar:
         self.post_answer = None
         self.delete_answer = None
         self.remaining = None  # remaining_ms that GET /v1/locks reports (default: reply_ttl)
+        self.events = True  # serve GET /v1/events?lock=NAME
+        self.events_sent = []
+        self.cv = threading.Condition(self.mu)
         self.raw_answer = None  # bytes sent instead of an HTTP reply
         self.chunked = False
         fake = self
@@ -79,6 +82,29 @@ class FakeSidecar:
                     self.end_headers()
                     self.wfile.write(data)
 
+            def _stream(self, req):
+                # An event stream as the sidecar's (chunked): each event fake.event() adds is
+                # sent to every open stream; the stream ends when the fake stops.
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                sent = 0
+                while True:
+                    with fake.cv:
+                        fake.cv.wait_for(lambda: fake.stopped or len(fake.events_sent) > sent,
+                                         timeout=0.1)
+                        if fake.stopped:
+                            break
+                        todo = fake.events_sent[sent:]
+                        sent = len(fake.events_sent)
+                    for text in todo:
+                        data = text.encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                self.close_connection = True
+
             def do_POST(self):
                 req = self._record()
                 with fake.mu:
@@ -96,7 +122,10 @@ class FakeSidecar:
                 self._send(status, obj)
 
             def do_GET(self):
-                self._record()
+                req = self._record()
+                if self.path.startswith("/v1/events?lock=") and fake.events:
+                    self._stream(req)
+                    return
                 if self.path != "/v1/locks":
                     self._send(404, {"error": "not_found", "message": self.path})
                     return
@@ -140,9 +169,21 @@ class FakeSidecar:
     def addr(self):
         return ("[%s]:%d" if ":" in self.host else "%s:%d") % (self.host, self.port)
 
+    def event(self, kind, **data):
+        """Sends one event to the open event streams."""
+        with self.cv:
+            self.events_sent.append("event: %s\ndata: %s\n\n" % (kind, json.dumps(data)))
+            self.cv.notify_all()
+
+    def streams(self):
+        with self.mu:
+            return [r for r in self.requests if r["path"].startswith("/v1/events?")]
+
     def stop(self):
         if not self.stopped:
-            self.stopped = True
+            with self.cv:
+                self.stopped = True
+                self.cv.notify_all()
             self.server.shutdown()
             self.server.server_close()
 
@@ -563,7 +604,7 @@ class FencectlTest(unittest.TestCase):
 
     # ---- losing the lock ----------------------------------------------------------------
 
-    def _run_until_lost(self, lose, ignore_term=False, ttl=600):
+    def _run_until_lost(self, lose, ignore_term=False, ttl=600, first_check=True):
         """Starts a long command under the lock, calls lose() once it runs, and returns
         (exit code, stderr, seconds from lose() to fencectl's exit, whether the command saw
         SIGTERM)."""
@@ -574,7 +615,9 @@ class FencectlTest(unittest.TestCase):
                   'i=$((i+1)); done; exit 99')
         p = self.start_ctl(["lock", "job", "--", "sh", "-c", script, ready, got])
         wait_until(lambda: os.path.exists(ready), 10, what="the command to start")
-        wait_until(lambda: len(self.fake.of("GET")) >= 1, 10, what="a first lock check")
+        if first_check:
+            wait_until(lambda: any(r["path"] == "/v1/locks" for r in self.fake.of("GET")), 10,
+                       what="a first lock check")
         t0 = time.monotonic()
         lose()
         rc, _, err = self.finish(p)
@@ -589,6 +632,44 @@ class FencectlTest(unittest.TestCase):
         self.assertIn("fencectl: lock job (token 41) was lost; stopping sh", err)
         # A lost lock is not released: the name may belong to a newer holder by now.
         self.assertEqual(self.fake.of("DELETE"), [])
+
+    def test_lost_event_stops_the_command_at_once(self):
+        # ttl 30 s: the periodic check comes every 10 s. The sidecar's event stream says the lock
+        # was lost; fencectl checks at once and stops the command within a round trip.
+        def lose():
+            wait_until(lambda: self.fake.streams(), 5, what="the event stream to open")
+            self.fake.set_lock("job", state="lost")
+            self.fake.event("lost", name="job", token=41, reason="renewal refused")
+        rc, err, took, termed = self._run_until_lost(lose, ttl=30000, first_check=False)
+        self.assertEqual(rc, 3, err)
+        self.assertTrue(termed)
+        self.assertLess(took, 1.0)
+        self.assertEqual(self.fake.streams()[0]["path"], "/v1/events?lock=job")
+        self.assertIn("reports lock job (token 41) as lost", err)
+
+    def test_events_that_are_not_a_loss_change_nothing(self):
+        self.fake.reply_ttl = 30000
+        ready = self.path("ready")
+        p = self.start_ctl(["lock", "job", "--", "sh", "-c", ': > "$0"; sleep 1.5', ready])
+        wait_until(lambda: self.fake.streams(), 10, what="the event stream to open")
+        for _ in range(5):
+            self.fake.event("acquired", name="other", token=7, ttl_ms=1000)
+            time.sleep(0.1)
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("lost", err)
+        # Each event made fencectl look (GET /v1/locks), but not more often than every 200 ms.
+        checks = [r["t"] for r in self.fake.of("GET") if r["path"] == "/v1/locks"]
+        self.assertGreaterEqual(len(checks), 2)
+        self.assertTrue(all(b - a >= 0.19 for a, b in zip(checks, checks[1:])), checks)
+
+    def test_sidecar_without_event_stream_is_not_asked_again(self):
+        self.fake.events = False  # GET /v1/events answers 404, as a sidecar without it would
+        self.fake.reply_ttl = 600
+        rc, _, err = self.run_ctl(["lock", "job", "--", "sleep", "1"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(self.fake.streams()), 1)
+        self.assertGreaterEqual(len(self.fake.of("GET")), 4)  # checks every 200 ms go on
 
     def test_missing_lock_counts_as_lost(self):
         def drop():

@@ -286,6 +286,47 @@ class Fencectl(HttpCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertGreater(int(p.stdout.decode().strip()), int(tok))
 
+    def test_lock_deleted_behind_the_sidecar_stops_the_command(self):
+        # The sidecar's renewal finds the key gone, marks the lock lost and says so on its event
+        # stream; fencectl stops the command and exits 3 without releasing.
+        ready = self.write_file("ready", "")
+        os.unlink(ready)
+        p = subprocess.Popen([harness.FENCECTL_BIN, "--http", self.where, "lock", "job", "--ttl",
+                              "3000", "--", "sh", "-c", ': > "$0"; sleep 20', ready],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=harness.clean_env(),
+                             start_new_session=True)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.communicate(timeout=5)))
+        harness.wait_until(lambda: os.path.exists(ready), 10, 0.02, "the command to start")
+        self.assertEqual(self.direct.delete(lock_key("job")), 1)
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=15)
+        self.assertEqual(p.returncode, 3, err)
+        self.assertLess(time.monotonic() - t0, 2.5)  # the renewal every 1 s finds it
+        self.assertIn(b"reports lock job", err)
+        self.assertIn(b"as lost", err)
+
+    def test_lock_released_by_another_client_stops_the_command_at_once(self):
+        # Another client of the sidecar releases the lock by name (no Fencing-Token). With a
+        # 30 s lease fencectl's own check comes every 10 s; the sidecar's event stream makes it
+        # look at once.
+        ready = self.write_file("ready", "")
+        os.unlink(ready)
+        p = subprocess.Popen([harness.FENCECTL_BIN, "--http", self.where, "lock", "job", "--ttl",
+                              "30000", "--", "sh", "-c", ': > "$0"; sleep 20', ready],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=harness.clean_env(),
+                             start_new_session=True)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.communicate(timeout=5)))
+        harness.wait_until(lambda: os.path.exists(ready), 10, 0.02, "the command to start")
+        time.sleep(0.2)  # the stream is open by now
+        self.assertEqual(self.req(self.fg, "DELETE", "/v1/locks/job")[0], 200)
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=15)
+        self.assertEqual(p.returncode, 3, err)
+        self.assertLess(time.monotonic() - t0, 1.0)
+        self.assertIn(b"the sidecar no longer lists lock job", err)
+
     def test_second_fencectl_with_wait0_exits_1(self):
         err_path = self.write_file("fencectl-first.err", "")
         with open(err_path, "wb") as err:
