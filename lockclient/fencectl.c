@@ -1022,7 +1022,9 @@ static const char fctl_help[] =
     "command the lock's fencing token.\n"
     "\n"
     "  --http HOST:PORT  the sidecar's HTTP endpoint (default 127.0.0.1:8380; the environment\n"
-    "                    variable FENCEGATE_HTTP overrides the default, this flag overrides both)\n"
+    "                    variable FENCEGATE_HTTP, else FENCEGATE_HTTP_ADDR, which the injector\n"
+    "                    sets in application containers, overrides the default; this flag\n"
+    "                    overrides both)\n"
     "  --ttl MS          lease of the lock in milliseconds (default: the sidecar's session TTL)\n"
     "  --wait MS         wait up to MS milliseconds for a lock held by someone else\n"
     "                    (default: the sidecar's, which tries once)\n"
@@ -1172,10 +1174,12 @@ static int fctl_parse_args(int argc, char **argv, struct fctl_args *a)
         return fctl_usage_error("missing COMMAND after '--'");
     a->command = argv + i + 1;
     if (http == NULL) {
-        const char *env = getenv("FENCEGATE_HTTP");
+        const char *var = "FENCEGATE_HTTP", *env = getenv(var);
+        if (env == NULL || env[0] == '\0')
+            env = getenv(var = "FENCEGATE_HTTP_ADDR"); /* set by the injector */
         http = env != NULL && env[0] != '\0' ? env : FCTL_DEFAULT_HTTP;
         if (fctl_parse_addr(http, &a->addr) != 0)
-            return fctl_usage_error("FENCEGATE_HTTP='%s' is not HOST:PORT", http);
+            return fctl_usage_error("%s='%s' is not HOST:PORT", var, http);
     } else if (fctl_parse_addr(http, &a->addr) != 0) {
         return fctl_usage_error("--http '%s' is not HOST:PORT", http);
     }

@@ -593,6 +593,17 @@ class FencectlTest(unittest.TestCase):
                                   env=self.env({"FENCEGATE_HTTP": refused}))
         self.assertEqual(rc, 0, err)
         self.assertEqual(len(self.fake.of("POST")), 2)
+        # In an injected pod the application containers have FENCEGATE_HTTP_ADDR; FENCEGATE_HTTP
+        # wins over it.
+        rc, _, err = self.run_ctl(["lock", "job", "--", "true"], http=False,
+                                  env=self.env({"FENCEGATE_HTTP_ADDR": self.fake.addr}))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(self.fake.of("POST")), 3)
+        rc, _, err = self.run_ctl(["lock", "job", "--", "true"], http=False,
+                                  env=self.env({"FENCEGATE_HTTP": self.fake.addr,
+                                                "FENCEGATE_HTTP_ADDR": refused}))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(self.fake.of("POST")), 4)
 
     def test_chunked_replies_are_read(self):
         self.fake.chunked = True
