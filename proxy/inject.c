@@ -437,10 +437,12 @@ static int inject_walk_metadata(struct inject_walk *w)
     return rc;
 }
 
-/* A container's ports (the array is open): the first containerPort that is one of the
- * sidecar's (6380, 8380) into *clash, else *clash is left alone. hostPort does not matter: the
- * sidecar binds in the pod's network namespace, where only containerPort is taken. */
-static int inject_walk_ports(struct inject_walk *w, long long *clash)
+/* Calls fn with each member of each object of an open array (other elements are skipped), its
+ * value read but not yet skipped. */
+static int inject_walk_objects(struct inject_walk *w,
+                               void (*fn)(struct inject_walk *w, const struct json_token *k,
+                                          const struct json_token *v, void *arg),
+                               void *arg)
 {
     struct json_token t, k, v;
     int done, rc;
@@ -458,14 +460,10 @@ static int inject_walk_ports(struct inject_walk *w, long long *clash)
             continue;
         }
         while ((rc = inject_member(w, &k, &done)) == FG_OK && !done) {
-            int64_t port;
             rc = inject_value(w, &v);
             if (rc != FG_OK)
                 return rc;
-            if (json_string_equals(&k, "containerPort") && v.type == JSON_NUMBER &&
-                json_number_int64(&v, &port) == FG_OK &&
-                (port == INJECT_RESP_PORT || port == INJECT_HTTP_PORT) && *clash == 0)
-                *clash = (long long)port;
+            fn(w, &k, &v, arg);
             rc = inject_skip(w, &v);
             if (rc != FG_OK)
                 return rc;
@@ -473,6 +471,22 @@ static int inject_walk_ports(struct inject_walk *w, long long *clash)
         if (rc != FG_OK)
             return rc;
     }
+}
+
+/* A member of one of a container's ports: the first containerPort that is one of the sidecar's
+ * (6380, 8380) goes into *(long long *)arg. hostPort does not matter: the sidecar binds in the
+ * pod's network namespace, where only containerPort is taken. */
+static void inject_port_member(struct inject_walk *w, const struct json_token *k,
+                               const struct json_token *v, void *arg)
+{
+    long long *clash = arg;
+    int64_t port;
+
+    (void)w;
+    if (json_string_equals(k, "containerPort") && v->type == JSON_NUMBER &&
+        json_number_int64(v, &port) == FG_OK &&
+        (port == INJECT_RESP_PORT || port == INJECT_HTTP_PORT) && *clash == 0)
+        *clash = (long long)port;
 }
 
 /* One element of spec.containers (app = 1, index i) or spec.initContainers (app = 0). */
@@ -505,7 +519,7 @@ static int inject_walk_container(struct inject_walk *w, int app, size_t i)
         if (json_string_equals(&k, "restartPolicy") && json_string_equals(&v, "Always"))
             always = 1;
         if (json_string_equals(&k, "ports") && v.type == JSON_ARRAY_BEGIN) {
-            rc = inject_walk_ports(w, &clash);
+            rc = inject_walk_objects(w, inject_port_member, &clash);
             if (rc != FG_OK)
                 return rc;
             continue;
@@ -595,39 +609,15 @@ static int inject_walk_containers(struct inject_walk *w, int app)
     return FG_OK;
 }
 
-/* spec.volumes: only the names matter (ours must not be taken). The array is open. */
-static int inject_walk_volumes(struct inject_walk *w)
+/* A member of one of spec.volumes: only the names matter (ours must not be taken). */
+static void inject_volume_member(struct inject_walk *w, const struct json_token *k,
+                                 const struct json_token *v, void *arg)
 {
-    struct json_token t, k, v;
-    int done, rc;
-
-    for (;;) {
-        rc = json_next(&w->r, &t);
-        if (rc != FG_OK)
-            return rc;
-        if (t.type == JSON_ARRAY_END)
-            return FG_OK;
-        if (t.type != JSON_OBJECT_BEGIN) {
-            rc = inject_skip(w, &t);
-            if (rc != FG_OK)
-                return rc;
-            continue;
-        }
-        while ((rc = inject_member(w, &k, &done)) == FG_OK && !done) {
-            rc = inject_value(w, &v);
-            if (rc != FG_OK)
-                return rc;
-            if (json_string_equals(&k, "name") && json_string_equals(&v, INJECT_VOLUME))
-                w->volume_conflict = 1;
-            if (json_string_equals(&k, "name") && json_string_equals(&v, INJECT_SECRET_VOL))
-                w->secret_conflict = 1;
-            rc = inject_skip(w, &v);
-            if (rc != FG_OK)
-                return rc;
-        }
-        if (rc != FG_OK)
-            return rc;
-    }
+    (void)arg;
+    if (json_string_equals(k, "name") && json_string_equals(v, INJECT_VOLUME))
+        w->volume_conflict = 1;
+    if (json_string_equals(k, "name") && json_string_equals(v, INJECT_SECRET_VOL))
+        w->secret_conflict = 1;
 }
 
 /* request.object.spec */
@@ -667,7 +657,8 @@ static int inject_walk_spec(struct inject_walk *w)
         shape = which == 0 ? &w->containers : which == 1 ? &w->init_containers : &w->volumes;
         *shape = inject_shape_of(&v);
         if (v.type == JSON_ARRAY_BEGIN) {
-            rc = which == 2 ? inject_walk_volumes(w) : inject_walk_containers(w, which == 0);
+            rc = which == 2 ? inject_walk_objects(w, inject_volume_member, NULL)
+                            : inject_walk_containers(w, which == 0);
         } else {
             if (v.type != JSON_NULL)
                 inject_note(w->pod_err, "spec.%s: expected an array, got %s", keys[which],
