@@ -69,6 +69,7 @@ struct ulink {
     struct resp_scanner scan;
     size_t rscan_off;
     int prelude_left; /* replies to the link's own AUTH/SELECT still due */
+    int quiet_left;   /* then replies to its CLIENT NO-EVICT, whatever they say */
     unsigned script_loaded : 1;
     unsigned group_loaded : 1; /* the group script is in Redis' cache (else it goes as EVAL) */
     unsigned failed : 1;       /* a write failed; lk_fail() is scheduled */
@@ -747,7 +748,7 @@ static void lk_close_fd(struct ulink *lk)
     buf_free(&lk->out);
     resp_scanner_init(&lk->scan);
     lk->rscan_off = 0;
-    lk->prelude_left = 0;
+    lk->prelude_left = lk->quiet_left = 0;
     lk->script_loaded = lk->group_loaded = 0;
     buf_free(&lk->g_reqs);
     lk->g_count = 0;
@@ -938,6 +939,7 @@ static void lk_on_write(evutil_socket_t fd, short what, void *arg);
  * Returns -1 when it could not even start; lk->why says why. */
 static int lk_connect(struct ulink *lk)
 {
+    static const char noevict[] = "*3\r\n$6\r\nCLIENT\r\n$8\r\nNO-EVICT\r\n$2\r\non\r\n";
     struct server *s = lk->srv;
     const struct net_addr *a = upstream_addr(s->up);
     const char *prelude;
@@ -976,6 +978,17 @@ static int lk_connect(struct ulink *lk)
     lk->prelude_left = nrep;
     if (plen)
         lk_send(lk, prelude, plen);
+    /* Many clients' requests and replies pass on this one connection, which makes it the
+     * biggest client Redis 7's client eviction (maxmemory-clients) would pick, and every
+     * unpinned client would lose its requests with it. Excluded, each client's bytes are
+     * bounded by max_pending_bytes instead. An error (before 7.0, or an ACL) changes nothing. */
+    if (lk_push(lk, NULL) < 0) {
+        lk_close_fd(lk);
+        snprintf(lk->why, sizeof(lk->why), "fencegate is out of memory");
+        return -1;
+    }
+    lk->quiet_left = 1;
+    lk_send(lk, noevict, sizeof(noevict) - 1);
     lk_update(lk);
     return 0;
 }
@@ -1315,6 +1328,9 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
                 lk_fail(lk, why);
                 return -1;
             }
+        } else if (!c && lk->quiet_left > 0) {
+            lk_pop(lk);
+            lk->quiet_left--;
         } else {
             lk_deliver(lk, src + pos, scan - pos, lk->scan.top_type, &to, &sp);
         }

@@ -307,6 +307,24 @@ class Multiplex(FgTestCase):
         self.assertIsInstance(got, Err)
         self.assertTrue(str(got).startswith("UNAVAILABLE"), got)
 
+    def test_the_shared_connection_is_excluded_from_client_eviction(self):
+        """Redis 7 evicts the clients using the most memory past maxmemory-clients; the shared
+        connection carries many clients' bytes, so it asks to be left out (CLIENT NO-EVICT).
+        A user who may not send CLIENT still gets a working shared connection."""
+        c = self.raw(self.fg.resp_port)
+        self.assertEqual(c.call("SET", "ne", "1"), Status("OK"))
+        flagged = [cl for cl in self.direct.client_list() if "e" in cl["flags"]]
+        self.assertEqual(len(flagged), 1, self.direct.client_list())
+        self.direct.execute_command("ACL", "SETUSER", "noclient", "on", ">pw", "~*", "&*",
+                                    "+@all", "-client")
+        url = "redis://noclient:pw@127.0.0.1:%d" % self.redis.port
+        fg = self.start_fencegate(url, args=["--upstream-multiplex", "true",
+                                             "--backend", self.redis.url])
+        c2, c3 = self.raw(fg.resp_port), self.raw(fg.resp_port)
+        self.assertEqual(c2.call("SET", "ne2", "2"), Status("OK"))
+        self.assertEqual(c3.call("GET", "ne2"), b"2")
+        self.assertEqual(self.pinned(), 0)
+
     def test_random_programs_answer_as_direct_redis(self):
         """16 clients run random programs (plain commands, errors, SELECT, MULTI/EXEC, WATCH,
         BLPOP with a timeout, CLIENT SETNAME, unknown commands, QUIT) through fencegate, their
