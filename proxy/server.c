@@ -1344,7 +1344,10 @@ static long lk_process(struct ulink *lk, const char *src, size_t len)
 static long lk_handle(void *arg, const char *src, size_t len)
 {
     struct ulink *lk = arg;
-    long done = lk_process(lk, src, len);
+    long done;
+
+    upstream_report_alive(lk->srv->up);
+    done = lk_process(lk, src, len);
 
     return lk->fd < 0 ? -1 : done;
 }
@@ -1741,7 +1744,10 @@ static long rep_process(struct client *c, const char *src, size_t len)
 static long up_handle(void *arg, const char *src, size_t len)
 {
     struct client *c = arg;
-    long done = rep_process(c, src, len);
+    long done;
+
+    upstream_report_alive(c->srv->up);
+    done = rep_process(c, src, len);
 
     return c->ufd < 0 ? -1 : done;
 }

@@ -58,6 +58,7 @@ struct upstream {
     long long quick_retry_ms; /* when the probe last reconnected at once (up_quick_retry) */
     long long woken_ms;       /* when a refused client last made it probe at once */
     int woken;                /* the probe in flight is such a one */
+    int unanswered;           /* down because a PING on a connection Redis took went unanswered */
 };
 
 static void up_schedule(struct upstream *u, int ms);
@@ -111,6 +112,7 @@ static void up_set_state(struct upstream *u, int up, const char *why)
     else if (!up && (u->up || strcmp(u->error, why) != 0))
         log_warn("upstream %s is down: %s", u->name, why);
     u->up = up;
+    u->unanswered = 0;
     snprintf(u->error, sizeof(u->error), "%s", up ? "" : why);
     fg_metrics.gauge[G_UPSTREAM_UP] = up;
 }
@@ -285,6 +287,18 @@ static int up_quick_retry(struct upstream *u)
     return 1;
 }
 
+void upstream_report_alive(struct upstream *u)
+{
+    if (u->up || !u->unanswered)
+        return;
+    up_set_state(u, 1, "");
+    u->backoff_ms = 0;
+    if (u->state == UP_IDLE && u->fd < 0) { /* reconnect the probe now, not after its backoff */
+        evtimer_del(u->timer);
+        up_schedule(u, 0);
+    }
+}
+
 void upstream_wake(struct upstream *u)
 {
     long long now;
@@ -403,7 +417,9 @@ static void up_on_timer(evutil_socket_t fd, short what, void *arg)
     char err[256];
 
     if (u->state != UP_IDLE) { /* the deadline of a probe in flight passed */
-        up_fail(u, u->state == UP_CONNECTING ? "connect timed out" : "PING timed out");
+        int unanswered = u->state == UP_WAITING;
+        up_fail(u, unanswered ? "PING timed out" : "connect timed out");
+        u->unanswered = unanswered;
         return;
     }
     if (u->fd >= 0) { /* a healthy connection: just PING again */

@@ -38,6 +38,10 @@ const char *upstream_prelude(const struct upstream *u, size_t *len, int *nreplie
 
 /* A session failed to reach the upstream: mark it down now and probe again soon. */
 void upstream_report_failure(struct upstream *u, const char *why);
+/* Bytes came from the upstream on a data connection. A probe whose PING went unanswered marked it
+ * down (a partition looks the same as a busy Redis: DEBUG SLEEP, a long command); these bytes
+ * say it was busy, so it is up again at once, not after the probe's next round. */
+void upstream_report_alive(struct upstream *u);
 /* A client was refused because the upstream is down: probe now instead of at the end of the
  * backoff (at most every 100 ms), so that once Redis is back the next request finds it up. */
 void upstream_wake(struct upstream *u);

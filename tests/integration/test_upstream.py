@@ -140,6 +140,27 @@ class UpstreamLost(FgTestCase):
         self.assertEqual(c.call("GET", "k"), b"v")
         self.assertEqual(self.raw(fg.resp_port).call("GET", "k"), b"v")
 
+    def test_a_redis_that_answers_again_after_a_silent_spell_is_up_at_once(self):
+        """DEBUG SLEEP keeps Redis silent past the probe's 2 s deadline, so the probe marks it
+        down. The first bytes Redis sends again, on any connection, prove it up: a client that
+        pins right after (SELECT, as hiredis's test program does next) is served, not refused
+        while the probe's own round (its COMMAND reply) is still on its way. The window is a
+        few milliseconds, so this passes on the build before too; it guards the path. (hiredis's
+        test program, with six busy loops beside it, hit the window in 4 of 22 runs before and
+        in none of 22 after.)"""
+        redis_srv = self.start_redis(args=["--enable-debug-command", "yes"])
+        fg = self.start_fencegate(redis_srv)
+        shared = self.raw(fg.resp_port, timeout=20)
+        self.assertEqual(shared.call("GET", "k"), None)
+        sleeper = self.raw(fg.resp_port, timeout=20)
+        sleeper.send(encode("DEBUG", "SLEEP", "3.5"))
+        time.sleep(3)  # past the probe's deadline: fencegate reports Redis down
+        self.assertEqual(fg.metrics().get("fencegate_upstream_up"), 0)
+        self.assertEqual(shared.call("PING", timeout=20), "PONG")  # answered as Redis wakes
+        late = self.raw(fg.resp_port)
+        self.assertEqual(late.call("SELECT", "1"), "OK")
+        self.assertEqual(sleeper.read_reply(), "OK")
+
     def test_command_table_read_once_a_busy_redis_at_start_is_free(self):
         """fencegate starting while Redis runs a long script gets -BUSY for COMMAND too: it asks
         again, so fenced writes (which need the table) work once the script is killed."""
