@@ -271,6 +271,19 @@ class Fencectl(HttpCase):
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
                               env=harness.clean_env())
 
+    def fencectl_running(self, ttl_ms):
+        """fencectl holding lock "job" (lease ttl_ms) around a 20 s command that has started."""
+        ready = self.write_file("ready", "")
+        os.unlink(ready)
+        p = subprocess.Popen([harness.FENCECTL_BIN, "--http", self.where, "lock", "job", "--ttl",
+                              ttl_ms, "--", "sh", "-c", ': > "$0"; sleep 20', ready],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=harness.clean_env(),
+                             start_new_session=True)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.communicate(timeout=5)))
+        harness.wait_until(lambda: os.path.exists(ready), 10, 0.02, "the command to start")
+        return p
+
     def test_runs_command_with_token_and_passes_exit_status(self):
         p = self.fencectl("lock", "job", "--ttl", "2000", "--", "sh", "-c", "echo $FENCE_TOKEN")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -289,15 +302,7 @@ class Fencectl(HttpCase):
     def test_lock_deleted_behind_the_sidecar_stops_the_command(self):
         # The sidecar's renewal finds the key gone, marks the lock lost and says so on its event
         # stream; fencectl stops the command and exits 3 without releasing.
-        ready = self.write_file("ready", "")
-        os.unlink(ready)
-        p = subprocess.Popen([harness.FENCECTL_BIN, "--http", self.where, "lock", "job", "--ttl",
-                              "3000", "--", "sh", "-c", ': > "$0"; sleep 20', ready],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=harness.clean_env(),
-                             start_new_session=True)
-        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.communicate(timeout=5)))
-        harness.wait_until(lambda: os.path.exists(ready), 10, 0.02, "the command to start")
+        p = self.fencectl_running("3000")
         self.assertEqual(self.direct.delete(lock_key("job")), 1)
         t0 = time.monotonic()
         _, err = p.communicate(timeout=15)
@@ -310,15 +315,7 @@ class Fencectl(HttpCase):
         # Another client of the sidecar releases the lock by name (no Fencing-Token). With a
         # 30 s lease fencectl's own check comes every 10 s; the sidecar's event stream makes it
         # look at once.
-        ready = self.write_file("ready", "")
-        os.unlink(ready)
-        p = subprocess.Popen([harness.FENCECTL_BIN, "--http", self.where, "lock", "job", "--ttl",
-                              "30000", "--", "sh", "-c", ': > "$0"; sleep 20', ready],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=harness.clean_env(),
-                             start_new_session=True)
-        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.communicate(timeout=5)))
-        harness.wait_until(lambda: os.path.exists(ready), 10, 0.02, "the command to start")
+        p = self.fencectl_running("30000")
         time.sleep(0.2)  # the stream is open by now
         self.assertEqual(self.req(self.fg, "DELETE", "/v1/locks/job")[0], 200)
         t0 = time.monotonic()
