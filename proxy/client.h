@@ -195,6 +195,7 @@ struct server {
     /* The store is the lock backend's Redis: the lock keys' prefix there, and the scripts check
      * that each lock's key holds the session's owner id (fence_owner); NULL: marks alone. */
     const char *owner_prefix;
+    size_t backend_plen; /* the backend's own key prefix: owner_prefix without "lock:"; 0: none */
     unsigned no_txn : 1; /* the upstream broke a pipelined transaction's rules: scripts only */
 };
 

@@ -766,11 +766,10 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
 static int fencing_reserved(const struct client *c, const char *k, size_t n)
 {
     static const char hwm[] = FENCE_HWM_PREFIX;
-    const char *bp = c->srv->owner_prefix;
-    size_t bl = bp && strlen(bp) > 5 ? strlen(bp) - 5 : 0;
+    size_t bl = c->srv->backend_plen;
 
     return (n >= sizeof(hwm) - 1 && memcmp(k, hwm, sizeof(hwm) - 1) == 0) ||
-           (bl && n >= bl && memcmp(k, bp, bl) == 0);
+           (bl && n >= bl && memcmp(k, c->srv->owner_prefix, bl) == 0);
 }
 
 /* Redis's own answer to a command it does not know, arguments and all, then `more`. */

@@ -2480,6 +2480,8 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     fence_script_sha(fence_group_script(), s->group_sha);
     if (locks && store_is_backend)
         s->owner_prefix = lock_client_redis_lock_prefix(locks);
+    if (s->owner_prefix && strlen(s->owner_prefix) > sizeof("lock:") - 1)
+        s->backend_plen = strlen(s->owner_prefix) - (sizeof("lock:") - 1);
     if (srv_load_rules(s, err, errlen) < 0) {
         free(s);
         return NULL;
