@@ -186,6 +186,7 @@ struct rd_client {
     char lock_prefix[300]; /* <prefix>lock: */
     char chan_prefix[300]; /* <prefix>released: */
     struct rd_conn main, sub;
+    struct event *flush; /* writes the round's commands on main before the loop sleeps */
     struct rd_call *calls_head, *calls_tail;
     size_t unsent_drops;
     struct lock_map waits; /* struct rd_wait by name */
@@ -562,6 +563,18 @@ static void rd_call_arm(struct rd_call *k)
     rd_call_arm_ms(k, k->rc->lc->opt.op_timeout_ms);
 }
 
+/* hiredis writes a command only once the loop reports the socket writable, a wait for an event
+ * that is already true. The commands sent in one round of the loop are written together at its
+ * end instead; hiredis's write event, armed and disarmed in that round, costs no system call (the
+ * base of fencegate uses a changelist). A write error ends the connection as hiredis's own write
+ * event would. */
+static void rd_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct rd_client *rc = arg;
+    if (rc->main.state == RD_READY && rc->main.ac)
+        redisAsyncHandleWrite(rc->main.ac);
+}
+
 static void rd_call_send(struct rd_call *k)
 {
     struct rd_client *rc = k->rc;
@@ -578,6 +591,7 @@ static void rd_call_send(struct rd_call *k)
             rd_conn_drop(m, "the connection refused a command (out of memory?)");
         return;
     }
+    event_active(rc->flush, EV_TIMEOUT, 0);
     k->sent = 1;
     k->ac = ac;
     k->sent_ms = lock_now_ms();
@@ -1066,6 +1080,7 @@ static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
         k->retried = 1;
         (void)redisAsyncCommand(ac, NULL, NULL, "SCRIPT LOAD %s", rd_scripts[k->script]);
         if (redisAsyncCommandArgv(ac, rd_reply_cb, k, k->argc, k->argv, k->argvlen) == REDIS_OK) {
+            event_active(rc->flush, EV_TIMEOUT, 0);
             rd_call_arm(k);
             return;
         }
@@ -1466,11 +1481,14 @@ static int rd_op_open(struct lock_client *c, const char *url, char *err, size_t 
         conns[i]->backoff_ms = 0; /* the first connect is immediate */
         conns[i]->timer = evtimer_new(c->base, rd_conn_timer_cb, conns[i]);
     }
-    if (rc->main.timer == NULL || rc->sub.timer == NULL) {
+    rc->flush = event_new(c->base, -1, 0, rd_flush_cb, rc);
+    if (rc->main.timer == NULL || rc->sub.timer == NULL || rc->flush == NULL) {
         if (rc->main.timer)
             event_free(rc->main.timer);
         if (rc->sub.timer)
             event_free(rc->sub.timer);
+        if (rc->flush)
+            event_free(rc->flush);
         free(rc);
         lock_fmt(err, errlen, "lock client: out of memory");
         return -1;
@@ -1505,6 +1523,7 @@ static void rd_op_close(struct lock_client *c)
             redisAsyncFree(ac); /* sent calls come back with NULL replies and free themselves */
         event_free(conns[i]->timer);
     }
+    event_free(rc->flush);
     while (rc->calls_head)
         rd_call_free(rc->calls_head);
     size_t b = 0;

@@ -26,6 +26,7 @@ struct store_marks {
     int db;
     long long timeout_ms;
     redisAsyncContext *ac; /* NULL when disconnected */
+    struct event *flush;   /* writes this round's commands before the loop sleeps */
     struct sm_call *calls; /* pending, for store_marks_free */
     uint64_t raised, regressions;
 };
@@ -81,6 +82,18 @@ static void sm_on_connect(const redisAsyncContext *ac, int status)
                  ac->errstr);
         m->ac = NULL;
     }
+}
+
+/* hiredis writes a command only once the loop reports the socket writable: a wait for an event
+ * that is already true, between a backend's answer and the token going out. Commands queued in
+ * this round of the loop are written together at its end instead (hiredis's own write event,
+ * armed and disarmed in the same round, then costs no system call: the base uses a changelist). */
+static void sm_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_marks *m = arg;
+
+    if (m->ac && (m->ac->c.flags & REDIS_CONNECTED))
+        redisAsyncHandleWrite(m->ac); /* a write error frees the context as its own event would */
 }
 
 static void sm_ignore(redisAsyncContext *ac, void *r, void *priv)
@@ -198,6 +211,7 @@ void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_do
         m->calls->prev = c;
     m->calls = c;
     evtimer_add(c->timer, &tv);
+    event_active(m->flush, EV_TIMEOUT, 0);
 }
 
 struct store_marks *store_marks_new(struct event_base *base, const struct cfg_url *url,
@@ -208,6 +222,11 @@ struct store_marks *store_marks_new(struct event_base *base, const struct cfg_ur
     if (!m)
         return NULL;
     m->base = base;
+    m->flush = event_new(base, -1, 0, sm_flush_cb, m);
+    if (!m->flush) {
+        free(m);
+        return NULL;
+    }
     snprintf(m->host, sizeof(m->host), "%s", url->hosts[0].host);
     m->port = url->hosts[0].port;
     snprintf(m->user, sizeof(m->user), "%s", url->user);
@@ -232,6 +251,7 @@ void store_marks_free(struct store_marks *m)
         ac->data = NULL;
         redisAsyncFree(ac); /* calls sm_on_reply(NULL) for each call, which frees it */
     }
+    event_free(m->flush);
     free(m);
 }
 
