@@ -1058,6 +1058,9 @@ static const char fctl_help[] =
     "     exits with status 3. A release that fails otherwise is only a warning: without an\n"
     "     answer the sidecar keeps the lock until its session ends; after HTTP 503 (the backend\n"
     "     was not reached) the lock's lease runs out.\n"
+    "  5. If fencectl itself dies without doing this (SIGKILL, the OOM killer), a guardian\n"
+    "     process it started with COMMAND (in a process group of its own) stops COMMAND('s\n"
+    "     group) as for a lost lock and releases the lock under its token.\n"
     "\n"
     "Exit status:\n"
     "  0..255  COMMAND's own exit status; 128+N when COMMAND was killed by signal N\n"
@@ -1432,6 +1435,127 @@ static pid_t fctl_spawn(const struct fctl_args *a, long long token)
     return pid;
 }
 
+/* ---- The guardian ---------------------------------------------------------------------------
+ *
+ * fencectl can die without its clean-up: SIGKILL (the OOM killer, kill -9), a crash. The command
+ * would go on with nobody watching the lock, and the sidecar, whose session holds the lock, would
+ * renew it for as long as it runs: the name blocked for every other holder. So once the command
+ * runs, a guardian process waits on a pipe whose write end only fencectl holds. fencectl writes
+ * a byte before it exits; an end of file without it means fencectl is gone, and the guardian
+ * does what fencectl would have: stops the command('s group), SIGTERM then SIGKILL after the
+ * grace as for a lost lock, and releases the lock under its token. */
+
+static int fctl_guard_fd = -1; /* fencectl's end of the pipe; -1 without a guardian */
+static pid_t fctl_guard_pid;
+
+/* Whether pid exists and is not a zombie (an orphan's zombie may wait long to be reaped). */
+static int fctl_pid_running(pid_t pid)
+{
+    char path[64], buf[512];
+    ssize_t n;
+    int fd;
+
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno != ENOENT; /* no /proc: trust kill() */
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')'); /* the name in parentheses may hold anything */
+    return end == NULL || end[1] != ' ' || end[2] != 'Z';
+}
+
+static void fctl_guard_run(int fd, const struct fctl_args *a, const char *path, long long token,
+                           pid_t pid, pid_t pgrp) __attribute__((noreturn));
+static void fctl_guard_run(int fd, const struct fctl_args *a, const char *path, long long token,
+                           pid_t pid, pid_t pgrp)
+{
+    const int quiet[] = {SIGINT, SIGTERM, SIGHUP, SIGTTOU, SIGPIPE};
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    char b;
+    ssize_t n;
+
+    /* A group of its own: Ctrl-C, or a kill of fencectl's group, is not meant for it. Only
+     * stderr stays: a reader of fencectl's output sees its end when fencectl's is. */
+    setpgid(0, 0);
+    if (null >= 0) {
+        dup2(null, STDIN_FILENO);
+        dup2(null, STDOUT_FILENO);
+        close(null);
+    }
+    for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++)
+        signal(quiet[i], SIG_IGN);
+    signal(SIGCHLD, SIG_DFL);
+    close(fctl_wake[0]);
+    close(fctl_wake[1]);
+    fctl_wake[0] = fctl_wake[1] = -1;
+    while ((n = read(fd, &b, 1)) < 0 && errno == EINTR)
+        ;
+    if (n == 1)
+        _exit(0); /* fencectl finished and did its own clean-up */
+    fctl_err("fencectl ended without releasing lock %s (token %lld); stopping %s and releasing "
+             "the lock",
+             a->name, token, a->command[0]);
+    kill(pgrp > 0 ? -pgrp : pid, SIGTERM);
+    for (long long end = fctl_now_ms() + FCTL_KILL_GRACE_MS;
+         fctl_pid_running(pid) && fctl_now_ms() < end;)
+        poll(NULL, 0, 50);
+    if (fctl_pid_running(pid))
+        fctl_err("%s did not exit %d s after SIGTERM; sending SIGKILL", a->command[0],
+                 FCTL_KILL_GRACE_MS / 1000);
+    kill(pgrp > 0 ? -pgrp : pid, SIGKILL); /* the command, or what is left of its group */
+    for (long long end = fctl_now_ms() + 1000; fctl_pid_running(pid) && fctl_now_ms() < end;)
+        poll(NULL, 0, 20);
+    (void)fctl_release(a, path, token);
+    _exit(0);
+}
+
+/* Starts the guardian of the running command; without one (fork failed) fencectl goes on. */
+static void fctl_guard_start(const struct fctl_args *a, const char *path, long long token,
+                             pid_t pid, pid_t pgrp)
+{
+    int p[2];
+    pid_t g;
+
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        fctl_err("warning: no guardian for lock %s: pipe: %s", a->name, strerror(errno));
+        return;
+    }
+    g = fork();
+    if (g == 0) {
+        close(p[1]);
+        fctl_guard_run(p[0], a, path, token, pid, pgrp);
+    }
+    close(p[0]);
+    if (g < 0) {
+        fctl_err("warning: no guardian for lock %s: fork: %s", a->name, strerror(errno));
+        close(p[1]);
+        return;
+    }
+    fctl_guard_fd = p[1];
+    fctl_guard_pid = g;
+}
+
+/* Tells the guardian that fencectl has done its own clean-up, and reaps it. */
+static void fctl_guard_stop(void)
+{
+    char b = 0;
+
+    if (fctl_guard_fd < 0)
+        return;
+    if (write(fctl_guard_fd, &b, 1) != 1)
+        kill(fctl_guard_pid, SIGKILL); /* it must not release what fencectl has dealt with */
+    close(fctl_guard_fd);
+    fctl_guard_fd = -1;
+    while (waitpid(fctl_guard_pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
 /* Runs the command under the lock and watches the lock until the command is gone. Returns
  * fencectl's exit status. */
 static int fctl_run(const struct fctl_args *a, const char *path, long long token, long long ttl)
@@ -1452,6 +1576,7 @@ static int fctl_run(const struct fctl_args *a, const char *path, long long token
         (void)fctl_release(a, path, token);
         return FCTL_EXIT_INTERNAL;
     }
+    fctl_guard_start(a, path, token, pid, (pid_t)fctl_child_pgrp);
     /* Each pass waits for a signal or the next deadline, so the loop sleeps between checks and
      * ends when the command has been reaped. */
     for (;;) {
@@ -1620,5 +1745,7 @@ int main(int argc, char **argv)
     }
     if (ttl <= 0)
         ttl = a.ttl_ms > 0 ? a.ttl_ms : FCTL_DEFAULT_TTL_MS;
-    return fctl_run(&a, path, token, ttl);
+    rc = fctl_run(&a, path, token, ttl);
+    fctl_guard_stop();
+    return rc;
 }

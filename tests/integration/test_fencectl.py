@@ -503,6 +503,26 @@ class FencectlTest(unittest.TestCase):
         self.assertEqual(len(self.fake.of("DELETE")), 1)
         wait_until(lambda: not running(grandchild), 2, what="the command's child to end")
 
+    def test_fencectl_killed_stops_the_command_and_releases_the_lock(self):
+        # SIGKILL (the OOM killer, kill -9) leaves fencectl no clean-up. Without its guardian the
+        # command went on unwatched, and the sidecar renewed the lock for as long as it ran:
+        # every other holder of the name waited for ever.
+        script, pidfile, ready = self._grandchild_script()
+        p = self.start_ctl(["lock", "job", "--", "sh", "-c", script, pidfile, ready])
+        wait_until(lambda: os.path.exists(ready), 10, what="the command to start")
+        grandchild = read_pid(pidfile)
+        self.assertEqual(self.fake.of("DELETE"), [])
+        p.kill()
+        rc, _, err = self.finish(p)  # the pipes close when the guardian is done
+        self.assertEqual(rc, -signal.SIGKILL)
+        self.assertFalse(running(grandchild), "the command's child outlived fencectl")
+        deletes = self.fake.of("DELETE")
+        self.assertEqual(len(deletes), 1, err)
+        self.assertEqual(deletes[0]["path"], "/v1/locks/job")
+        self.assertEqual(deletes[0]["headers"].get("Fencing-Token"), "41")
+        self.assertEqual(self.fake.locks, {})
+        self.assertIn("fencectl ended without releasing lock job (token 41); stopping sh", err)
+
     def test_lost_lock_stops_what_the_command_started(self):
         script, pidfile, ready = self._grandchild_script()
         self.fake.reply_ttl = 600
