@@ -454,6 +454,29 @@ int cfg_parse_addr(const char *s, struct cfg_addr *out, struct cfg_error *err)
     return FG_OK;
 }
 
+/* Whether two listeners would take the same port: the same host, or the same port where one
+ * binds every address (0.0.0.0, or :: which Linux also binds for IPv4). Host names are not
+ * resolved here; two names for one address still fail at bind, with the address. */
+static int cfg_listeners_overlap(const struct cfg_addr *a, const struct cfg_addr *b)
+{
+    const struct cfg_addr *ab[2] = {a, b};
+
+    if (a->port != b->port)
+        return 0;
+    if (strcasecmp(a->host, b->host) == 0)
+        return 1;
+    for (int i = 0; i < 2; i++) {
+        struct in_addr v4;
+        struct in6_addr v6;
+
+        if (inet_pton(AF_INET, ab[i]->host, &v4) == 1 && v4.s_addr == htonl(INADDR_ANY))
+            return 1;
+        if (inet_pton(AF_INET6, ab[i]->host, &v6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&v6))
+            return 1;
+    }
+    return 0;
+}
+
 /* ---- URLs --------------------------------------------------------------------------------- */
 
 static int cfg_hexval(int c)
@@ -2046,12 +2069,19 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                  cfg_show_str(shown, cfg->backend_prefix));
         return cfg_err_key(cfg, "backend.prefix", err);
     }
-    if (cfg->listen_resp.port == cfg->listen_http.port &&
-        strcasecmp(cfg->listen_resp.host, cfg->listen_http.host) == 0) {
+    if (cfg_listeners_overlap(&cfg->listen_resp, &cfg->listen_http)) {
         const char *key = cfg_given(cfg, "listen.http") ? "listen.http" : "listen.resp";
+        char shown2[CFG_SHOW_BUF];
 
-        cfg_errf(err, "%s: resp and http are both '%s:%d'; give them different ports", key,
-                 cfg_show_str(shown, cfg->listen_resp.host), cfg->listen_resp.port);
+        if (strcasecmp(cfg->listen_resp.host, cfg->listen_http.host) == 0)
+            cfg_errf(err, "%s: resp and http are both '%s:%d'; give them different ports", key,
+                     cfg_show_str(shown, cfg->listen_resp.host), cfg->listen_resp.port);
+        else
+            cfg_errf(err,
+                     "%s: resp '%s' and http '%s' share port %d, and an unspecified address "
+                     "(0.0.0.0, ::) binds it on every address; give them different ports",
+                     key, cfg_show_str(shown, cfg->listen_resp.host),
+                     cfg_show_str(shown2, cfg->listen_http.host), cfg->listen_resp.port);
         return cfg_err_key(cfg, key, err);
     }
     for (int i = 0; i < cfg->nstores; i++) {

@@ -1203,6 +1203,38 @@ static void test_finish_protect_rules(void **state)
     free(c);
 }
 
+/* Two listeners on one port fail at bind unless their addresses differ and neither is a
+ * wildcard; config says so before anything starts (exit 2, not 1 at bind). */
+static void test_finish_listeners_overlap(void **state)
+{
+    const char *clash[] = {
+        "listen: { resp: 7000, http: 7000 }\n",
+        "listen: { resp: '0.0.0.0:7000', http: '127.0.0.1:7000' }\n",
+        "listen: { resp: '127.0.0.2:7000', http: '[::]:7000' }\n",
+        "listen: { resp: '[::0]:7000', http: '10.0.0.1:7000' }\n",
+    };
+    const char *fine[] = {
+        "listen: { resp: '127.0.0.1:7000', http: '127.0.0.2:7000' }\n",
+        "listen: { resp: '0.0.0.0:7000', http: '0.0.0.0:7001' }\n",
+    };
+    struct cfg_error err;
+
+    for (size_t i = 0; i < sizeof clash / sizeof clash[0]; i++) {
+        struct cfg *c = new_cfg();
+        expect_yaml_ok(clash[i], c);
+        assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+        assert_contains(err.msg, "give them different ports");
+        assert_contains(err.msg, "7000");
+        free(c);
+    }
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        struct cfg *c = new_cfg();
+        expect_yaml_ok(fine[i], c);
+        finish_ok(c);
+        free(c);
+    }
+}
+
 /* Checks that need every source applied still name where the offending value came from: the
  * file's line and column, the variable or the flag. */
 static void test_finish_errors_name_their_source(void **state)
@@ -1960,6 +1992,7 @@ int main(void)
         cmocka_unit_test(test_finish_protect_rules),
         cmocka_unit_test(test_finish_backend_checks),
         cmocka_unit_test(test_finish_errors_name_their_source),
+        cmocka_unit_test(test_finish_listeners_overlap),
         cmocka_unit_test(test_parse_addr_table),
         cmocka_unit_test(test_parse_url_table),
         cmocka_unit_test(test_password_not_in_errors),
