@@ -368,6 +368,8 @@ static const char *cfg_hostport(const char *s, size_t n, int defport, struct cfg
     const char *host, *port = NULL, *why;
     size_t hlen, plen = 0;
 
+    if (memchr(s, ',', n))
+        return "one HOST:PORT only (a list separated by ',' is for etcd:// endpoints)";
     if (n > 0 && s[0] == '[') {
         const char *close = memchr(s, ']', n);
         char v6[64];
