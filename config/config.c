@@ -369,7 +369,7 @@ static const char *cfg_hostport(const char *s, size_t n, int defport, struct cfg
     size_t hlen, plen = 0;
 
     if (memchr(s, ',', n))
-        return "one HOST:PORT only (a list separated by ',' is for etcd:// endpoints)";
+        return "one HOST:PORT only (lists separated by ',' are for etcd:// and postgresql:// URLs)";
     if (n > 0 && s[0] == '[') {
         const char *close = memchr(s, ']', n);
         char v6[64];

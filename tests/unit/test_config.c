@@ -1653,7 +1653,7 @@ static void test_parse_url_table(void **state)
             {"redis://::1:6379", "IPv6 addresses need brackets"},
             {"redis://[::g]:1", "bad IPv6 address"},
             {"redis://h h", "spaces"},
-            {"redis://h1:1,h2:2", "one HOST:PORT only (a list separated by ',' is for etcd"},
+            {"redis://h1:1,h2:2", "one HOST:PORT only (lists separated by ',' are for etcd:// and"},
             {"etcd://", "empty host"},
             {"etcd://a,,b", "empty host"},
             {"etcd://a,", "empty host"},
