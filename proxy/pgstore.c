@@ -61,10 +61,11 @@
 #define PG_CONNECT_TIMEOUT_MS 3000 /* connect and set-up of one connection */
 #define PG_BACKOFF_MIN_MS     100
 #define PG_BACKOFF_MAX_MS     5000
-#define PG_DEADLINE_SLACK_MS                                                                       \
-    2000 /* a round trip's client-side deadline: statement_timeout + this */
-#define PG_STALE_MARKER  "fencegate stale token"
-#define PG_ESCAPE_MARKER "fencegate: the batch ended the transaction fencegate began"
+/* A round trip's client-side deadline: statement_timeout for each statement that may use it
+ * up, + this. */
+#define PG_DEADLINE_SLACK_MS 2000
+#define PG_STALE_MARKER      "fencegate stale token"
+#define PG_ESCAPE_MARKER     "fencegate: the batch ended the transaction fencegate began"
 /* Goes into an SQL string literal: no quotes. */
 #define PG_RESET_MARKER                                                                            \
     "fencegate: the fence row of this lock was deleted or lowered behind the back of fencegate; "  \
@@ -612,8 +613,8 @@ static void pc_on_timer(evutil_socket_t fd, short what, void *arg)
         pc_broken(c, msg);
         break;
     case PC_BUSY:
-        snprintf(msg, sizeof(msg), "no answer within %lld ms",
-                 c->s->timeout_ms + PG_DEADLINE_SLACK_MS);
+        snprintf(msg, sizeof(msg), "no answer in time (statement_timeout %lld ms per statement)",
+                 c->s->timeout_ms);
         pc_broken(c, msg);
         break;
     case PC_IDLE:
@@ -1068,7 +1069,11 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
         return;
     }
     c->syncs = 1;
-    pc_timer(c, c->s->timeout_ms + PG_DEADLINE_SLACK_MS);
+    /* statement_timeout bounds each statement, not the pipeline: a batch may use it up in its
+     * advisory lock's wait and in each of its statements. A shorter deadline would drop the
+     * connection of a batch that is still within its limits and answer it outcome_unknown, while
+     * PostgreSQL, which has read the whole pipeline, goes on and commits it. */
+    pc_timer(c, c->s->timeout_ms * (j->fence ? 1 : 1 + j->rq.nstmts) + PG_DEADLINE_SLACK_MS);
     pc_flush(c);
 }
 

@@ -654,6 +654,22 @@ class PgStoreTest(FgTestCase):
         st, body = self.sql(fg, [{"sql": "SELECT 1"}])
         self.assertEqual(st, 200, body)
 
+    def test_a_batch_of_statements_each_within_the_timeout_runs_to_its_end(self):
+        """statement_timeout bounds each statement. A batch whose statements each take less, but
+        together more than timeout_ms + 2 s, commits and is answered; the binary before dropped
+        the connection at timeout_ms + 2 s and answered outcome_unknown (while PostgreSQL, which
+        had the whole pipeline, went on to commit it)."""
+        fg = self.fencegate("    timeout_ms: 1000\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'long' WHERE id = 1"}] +
+                            [{"sql": "SELECT pg_sleep(0.8)"}] * 4, timeout=20)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(len(body["results"]), 5)
+        self.assertEqual(self.rows()[0], "1|long|10")
+        # A statement past the timeout is still cut off by PostgreSQL.
+        st, body = self.sql(fg, [{"sql": "SELECT pg_sleep(0.5)"}, {"sql": "SELECT pg_sleep(3)"}])
+        self.assertEqual((st, body.get("sqlstate"), body.get("statement")), (422, "57014", 1), body)
+
     def test_bad_store_config_is_refused(self):
         cfg = self.write_file("bad.yaml", "stores:\n  - name: pg\n    url: %s\n    pool_size: 0\n"
                               % self.pg.url)
