@@ -1087,6 +1087,19 @@ static void pg_next_job(struct pgstore *s, struct pg_conn *c)
             pg_job_free(j); /* its client went away while it waited */
             continue;
         }
+        if (!j->fence && !lock_still_held(j->owner, j->rq.lock, j->rq.lock_len, j->token)) {
+            /* Checked again now that it would be sent, as a new request would be: a lock
+             * released or lost (renewal refused, lease over) while the batch waited must not
+             * write, even where no newer holder has raised the mark yet. */
+            char msg[200];
+            snprintf(msg, sizeof(msg),
+                     "lock %.*s was released or lost while the batch waited for a connection; "
+                     "nothing was sent to the store",
+                     (int)(j->rq.lock_len > 100 ? 100 : j->rq.lock_len), j->rq.lock);
+            metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
+            pg_job_fail(j, 409, "lock_lost", msg);
+            continue;
+        }
         pc_run(c, j);
     }
 }

@@ -504,6 +504,33 @@ class PgStoreTest(FgTestCase):
             self.assertNotIn(bad, fg.stderr_text)
         self.assertEqual(self.rows()[:2], ["1|alice|10", "2|bob|20"])
 
+    def test_a_lock_released_while_the_batch_waits_for_a_connection_writes_nothing(self):
+        """The lock is checked again when a queued batch gets its connection: released (or lost)
+        meanwhile, the batch is answered lock_lost and nothing is sent, as for a batch that
+        arrives after the release. The binary before ran and committed it."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        out = {}
+
+        def run(name, statements):
+            out[name] = self.sql(fg, statements, timeout=15)
+        slow = threading.Thread(target=run, args=("slow", [{"sql": "SELECT pg_sleep(1)"}]))
+        slow.start()
+        time.sleep(0.3)
+        queued = threading.Thread(target=run, args=(
+            "queued", [{"sql": "UPDATE accounts SET owner = 'after release' WHERE id = 1"}]))
+        queued.start()
+        time.sleep(0.3)
+        st, _, data = http_request(fg.http_port, "DELETE", "/v1/locks/L")
+        self.assertEqual(st, 200, data)
+        slow.join(15)
+        queued.join(15)
+        self.assertEqual(out["slow"][0], 200, out)
+        st, body = out["queued"]
+        self.assertEqual((st, body.get("error")), (409, "lock_lost"), body)
+        self.assertIn("nothing was sent", body["message"])
+        self.assertEqual(self.rows()[0], "1|alice|10")
+
     def test_fence_jobs_are_not_refused_by_a_full_queue(self):
         fg = self.fencegate("    pool_size: 1\n    queue_max: 1\n")
         self.acquire(fg)
