@@ -983,18 +983,31 @@ static void pc_copy(struct pg_conn *c)
 static void pc_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct pg_conn *c = arg;
+    char why[512];
+    int lost;
 
     if (c->state == PC_CONNECTING) {
         pc_poll(c);
         return;
     }
-    if (!pq.PQconsumeInput(c->pg) || pq.PQstatus(c->pg) == CONNECTION_BAD) {
-        pc_broken(c, pq.PQerrorMessage(c->pg));
-        return;
-    }
+    /* A lost connection still has what was read before it ended, and that is read first. A
+     * server that ends a connection (pg_terminate_backend(), a shutdown) sends a FATAL error and
+     * closes it a few ms later; an idle connection reads the error in one callback and the close
+     * in the next one, and libpq only parses the error once a batch is sent. Read in between,
+     * it is the answer to the batch's first statement, which proves that nothing was
+     * committed; without it the batch would be answered outcome_unknown. */
+    lost = !pq.PQconsumeInput(c->pg) || pq.PQstatus(c->pg) == CONNECTION_BAD;
+    if (lost)
+        snprintf(why, sizeof(why), "%s", pq.PQerrorMessage(c->pg));
     while (c->pg && c->syncs > 0 && !pq.PQisBusy(c->pg)) {
         PGresult *r = pq.PQgetResult(c->pg);
         ExecStatusType st;
+        if (lost && r && pq.PQresultStatus(r) == PGRES_FATAL_ERROR &&
+            !pq.PQresultErrorField(r, PG_DIAG_SQLSTATE)) {
+            /* libpq's own report of the lost connection: no answer from the server. */
+            pq.PQclear(r);
+            break;
+        }
         if (!r) {
             if (!c->in_query)
                 break;
@@ -1019,6 +1032,8 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
         pc_result(c, r);
         pq.PQclear(r);
     }
+    if (lost && c->pg)
+        pc_broken(c, why);
 }
 
 /* ---- running batches ----------------------------------------------------------------------- */
@@ -1077,9 +1092,16 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
     pc_flush(c);
 }
 
+/* 1 when c can take a job: idle, and not a lost connection whose last results are being read
+ * (pc_on_read() drops it once they are). */
+static int pc_ready(struct pg_conn *c)
+{
+    return c->state == PC_IDLE && c->pg && pq.PQstatus(c->pg) == CONNECTION_OK;
+}
+
 static void pg_next_job(struct pgstore *s, struct pg_conn *c)
 {
-    while (c->state == PC_IDLE && s->qhead) {
+    while (pc_ready(c) && s->qhead) {
         struct pg_job *j = s->qhead;
         pg_unqueue(j);
         evtimer_del(j->timer);
@@ -1114,7 +1136,7 @@ static void pg_submit(struct pgstore *s, struct pg_job *j)
         s->jobs->prev = j;
     s->jobs = j;
     for (int i = 0; i < s->nconns; i++) {
-        if (s->conns[i].state == PC_IDLE) {
+        if (pc_ready(&s->conns[i])) {
             pc_run(&s->conns[i], j);
             return;
         }

@@ -482,6 +482,29 @@ class PgStoreTest(FgTestCase):
         self.assertIn("nothing was committed", body["message"])
         self.assertEqual(self.rows()[0], "1|alice|10")
 
+    def test_a_batch_sent_as_its_idle_connection_is_terminated_commits_nothing_and_says_so(self):
+        """pg_terminate_backend() of an idle pooled connection: PostgreSQL sends a FATAL error,
+        cleans up, and only then closes the socket. A batch sent in between is answered
+        store_unavailable (nothing was committed), never outcome_unknown: the error read before
+        the close is its first statement's answer. The binary before answered outcome_unknown.
+        Temporary tables the backend drops on its way out hold the socket open long enough to
+        send the batch in between every time."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "DO $$BEGIN FOR i IN 1..2000 LOOP EXECUTE "
+                                         "format('CREATE TEMP TABLE t%s (x int)', i); END LOOP; "
+                                         "END$$"}], timeout=30)
+        self.assertEqual(st, 200, body)
+        self.pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                    "application_name = 'fencegate'")
+        time.sleep(0.05)
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'x' WHERE id = 1"}])
+        self.assertEqual((st, body.get("error")), (503, "store_unavailable"), body)
+        self.assertIn("nothing was committed", body["message"])
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        wait_until(lambda: self.sql(fg, [{"sql": "SELECT 1"}])[0] == 200, 10,
+                   what="the pool's connection back")
+
     def test_shutdown_with_batches_running_and_queued(self):
         """SIGTERM while a batch runs and another waits for a connection, their clients still
         connected: the sidecar exits 0 without answering on requests evhttp freed (the stop
