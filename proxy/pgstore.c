@@ -309,7 +309,7 @@ static void pg_on_job_timer(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The client went away: the job carries on without one, its outcome unanswered; a queued batch
- * is dropped before it runs. */
+ * is dropped before it runs. libevent seldom reports it (see pg_next_job()). */
 static void pg_on_client_gone(void *arg)
 {
     struct pg_job *j = arg;
@@ -1107,6 +1107,16 @@ static void pg_next_job(struct pgstore *s, struct pg_conn *c)
         evtimer_del(j->timer);
         if (!j->fence && !j->req) {
             pg_job_free(j); /* its client went away while it waited */
+            continue;
+        }
+        if (!j->fence && httpwatch_peer_closed(j->req)) {
+            /* libevent reads nothing from a connection while its request is being answered, so
+             * the watch has not seen the client leave: ask the socket. A client that gave up (its
+             * own timeout) may send the batch again; this one must not run as well. Answered all
+             * the same, so that libevent finds the connection closed. */
+            pg_job_fail(j, 503, "client_gone",
+                        "the client closed its connection while the batch waited for a "
+                        "connection; nothing was sent");
             continue;
         }
         if (!j->fence && !lock_still_held(j->owner, j->rq.lock, j->rq.lock_len, j->token)) {

@@ -505,6 +505,33 @@ class PgStoreTest(FgTestCase):
         wait_until(lambda: self.sql(fg, [{"sql": "SELECT 1"}])[0] == 200, 10,
                    what="the pool's connection back")
 
+    def test_a_batch_whose_client_left_while_queued_is_not_run(self):
+        """A client that gives up while its batch waits for a connection (its own timeout) may
+        send it again: the abandoned batch must not run as well. It is dropped when its turn
+        comes; the binary before ran and committed it."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        out = {}
+
+        def run():
+            out["slow"] = self.sql(fg, [{"sql": "SELECT pg_sleep(1)"}], timeout=15)
+        slow = threading.Thread(target=run)
+        slow.start()
+        time.sleep(0.3)
+        body = json.dumps({"lock": "L", "statements": [
+            {"sql": "UPDATE accounts SET balance = balance + 1 WHERE id = 1"}]}).encode()
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=10)
+        s.sendall(b"POST /v1/stores/pg/sql HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                  b"\r\n" % len(body) + body)
+        time.sleep(0.2)
+        s.close()
+        slow.join(15)
+        self.assertEqual(out["slow"][0], 200, out)
+        time.sleep(0.3)
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        st, body = self.sql(fg, [{"sql": "SELECT 1 AS one"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[1]]), body)
+
     def test_shutdown_with_batches_running_and_queued(self):
         """SIGTERM while a batch runs and another waits for a connection, their clients still
         connected: the sidecar exits 0 without answering on requests evhttp freed (the stop
