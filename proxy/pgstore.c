@@ -885,10 +885,20 @@ static void pc_phase1_done(struct pg_conn *c)
 {
     struct pg_job *j = c->job;
     int open = pq.PQtransactionStatus(c->pg) != PQTRANS_IDLE;
+    /* fencegate_fence is gone (dropped, its schema dropped): only a connection's set-up creates
+     * it, so without a new connection every batch and every fence on acquire would fail until
+     * fencegate restarts, while /readyz says ready. The new table has no rows: batches are then
+     * refused lock_lost and their locks given up, and the next grants set the rows again. */
+    int table_gone = j && !strcmp(j->sqlstate, "42P01") &&
+                     (j->err_index == PG_Q_F || (j->fence && j->err_index == PG_Q_R2));
 
     c->job = NULL;
     if (j)
         pg_job_done(j);
+    if (table_gone) {
+        pc_broken(c, "fencegate_fence does not exist (dropped?); reconnecting, which creates it");
+        return;
+    }
     if (!open) {
         evtimer_del(c->timer);
         c->phase = 0;

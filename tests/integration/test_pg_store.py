@@ -168,6 +168,34 @@ class PgStoreTest(FgTestCase):
             self.assertEqual(st, 200, body)
             t = t2
 
+    def test_a_dropped_fence_table_fails_closed_then_is_created_again(self):
+        """DROP TABLE fencegate_fence (or of its schema's contents): batches are refused, then the
+        connections that met the drop reconnect, which creates the table. Its rows are gone, so
+        the lock is given up (lock_lost) and a new grant fences again. The binary before kept
+        its connections and answered 503 to every batch and lock acquisition until restarted,
+        while /readyz said ready."""
+        fg = self.fencegate("    pool_size: 2\n")
+        self.acquire(fg)
+        self.pg.sql("DROP TABLE fencegate_fence")
+        update = [{"sql": "UPDATE accounts SET owner = 'fenced' WHERE id = 1"}]
+        st, body = self.sql(fg, update)
+        self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
+        self.assertIn("fencegate_fence", body["message"])
+        answers = []
+
+        def refused_lock_lost():
+            answers.append(self.sql(fg, update))
+            return answers[-1][0] == 409
+        wait_until(refused_lock_lost, 10, interval=0.2, what="the table created again")
+        self.assertEqual(answers[-1][1]["error"], "lock_lost", answers)
+        self.assertTrue(all(a[0] in (503, 409) for a in answers), answers)
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        t = self.acquire(fg)
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'L'"), str(t))
+        st, body = self.sql(fg, update)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.rows()[0], "1|fenced|10")
+
     def test_a_row_reset_while_the_batch_waits_for_its_advisory_lock_is_seen(self):
         """The batch waits for the lock's advisory lock, held by another session that deletes
         the fence row meanwhile: once it runs, its check reads the row as committed then, so it
