@@ -1245,7 +1245,7 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t blen = evbuffer_get_length(in);
     char *body = blen ? (char *)evbuffer_pullup(in, (ev_ssize_t)blen) : NULL;
-    char err[600], esc[PGJSON_MAX_LOCK * 6 + 1], text[PGJSON_MAX_LOCK * 6 + 800];
+    char err[600], text[400];
     struct pgjson_request rq;
     struct pg_job *j;
     uint64_t token = 0;
@@ -1278,14 +1278,15 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
         http_reply_error(req, 400, "bad_request", err);
         return;
     }
-    http_json_escape(esc, sizeof(esc), rq.lock);
     st = lock_state(sess, rq.lock, rq.lock_len, &token, &rem);
     if (st != 1) {
         metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
+        /* The name as it is: http_reply_error() escapes the message for JSON. */
         snprintf(text, sizeof(text),
-                 "lock %s is %s by this sidecar; acquire it with POST /v1/locks/{name}; nothing "
-                 "was sent to the store",
-                 esc, st < 0 ? "lost (no longer held)" : "not held");
+                 "lock %.*s is %s by this sidecar; acquire it with POST /v1/locks/{name}; "
+                 "nothing was sent to the store",
+                 (int)(rq.lock_len > 200 ? 200 : rq.lock_len), rq.lock,
+                 st < 0 ? "lost (no longer held)" : "not held");
         http_reply_error(req, 409, "lock_lost", text);
         pgjson_request_free(&rq);
         return;

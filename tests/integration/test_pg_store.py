@@ -251,6 +251,11 @@ class PgStoreTest(FgTestCase):
         st, body = self.sql(fg, [{"sql": "DELETE FROM accounts"}], lock="R")
         self.assertEqual((st, body["error"]), (409, "lock_lost"))
         self.assertEqual(len(self.rows()), 2)
+        # The message names the lock as it was given (the binary before escaped it twice:
+        # 'lock a\\"b\\\\c ...' once decoded).
+        st, body = self.sql(fg, [{"sql": "SELECT 1"}], lock='a"b\\c\u00e9')
+        self.assertEqual((st, body["error"]), (409, "lock_lost"))
+        self.assertIn('lock a"b\\c\u00e9 is not held', body["message"])
 
     def test_token_claim_must_match_the_held_token(self):
         """Clients of one sidecar share its session: a client whose lock was lost and taken
