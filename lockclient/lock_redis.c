@@ -18,6 +18,7 @@
 #define RD_RETRY_MIN_MS   50   /* a waiter re-tries after a random 50..200 ms ... */
 #define RD_RETRY_MAX_MS   200  /* ... or the holder's remaining lease, if shorter */
 #define RD_MAX_DROPS      4096 /* unsent fire-and-forget releases kept while disconnected */
+#define RD_DROP_SENDS     4    /* sends of a fire-and-forget release whose replies were lost */
 #define RD_MAX_PREFIX     200
 #define RD_SHA_LEN        40
 #define RD_MAX_DB         1000000
@@ -141,7 +142,7 @@ struct rd_call {
     long long wait_ms;   /* how long it may wait for a connection: op_timeout, or less */
     enum rd_call_kind kind;
     enum rd_script script;
-    unsigned sent : 1, timed_out : 1, retried : 1, overflow : 1;
+    unsigned sent : 1, timed_out : 1, retried : 1, overflow : 1, sends : 3;
     redisAsyncContext *ac;  /* the context it was sent on */
     struct lock_req *req;   /* ACQUIRE, RELEASE, REPAIR; NULL once cancelled */
     struct lock_session *s; /* RENEW; NULL once the session is gone */
@@ -593,6 +594,7 @@ static void rd_call_send(struct rd_call *k)
     }
     event_active(rc->flush, EV_TIMEOUT, 0);
     k->sent = 1;
+    k->sends++;
     k->ac = ac;
     k->sent_ms = lock_now_ms();
     if (k->kind == RD_CALL_DROP) {
@@ -1060,6 +1062,26 @@ static void rd_call_done(struct rd_call *k, const redisReply *reply)
     }
 }
 
+/* A fire-and-forget release k lost its connection before it was answered: it may not have run,
+ * and its keys would keep every other owner waiting until their leases ran out (such releases
+ * free a closed session's keys, a grant whose reply was lost, a lock given up). It keeps its
+ * place in the queue, so it still goes before any later acquire under its owner id, and is
+ * sent again on the next connection: at most RD_DROP_SENDS times in all, so a Redis that
+ * answers handshakes but never these (writes paused for good) does not keep it alive forever.
+ * Returns 1 when k was kept. */
+static int rd_drop_again(struct rd_call *k)
+{
+    if (k->sends >= RD_DROP_SENDS || k->rc->unsent_drops >= RD_MAX_DROPS)
+        return 0;
+    k->sent = 0;
+    k->timed_out = 0;
+    k->retried = 0;
+    k->ac = NULL;
+    k->rc->unsent_drops++;
+    rd_call_send(k);
+    return 1;
+}
+
 static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
     struct rd_call *k = privdata;
@@ -1085,6 +1107,8 @@ static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
             return;
         }
     }
+    if (k->kind == RD_CALL_DROP && (reply == NULL || k->timed_out) && rd_drop_again(k))
+        return;
     if (k->timed_out) {
         lock_fmt(msg, sizeof(msg), "no reply from %s within %lld ms", rc->where,
                  rc->lc->opt.op_timeout_ms);

@@ -1270,6 +1270,40 @@ static void test_redis_stopped_times_out(void **state)
     redis_destroy(&rp);
 }
 
+/* Fire-and-forget releases (a session freed, a grant whose reply was lost, a lock given up) whose
+ * connection is reset before they are answered (here Redis holds writes back past op_timeout)
+ * go out again on the next connection: the keys do not stay held by nobody for their lease. */
+static void test_lost_fire_and_forget_release_is_sent_again(void **state)
+{
+    static struct redis_proc rp;
+    struct acq a, b;
+    memset(&rp, 0, sizeof(rp));
+    assert_true(redis_start(&rp));
+    struct lock_client *c = client_new(rp.port, NULL);
+    struct lock_client *other = client_new(rp.port, NULL);
+    assert_non_null(c);
+    assert_non_null(other);
+    struct lock_session *s = lock_session_new(c, 10000, NULL, NULL);
+    struct lock_session *so = lock_session_new(other, 10000, NULL, NULL);
+    assert_int_equal(acquire_sync(s, "ff-1", 0, 0, 0, &a), LOCK_OK);
+    assert_int_equal(acquire_sync(s, "ff-2", 0, 0, 0, &a), LOCK_OK);
+    char ok[16];
+    assert_true(admin_str(rp.port, ok, sizeof(ok), "CLIENT PAUSE 1500 WRITE"));
+    int64_t t0 = now_ms();
+    lock_session_free(s); /* one release of both keys, held back past op_timeout */
+    run_for(TEST_OP_TIMEOUT + 200);
+    assert_int_equal(key_exists(rp.port, "ff-1"), 1);
+    /* Redis answers again after 1.5 s; the keys go well before their 10 s lease ends. */
+    assert_true(wait_key(rp.port, "ff-1", 0, 4000));
+    assert_true(wait_key(rp.port, "ff-2", 0, 500));
+    assert_true(now_ms() - t0 < 6000);
+    assert_true(client_ready_flag(other, 3000));
+    assert_int_equal(acquire_sync(so, "ff-1", 0, 0, 0, &b), LOCK_OK);
+    client_free(c);
+    client_free(other);
+    redis_destroy(&rp);
+}
+
 /* ---- high-water marks in the backend (lock_mark_raise) ---- */
 
 struct mark {
@@ -1552,6 +1586,8 @@ int main(void)
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_killed_and_restarted, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_stopped_times_out, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_lost_fire_and_forget_release_is_sent_again, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_raise, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_raise_held, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_backend_down, test_setup, test_teardown),
