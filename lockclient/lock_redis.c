@@ -970,6 +970,25 @@ static void rd_mark_outcome(struct rd_call *k, const redisReply *reply)
     lock_mark_done(rc->lc, k->mark_cb, k->mark_arg, LOCK_UNAVAILABLE, 0, msg);
 }
 
+/* A release k that failed may not have run (never sent, lost with its connection, refused): the
+ * lock has already left its session, so nothing would free the key before its lease ran out and
+ * every other owner would wait that long. It goes out again as an owner-checked release, fire and
+ * forget, behind what is queued now. Not while the session holds or is acquiring that name again:
+ * the key under its owner id is then the new grant's (the acquire script grants a key we own
+ * again). A session that is gone acquires nothing more under its owner id. */
+static void rd_release_again(struct rd_call *k)
+{
+    size_t len;
+    const char *name = rd_key_name(k, 0, &len);
+    const struct lock_session *s = k->req ? k->req->s : NULL;
+    if (s && lock_map_find(&s->locks, name, len) != NULL)
+        return;
+    for (const struct lock_req *q = s ? s->reqs : NULL; q; q = q->s_next)
+        if (q->kind == LOCK_REQ_ACQUIRE && q->len == len && memcmp(q->name, name, len) == 0)
+            return;
+    rd_drop_owner(k->rc, name, len, k->owner);
+}
+
 /* Ends k without a usable reply. unknown: it was sent and may have run. */
 static void rd_call_fail(struct rd_call *k, const char *msg, int unknown)
 {
@@ -982,6 +1001,7 @@ static void rd_call_fail(struct rd_call *k, const char *msg, int unknown)
             lock_renew_done(k->s);
         break;
     case RD_CALL_RELEASE:
+        rd_release_again(k);
         if (k->req)
             lock_req_finish(k->req, LOCK_UNAVAILABLE, 0, msg);
         break;

@@ -1304,6 +1304,41 @@ static void test_lost_fire_and_forget_release_is_sent_again(void **state)
     redis_destroy(&rp);
 }
 
+/* A release whose reply never comes (Redis holds it back: CLIENT PAUSE past op_timeout, and the
+ * client then resets the connection, so Redis drops the command unrun) fails with
+ * LOCK_UNAVAILABLE; its key must not stay held by nobody for the rest of its lease: the release
+ * goes out again, owner-checked, on the next connection. */
+static void test_release_without_reply_frees_the_key(void **state)
+{
+    static struct redis_proc rp;
+    struct acq a, b;
+    struct rel r;
+    memset(&rp, 0, sizeof(rp));
+    assert_true(redis_start(&rp));
+    struct lock_client *c = client_new(rp.port, NULL);
+    struct lock_client *other = client_new(rp.port, NULL);
+    assert_non_null(c);
+    assert_non_null(other);
+    struct lock_session *s = lock_session_new(c, 10000, NULL, NULL);
+    struct lock_session *so = lock_session_new(other, 10000, NULL, NULL);
+    assert_int_equal(acquire_sync(s, "rel-lost", 0, 0, 0, &a), LOCK_OK);
+    char ok[16];
+    assert_true(admin_str(rp.port, ok, sizeof(ok), "CLIENT PAUSE 1500 WRITE"));
+    int64_t t0 = now_ms();
+    assert_int_equal(release_sync(s, "rel-lost", &r), LOCK_UNAVAILABLE);
+    assert_true(now_ms() - t0 <= TEST_OP_TIMEOUT + 300);
+    assert_int_equal(lock_state(s, "rel-lost", 8, NULL, NULL), 0);
+    /* Redis answers again after 1.5 s; the key is freed well before its 10 s lease ends. */
+    assert_true(wait_key(rp.port, "rel-lost", 0, 4000));
+    assert_true(now_ms() - t0 < 6000);
+    assert_true(client_ready_flag(other, 3000));
+    assert_int_equal(acquire_sync(so, "rel-lost", 0, 0, 0, &b), LOCK_OK);
+    assert_true(b.token > a.token);
+    client_free(c);
+    client_free(other);
+    redis_destroy(&rp);
+}
+
 /* ---- high-water marks in the backend (lock_mark_raise) ---- */
 
 struct mark {
@@ -1587,6 +1622,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_killed_and_restarted, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_stopped_times_out, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_lost_fire_and_forget_release_is_sent_again, test_setup,
+                                        test_teardown),
+        cmocka_unit_test_setup_teardown(test_release_without_reply_frees_the_key, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_raise, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_raise_held, test_setup, test_teardown),
