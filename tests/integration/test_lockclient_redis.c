@@ -1117,6 +1117,40 @@ static void test_url_auth_and_db(void **state)
 
 /* A process frozen past its lease (here: not running the loop) must not think it holds the lock
  * when it resumes, even before any timer ran. */
+/* Redis 7 gives a new ACL user no pub/sub channels (acl-pubsub-default resetchannels): an
+ * application's user made with keys and commands only. Its releases must still succeed (the
+ * announcement is best effort; inside the script a refused PUBLISH came after the DEL and made
+ * the release answer an error), and its waiters still get a freed lock, by their retry. */
+static void test_acl_user_without_channels_releases(void **state)
+{
+    struct acq a, w;
+    struct rel r;
+    char url[128], v[64];
+    assert_true(admin_str(g_redis.port, v, sizeof(v),
+                          "ACL SETUSER fgnochan on >pw ~* resetchannels +@all"));
+    snprintf(url, sizeof(url), "redis://fgnochan:pw@127.0.0.1:%d", g_redis.port);
+    struct lock_client *c = client_new_url(url, NULL);
+    assert_non_null(c);
+    assert_true(client_ready_flag(c, 3000));
+    struct lock_session *s = lock_session_new(c, 5000, NULL, NULL);
+    struct lock_session *sw = lock_session_new(c, 5000, NULL, NULL);
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(acquire_sync(s, "nochan", 0, 0, 0, &a), LOCK_OK);
+        memset(&w, 0, sizeof(w));
+        assert_int_equal(lock_acquire(sw, "nochan", 6, 0, 3000, 0, acq_cb, &w), 0);
+        run_for(100);
+        assert_int_equal(w.done, 0);
+        int64_t t0 = now_ms();
+        assert_int_equal(release_sync(s, "nochan", &r), LOCK_OK);
+        assert_true(run_until(&w.done, 1, 1000));
+        assert_int_equal(w.status, LOCK_OK);
+        assert_true(w.at_ms - t0 <= RD_RETRY_SLACK);
+        assert_int_equal(release_sync(sw, "nochan", &r), LOCK_OK);
+    }
+    client_free(c);
+    assert_int_equal(admin_int(g_redis.port, "ACL DELUSER fgnochan"), 1);
+}
+
 static void test_frozen_process_sees_expiry(void **state)
 {
     struct acq a;
@@ -1615,6 +1649,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_session_free_releases, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_script_cache_flushed, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_url_auth_and_db, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_acl_user_without_channels_releases, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_frozen_process_sees_expiry, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_memory_per_lock, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_random_operations_keep_exclusion, test_setup,
