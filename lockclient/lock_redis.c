@@ -251,6 +251,7 @@ static void rd_conn_drop(struct rd_conn *cn, const char *why)
 
 static void rd_call_send(struct rd_call *k);
 static void rd_call_arm(struct rd_call *k);
+static void rd_conn_start(struct rd_conn *cn);
 
 static void rd_main_ready(struct rd_client *rc)
 {
@@ -264,6 +265,11 @@ static void rd_main_ready(struct rd_client *rc)
         next = k->next;
         if (!k->sent)
             rd_call_send(k);
+    }
+    /* Redis is back: the subscriber need not wait out its own (longer) backoff. */
+    if (rc->sub.state == RD_DOWN) {
+        evtimer_del(rc->sub.timer);
+        rd_conn_start(&rc->sub);
     }
     lock_backend_up(rc->lc);
 }
@@ -391,8 +397,7 @@ static void rd_conn_start(struct rd_conn *cn)
         /* A standing subscription keeps the count above zero, so that hiredis never leaves
          * subscribed mode while per-lock SUBSCRIBE / UNSUBSCRIBE are in flight. */
         (void)redisAsyncCommand(ac, rd_sub_cb, rc, "SUBSCRIBE %s", ch);
-        cn->state = RD_READY;
-        cn->backoff_ms = RD_BACKOFF_MIN_MS;
+        cn->state = RD_READY; /* its backoff is reset by the first subscription confirmed */
         size_t b = 0;
         struct lock_hnode *it = NULL, *n;
         while ((n = lock_map_next(&rc->waits, &b, &it)) != NULL) {
@@ -846,6 +851,12 @@ static void rd_sub_cb(redisAsyncContext *ac, void *r, void *privdata)
     if (ac != rc->sub.ac || reply->type != REDIS_REPLY_ARRAY || reply->elements < 3)
         return;
     redisReply *kind = reply->element[0], *ch = reply->element[1];
+    /* Only a subscription Redis confirmed proves the connection works: one that AUTH or the
+     * SUBSCRIBE itself fails (an ACL user without channels: Redis answers an error and hiredis
+     * closes the connection) backs off to RD_BACKOFF_MAX_MS instead of reconnecting ten times a
+     * second for as long as the client lives. */
+    if (kind->type == REDIS_REPLY_STRING && strcmp(kind->str, "subscribe") == 0)
+        rc->sub.backoff_ms = RD_BACKOFF_MIN_MS;
     if (kind->type != REDIS_REPLY_STRING || strcmp(kind->str, "message") != 0 ||
         ch->type != REDIS_REPLY_STRING)
         return;

@@ -1373,6 +1373,51 @@ static void test_release_without_reply_frees_the_key(void **state)
     redis_destroy(&rp);
 }
 
+static long long conns_received(int port)
+{
+    char buf[8192];
+    redisContext *ctx = admin_connect(port);
+    if (ctx == NULL)
+        return -1;
+    redisReply *r = redisCommand(ctx, "INFO stats");
+    long long v = -1;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        snprintf(buf, sizeof(buf), "%s", r->str);
+        char *p = strstr(buf, "total_connections_received:");
+        if (p)
+            v = strtoll(p + strlen("total_connections_received:"), NULL, 10);
+    }
+    if (r)
+        freeReplyObject(r);
+    redisFree(ctx);
+    return v;
+}
+
+/* A subscriber connection that Redis refuses (an ACL user without pub/sub channels: SUBSCRIBE
+ * answers an error and hiredis closes the connection) backs off as the lock connection does; it
+ * reconnected every 100..200 ms, with AUTH, for as long as the client lived. */
+static void test_refused_subscriber_backs_off(void **state)
+{
+    struct acq a;
+    char url[128], v[64];
+    assert_true(admin_str(g_redis.port, v, sizeof(v),
+                          "ACL SETUSER fgnochan2 on >pw ~* resetchannels +@all"));
+    snprintf(url, sizeof(url), "redis://fgnochan2:pw@127.0.0.1:%d", g_redis.port);
+    struct lock_client *c = client_new_url(url, NULL);
+    assert_non_null(c);
+    assert_true(client_ready_flag(c, 3000));
+    run_for(300);
+    long long before = conns_received(g_redis.port);
+    run_for(3000);
+    long long made = conns_received(g_redis.port) - before - 1; /* less the admin's own */
+    print_message("connections made in 3 s: %lld\n", made);
+    assert_true(made >= 0 && made <= 8);
+    struct lock_session *s = lock_session_new(c, 5000, NULL, NULL);
+    assert_int_equal(acquire_sync(s, "nochan-2", 0, 0, 0, &a), LOCK_OK);
+    client_free(c);
+    assert_int_equal(admin_int(g_redis.port, "ACL DELUSER fgnochan2"), 1);
+}
+
 /* ---- high-water marks in the backend (lock_mark_raise) ---- */
 
 struct mark {
@@ -1660,6 +1705,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lost_fire_and_forget_release_is_sent_again, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_release_without_reply_frees_the_key, test_setup,
+                                        test_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_subscriber_backs_off, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_raise, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_mark_raise_held, test_setup, test_teardown),
