@@ -24,7 +24,7 @@
 #define RD_MAX_DB         1000000
 #define RD_MAX_HANDSHAKE  8
 
-enum rd_script { RD_ACQUIRE, RD_RENEW, RD_RELEASE, RD_REPAIR, RD_MARK, RD_NSCRIPTS };
+enum rd_script { RD_ACQUIRE, RD_RENEW, RD_RELEASE, RD_REPAIR, RD_MARK, RD_CHECK, RD_NSCRIPTS };
 
 /* The scripts. Keys of one lock share the hash tag {name}, so they live in one cluster slot. */
 static const char *const rd_scripts[RD_NSCRIPTS] = {
@@ -103,7 +103,17 @@ static const char *const rd_scripts[RD_NSCRIPTS] = {
     "if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[2] then return {2, '0'} end\n"
     "redis.call('SET', KEYS[1], t)\n"
     "return {1, t}\n",
+    /* check. KEYS: locks. ARGV: owner. Returns 1/0 per key: whether it still holds the owner
+     * (leases untouched: for locks that must not be renewed). */
+    "local r = {}\n"
+    "for i, k in ipairs(KEYS) do\n"
+    "  r[i] = redis.call('GET', k) == ARGV[1] and 1 or 0\n"
+    "end\n"
+    "return r\n",
 };
+
+/* AUTH, SELECT and one SCRIPT LOAD per script must fit the handshake's record. */
+_Static_assert(2 + RD_NSCRIPTS <= RD_MAX_HANDSHAKE, "RD_MAX_HANDSHAKE is too small");
 
 enum rd_conn_state { RD_DOWN, RD_CONNECTING, RD_READY };
 enum rd_hs_step { RD_HS_AUTH, RD_HS_SELECT, RD_HS_LOAD }; /* RD_HS_LOAD + script index */
@@ -130,7 +140,8 @@ enum rd_call_kind {
     RD_CALL_RELEASE,
     RD_CALL_DROP,
     RD_CALL_REPAIR,
-    RD_CALL_MARK
+    RD_CALL_MARK,
+    RD_CALL_CHECK
 };
 
 struct rd_wait;
@@ -147,13 +158,13 @@ struct rd_call {
     unsigned sent : 1, timed_out : 1, retried : 1, overflow : 1, sends : 3;
     redisAsyncContext *ac;  /* the context it was sent on */
     struct lock_req *req;   /* ACQUIRE, RELEASE, REPAIR; NULL once cancelled */
-    struct lock_session *s; /* RENEW; NULL once the session is gone */
+    struct lock_session *s; /* RENEW, CHECK; NULL once the session is gone */
     struct rd_wait *wl;     /* ACQUIRE */
     int64_t sent_ms;
     int argc, maxargs;
     const char **argv;
     size_t *argvlen;
-    uint64_t *tokens;     /* RENEW: the token of each key when sent */
+    uint64_t *tokens;     /* RENEW, CHECK: the token of each key when sent */
     lock_mark_cb mark_cb; /* MARK */
     void *mark_arg;
     uint64_t holder_id; /* MARK with a holder check: its session id (ids start at 1) */
@@ -252,6 +263,7 @@ static void rd_conn_drop(struct rd_conn *cn, const char *why)
 static void rd_call_send(struct rd_call *k);
 static void rd_call_arm(struct rd_call *k);
 static void rd_conn_start(struct rd_conn *cn);
+static void rd_check_fixed(struct lock_session *s);
 
 static void rd_main_ready(struct rd_client *rc)
 {
@@ -272,6 +284,8 @@ static void rd_main_ready(struct rd_client *rc)
         rd_conn_start(&rc->sub);
     }
     lock_backend_up(rc->lc);
+    for (struct lock_session *s = rc->lc->sessions; s && cn->state == RD_READY; s = s->next)
+        rd_check_fixed(s);
 }
 
 static void rd_handshake_cb(redisAsyncContext *ac, void *r, void *privdata)
@@ -1026,6 +1040,7 @@ static void rd_call_fail(struct rd_call *k, const char *msg, int unknown)
         lock_mark_done(k->rc->lc, k->mark_cb, k->mark_arg, LOCK_UNAVAILABLE, 0, msg);
         break;
     case RD_CALL_DROP:
+    case RD_CALL_CHECK:
         break;
     }
 }
@@ -1089,6 +1104,18 @@ static void rd_call_done(struct rd_call *k, const redisReply *reply)
     }
     case RD_CALL_MARK:
         rd_mark_outcome(k, reply);
+        break;
+    case RD_CALL_CHECK:
+        /* Only a key that is gone says something; one still ours leaves the lease as it was. */
+        if (k->s == NULL || reply->type != REDIS_REPLY_ARRAY ||
+            reply->elements != (size_t)(k->argc - 4))
+            break;
+        for (size_t i = 0; i < reply->elements; i++) {
+            size_t len;
+            const char *name = rd_key_name(k, (int)i, &len);
+            if (reply->element[i]->type == REDIS_REPLY_INTEGER && reply->element[i]->integer == 0)
+                lock_renew_result(k->s, name, len, k->tokens[i], k->sent_ms, 0);
+        }
         break;
     case RD_CALL_DROP:
         break;
@@ -1362,6 +1389,46 @@ static void rd_op_renew(struct lock_session *s, int64_t now_ms)
     if (k->overflow) {
         free(k);
         lock_renew_done(s);
+        return;
+    }
+    k->s = s;
+    rd_call_submit(k);
+}
+
+/* The fixed-lease (LOCK_NORENEW) locks of s, which no renewal asks about: after a reconnect one
+ * owner-checked GET each, so that a lock Redis no longer has (it came back empty, or failed over
+ * to a replica that missed the grant) is reported lost now rather than at the end of its lease. */
+static void rd_check_fixed(struct lock_session *s)
+{
+    struct rd_client *rc = rd_of(s->c);
+    size_t nkeys = 0, bytes = 0, b = 0, i = 0;
+    struct lock_hnode *it = NULL, *n;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
+        struct lock_entry *e = (struct lock_entry *)(void *)n;
+        if (e->state != LOCK_ENTRY_LOST && (e->flags & LOCK_NORENEW)) {
+            nkeys++;
+            bytes += n->len;
+        }
+    }
+    if (nkeys == 0)
+        return;
+    struct rd_call *k = rd_call_begin(rc, RD_CALL_CHECK, RD_CHECK, (int)nkeys, 1, nkeys,
+                                      rd_text_cap(rc, nkeys, bytes, LOCK_OWNER_MAX + 8));
+    if (k == NULL)
+        return;
+    b = 0;
+    it = NULL;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
+        struct lock_entry *e = (struct lock_entry *)(void *)n;
+        if (e->state != LOCK_ENTRY_LOST && (e->flags & LOCK_NORENEW)) {
+            rd_arg_key(k, "lock:", e->name, n->len);
+            k->tokens[i++] = e->token;
+        }
+    }
+    lock_owner(s, k->owner, sizeof(k->owner));
+    rd_arg(k, k->owner);
+    if (k->overflow) {
+        free(k);
         return;
     }
     k->s = s;

@@ -1263,6 +1263,45 @@ static void test_redis_killed_and_restarted(void **state)
     redis_destroy(&rp);
 }
 
+/* A fixed-lease (LOCK_NORENEW) lock is never renewed, so nothing asked Redis about it after a
+ * reconnect: when Redis came back empty (restarted without persistence), its holder was told it
+ * held the lock for the rest of its lease while another owner could take it. After a reconnect
+ * the client checks such locks too, and reports a vanished one lost at once. */
+static void test_norenew_lock_lost_when_redis_comes_back_empty(void **state)
+{
+    static struct redis_proc rp;
+    struct acq a, b;
+    struct lost l;
+    memset(&rp, 0, sizeof(rp));
+    memset(&l, 0, sizeof(l));
+    assert_true(redis_start(&rp));
+    struct lock_client *c = client_new(rp.port, NULL);
+    assert_non_null(c);
+    struct lock_session *s = lock_session_new(c, 10000, lost_cb, &l);
+    assert_int_equal(acquire_sync(s, "fixed-1", 10000, 0, LOCK_NORENEW, &a), LOCK_OK);
+    assert_int_equal(acquire_sync(s, "fixed-2", 10000, 0, LOCK_NORENEW, &b), LOCK_OK);
+    redis_kill(&rp);
+    run_for(200);
+    assert_true(redis_start(&rp)); /* the same port, empty */
+    assert_true(client_ready_flag(c, 5000));
+    int64_t t0 = now_ms();
+    assert_true(run_until(&l.count, 2, 2000));
+    assert_true(l.at_ms - t0 < 1000);
+    assert_non_null(strstr(l.why, "gone"));
+    assert_int_equal(lock_state(s, "fixed-1", 7, NULL, NULL), -1);
+    assert_int_equal(lock_state(s, "fixed-2", 7, NULL, NULL), -1);
+    /* One that Redis still has stays held (a reconnect alone is not a loss). */
+    assert_int_equal(acquire_sync(s, "fixed-3", 10000, 0, LOCK_NORENEW, &a), LOCK_OK);
+    assert_true(admin_int(rp.port, "CLIENT KILL TYPE normal") >= 1);
+    run_for(300);
+    assert_true(client_ready_flag(c, 5000));
+    run_for(200);
+    assert_int_equal(lock_state(s, "fixed-3", 7, NULL, NULL), 1);
+    assert_int_equal(l.count, 2);
+    client_free(c);
+    redis_destroy(&rp);
+}
+
 static void test_redis_stopped_times_out(void **state)
 {
     static struct redis_proc rp;
@@ -1701,6 +1740,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_operations_keep_exclusion, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_killed_and_restarted, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_norenew_lock_lost_when_redis_comes_back_empty,
+                                        test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_redis_stopped_times_out, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_lost_fire_and_forget_release_is_sent_again, test_setup,
                                         test_teardown),
