@@ -29,6 +29,7 @@ struct store_marks {
     struct event *flush;   /* writes this round's commands before the loop sleeps */
     struct sm_call *calls; /* pending, for store_marks_free */
     uint64_t raised, regressions;
+    char why[128]; /* why the last connection ended or failed, for the messages of its calls */
 };
 
 struct sm_call {
@@ -69,8 +70,11 @@ static void sm_on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct store_marks *m = ac->data;
 
-    if (m && m->ac == ac)
+    if (m && m->ac == ac) {
         m->ac = NULL; /* hiredis frees the context; pending callbacks get a NULL reply */
+        snprintf(m->why, sizeof(m->why), "connection lost: %.100s",
+                 ac->errstr[0] ? ac->errstr : "closed by the store");
+    }
 }
 
 static void sm_on_connect(const redisAsyncContext *ac, int status)
@@ -81,6 +85,7 @@ static void sm_on_connect(const redisAsyncContext *ac, int status)
         log_warn("store %s:%d: cannot connect to raise fence marks: %s", m->host, m->port,
                  ac->errstr);
         m->ac = NULL;
+        snprintf(m->why, sizeof(m->why), "cannot connect: %.100s", ac->errstr);
     }
 }
 
@@ -126,6 +131,7 @@ static int sm_connect(struct store_marks *m)
     if (m->db)
         redisAsyncCommand(ac, sm_ignore, NULL, "SELECT %d", m->db);
     m->ac = ac;
+    m->why[0] = '\0';
     return 0;
 }
 
@@ -139,7 +145,19 @@ static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
     if (!c->finished) {
         struct store_marks *m = c->m;
         if (!r) {
-            sm_finish(c, -1, 0, "the store connection was lost while raising the fence mark");
+            /* The store and why: the user must know which store to look at (a fence of
+             * several stores fails as one). */
+            if (m && m->why[0])
+                snprintf(msg, sizeof(msg), "store %.100s:%d: %.80s, while raising the fence mark",
+                         m->host, m->port, m->why);
+            else if (m)
+                snprintf(msg, sizeof(msg),
+                         "store %.100s:%d: connection lost%s%.80s, while raising the "
+                         "fence mark",
+                         m->host, m->port, ac->errstr[0] ? ": " : "", ac->errstr);
+            else
+                snprintf(msg, sizeof(msg), "the store connection was closed");
+            sm_finish(c, -1, 0, msg);
         } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
             if (m)
                 m->raised++;
@@ -148,11 +166,13 @@ static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
                    mark > 0) {
             if (m)
                 m->regressions++;
-            snprintf(msg, sizeof(msg), "the store's mark %" PRIu64 " is at or above the new token",
-                     mark);
+            snprintf(msg, sizeof(msg),
+                     "the mark %" PRIu64 " in store %.100s:%d is at or above the new token", mark,
+                     m ? m->host : "?", m ? m->port : 0);
             sm_finish(c, 1, mark, msg);
         } else {
-            snprintf(msg, sizeof(msg), "the store refused the fence mark: %.*s",
+            snprintf(msg, sizeof(msg), "store %.100s:%d refused the fence mark: %.*s",
+                     m ? m->host : "?", m ? m->port : 0,
                      r->type == REDIS_REPLY_ERROR ? (int)r->len : 20,
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
             sm_finish(c, -1, 0, msg);
@@ -167,9 +187,13 @@ static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
 static void sm_on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct sm_call *c = arg;
+    char msg[300];
 
     /* The reply may still come; sm_on_reply frees the call then. */
-    sm_finish(c, -1, 0, "the store did not answer in time while raising the fence mark");
+    snprintf(msg, sizeof(msg),
+             "store %.100s:%d did not answer within %lld ms while raising the fence mark",
+             c->m ? c->m->host : "?", c->m ? c->m->port : 0, c->m ? c->m->timeout_ms : 0);
+    sm_finish(c, -1, 0, msg);
 }
 
 void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done, void *ctx)
@@ -185,7 +209,10 @@ void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_do
         return;
     }
     if (!m->ac && sm_connect(m) < 0) {
-        done(ctx, -1, 0, "cannot connect to the store to raise the fence mark");
+        char msg[300];
+        snprintf(msg, sizeof(msg), "cannot connect to store %.100s:%d to raise the fence mark",
+                 m->host, m->port);
+        done(ctx, -1, 0, msg);
         return;
     }
     c = calloc(1, sizeof(*c));
@@ -203,7 +230,10 @@ void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_do
         if (c->timer)
             event_free(c->timer);
         free(c);
-        done(ctx, -1, 0, "cannot send the fence mark to the store");
+        char msg[300];
+        snprintf(msg, sizeof(msg), "cannot send the fence mark to store %.100s:%d", m->host,
+                 m->port);
+        done(ctx, -1, 0, msg);
         return;
     }
     c->next = m->calls;

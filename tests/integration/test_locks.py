@@ -3,6 +3,7 @@ tokens strictly increase across holders, connections, sidecars and restarts; WAI
 over as soon as it is free; a connection is a session; leases expire or are renewed; a lost
 token counter is repaired past the store's mark; pipelined lock commands keep their order."""
 
+import signal
 import time
 import unittest
 
@@ -372,6 +373,43 @@ class FenceOnAcquire(LockTestCase):
         self.addCleanup(backend.close)
         self.check_mark_raised(fg, self.direct, backend)
         self.assertIsNone(self.direct.get(lock_key("wallet:m")))
+
+    def test_a_store_down_or_silent_fails_closed_naming_the_store(self):
+        """The store (another Redis than the lock backend) killed, then frozen: the acquisition
+        fails closed at once, then at the raise's 2 s deadline, each time naming the store that
+        could not be fenced, and leaves no lock held; with the store back it is granted."""
+        other = self.start_redis()
+        fg = self.fencegate("--backend", other.url)
+        backend = other.client()
+        self.addCleanup(backend.close)
+        c = self.raw(fg.resp_port, timeout=10)
+        t = self.acquire(c, "wallet:sd")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:sd"), 1)
+        where = "127.0.0.1:%d" % self.redis.port
+        self.redis.kill()
+        r = c.call("FENCE.ACQUIRE", "wallet:sd")
+        self.assertIsInstance(r, Err)
+        self.assertTrue(r.startswith("UNAVAILABLE"), r)
+        self.assertIn("fence on acquire", r)
+        self.assertIn("store " + where, r)
+        harness.wait_until(lambda: backend.get(lock_key("wallet:sd")) is None, 3, 0.05,
+                           "the unfenced grant's lock key to go")
+        store = self.start_redis(port=self.redis.port)
+        t = self.acquire(c, "wallet:sd")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:sd"), 1)
+        store.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: store.proc.poll() is None and store.proc.send_signal(
+            signal.SIGCONT))
+        t0 = time.monotonic()
+        r = c.call("FENCE.ACQUIRE", "wallet:sd")
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertIsInstance(r, Err)
+        self.assertIn("store " + where, r)
+        self.assertIn("2000 ms", r)
+        harness.wait_until(lambda: backend.get(lock_key("wallet:sd")) is None, 3, 0.05,
+                           "the unfenced grant's lock key to go")
+        store.proc.send_signal(signal.SIGCONT)
+        self.assertGreater(self.acquire(c, "wallet:sd"), t)
 
 
 class Pipelining(LockTestCase):
