@@ -40,7 +40,8 @@ enum lock_flag {
 
 /* acquire: status LOCK_OK with the token and the lease, or an error status with a message. */
 typedef void (*lock_acquire_cb)(void *arg, int status, uint64_t token, const char *msg);
-/* release: LOCK_OK, LOCK_NOT_HELD, LOCK_UNAVAILABLE (the lease will run out by itself). */
+/* release: LOCK_OK, LOCK_NOT_HELD, LOCK_UNAVAILABLE (the backend deletes the key once it can;
+ * at worst its lease runs out). */
 typedef void (*lock_release_cb)(void *arg, int status, const char *msg);
 /* A held lock was lost (renewal refused or late, lease ran out, backend lost it). */
 typedef void (*lock_lost_cb)(void *arg, const char *name, uint64_t token, const char *why);

@@ -281,8 +281,9 @@ static void fencing_on_released(void *arg, int status, const char *msg)
     struct client *c = arg;
 
     if (status == LOCK_UNAVAILABLE)
-        log_warn("client %" PRIu64 " %s: release: %s (the lease will run out by itself)", c->id,
-                 c->peer, msg ? msg : "backend error");
+        log_warn("client %" PRIu64 " %s: release: %s (the backend deletes the key once it can; "
+                 "at worst its lease runs out)",
+                 c->id, c->peer, msg ? msg : "backend error");
     fencing_fill(c, ":1");
     if (!c->processing)
         cl_update(c);

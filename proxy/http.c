@@ -472,8 +472,9 @@ static void http_on_deleted(void *arg, int status, const char *msg)
     char text[700];
 
     if (status == LOCK_UNAVAILABLE)
-        log_warn("http release of %s: %s (the lease will run out by itself)", a->name,
-                 msg ? msg : "backend error");
+        log_warn("http release of %s: %s (the backend deletes the key once it can; at worst its "
+                 "lease runs out)",
+                 a->name, msg ? msg : "backend error");
     if (a->req && status == LOCK_OK) {
         http_json_escape(esc, sizeof(esc), a->name);
         snprintf(body, sizeof(body), "{\"name\":\"%s\",\"released\":true,\"token\":%" PRIu64 "}",
