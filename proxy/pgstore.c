@@ -256,19 +256,18 @@ static void pg_job_free(struct pg_job *j)
 static void pg_unqueue(struct pg_job *j)
 {
     struct pgstore *s = j->s;
-    struct pg_job **pp;
+    struct pg_job **pp, *prev = NULL;
 
     if (!j->queued)
         return;
-    for (pp = &s->qhead; *pp; pp = &(*pp)->qnext) {
+    for (pp = &s->qhead; *pp; prev = *pp, pp = &(*pp)->qnext) {
         if (*pp == j) {
             *pp = j->qnext;
             break;
         }
     }
-    s->qtail = NULL;
-    for (struct pg_job *q = s->qhead; q; q = q->qnext)
-        s->qtail = q;
+    if (s->qtail == j) /* the head leaves in O(1): a full queue of queue_max drains linearly */
+        s->qtail = prev;
     j->qnext = NULL;
     j->queued = 0;
     if (j->fence)
