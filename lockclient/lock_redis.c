@@ -947,6 +947,14 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
         const char *name = rd_key_name(k, 0, &len);
         rd_drop_owner(rc, name, len, k->owner);
     }
+    if (r && reply == NULL && k->sent && now < r->deadline_ms) {
+        /* The attempt went down with its connection (reset after op_timeout, killed, a
+         * failover) while its WAIT has time left: it stays at the head and tries again, on the
+         * next connection, behind the release just queued of what it may have been granted.
+         * An attempt that never went out (Redis unreachable) fails at once, as before. */
+        rd_wait_attempt(wl);
+        return;
+    }
     if (r) {
         rd_wait_remove(wl, r);
         lock_req_finish(r, LOCK_UNAVAILABLE, 0, errmsg);

@@ -635,6 +635,43 @@ static void test_waiter_woken_by_release(void **state)
     client_free(cw);
 }
 
+/* A waiter whose attempt goes down with its connection (Redis holds writes back past
+ * op_timeout, and the client resets the connection) goes on waiting while its WAIT has time
+ * left, and gets the lock when the holder lets go; it was answered LOCK_UNAVAILABLE at once. */
+static void test_waiter_survives_a_connection_reset(void **state)
+{
+    static struct redis_proc rp;
+    struct acq h, w;
+    struct rel r;
+    char ok[16];
+    memset(&rp, 0, sizeof(rp));
+    assert_true(redis_start(&rp));
+    struct lock_client *ch = client_new(rp.port, NULL);
+    struct lock_client *cw = client_new(rp.port, NULL);
+    assert_non_null(ch);
+    assert_non_null(cw);
+    struct lock_session *sh = lock_session_new(ch, 10000, NULL, NULL);
+    struct lock_session *sw = lock_session_new(cw, 10000, NULL, NULL);
+    assert_int_equal(acquire_sync(sh, "wr-1", 0, 0, 0, &h), LOCK_OK);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(lock_acquire(sw, "wr-1", 4, 0, 8000, 0, acq_cb, &w), 0);
+    run_for(300); /* queued, trying every 50..200 ms */
+    assert_int_equal(w.done, 0);
+    assert_true(admin_str(rp.port, ok, sizeof(ok), "CLIENT PAUSE 1500 WRITE"));
+    run_for(1800); /* an attempt is held past op_timeout: its connection is reset */
+    if (w.done)
+        print_error("the waiter was answered %d: %s\n", w.status, w.msg);
+    assert_int_equal(w.done, 0);
+    assert_true(client_ready_flag(cw, 3000));
+    assert_int_equal(release_sync(sh, "wr-1", &r), LOCK_OK);
+    assert_true(run_until(&w.done, 1, 3000));
+    assert_int_equal(w.status, LOCK_OK);
+    assert_true(w.token > h.token);
+    client_free(ch);
+    client_free(cw);
+    redis_destroy(&rp);
+}
+
 static void test_waiters_fifo_and_deadline(void **state)
 {
     struct acq h, w[3], late;
@@ -1718,6 +1755,8 @@ int main(void)
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_busy_and_reentrant, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_waiter_woken_by_release, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_waiter_survives_a_connection_reset, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_waiters_fifo_and_deadline, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_norenew_lost_after_ttl, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_renewed_lock_survives, test_setup, test_teardown),
