@@ -635,41 +635,67 @@ static void test_waiter_woken_by_release(void **state)
     client_free(cw);
 }
 
+/* A Redis of the test's own with two clients on it, one session each (10 s leases), for the
+ * tests that hold its writes back past op_timeout. Static in each test: redis_start() keeps the
+ * address for the teardown. */
+struct pair {
+    struct redis_proc rp;
+    struct lock_client *c, *other;
+    struct lock_session *s, *so;
+};
+
+static void pair_start(struct pair *p)
+{
+    memset(p, 0, sizeof(*p));
+    assert_true(redis_start(&p->rp));
+    p->c = client_new(p->rp.port, NULL);
+    p->other = client_new(p->rp.port, NULL);
+    assert_non_null(p->c);
+    assert_non_null(p->other);
+    p->s = lock_session_new(p->c, 10000, NULL, NULL);
+    p->so = lock_session_new(p->other, 10000, NULL, NULL);
+}
+
+/* Write commands, the lock scripts among them, wait 1.5 s: past op_timeout, so each client
+ * resets a connection whose call is held back. */
+static void pair_pause_writes(struct pair *p)
+{
+    char ok[16];
+    assert_true(admin_str(p->rp.port, ok, sizeof(ok), "CLIENT PAUSE 1500 WRITE"));
+}
+
+static void pair_free(struct pair *p)
+{
+    client_free(p->c);
+    client_free(p->other);
+    redis_destroy(&p->rp);
+}
+
 /* A waiter whose attempt goes down with its connection (Redis holds writes back past
  * op_timeout, and the client resets the connection) goes on waiting while its WAIT has time
  * left, and gets the lock when the holder lets go; it was answered LOCK_UNAVAILABLE at once. */
 static void test_waiter_survives_a_connection_reset(void **state)
 {
-    static struct redis_proc rp;
+    static struct pair p;
     struct acq h, w;
     struct rel r;
-    char ok[16];
-    memset(&rp, 0, sizeof(rp));
-    assert_true(redis_start(&rp));
-    struct lock_client *ch = client_new(rp.port, NULL);
-    struct lock_client *cw = client_new(rp.port, NULL);
-    assert_non_null(ch);
-    assert_non_null(cw);
-    struct lock_session *sh = lock_session_new(ch, 10000, NULL, NULL);
-    struct lock_session *sw = lock_session_new(cw, 10000, NULL, NULL);
-    assert_int_equal(acquire_sync(sh, "wr-1", 0, 0, 0, &h), LOCK_OK);
+    pair_start(&p);
+    assert_int_equal(acquire_sync(p.s, "wr-1", 0, 0, 0, &h), LOCK_OK);
     memset(&w, 0, sizeof(w));
-    assert_int_equal(lock_acquire(sw, "wr-1", 4, 0, 8000, 0, acq_cb, &w), 0);
+    assert_int_equal(lock_acquire(p.so, "wr-1", 4, 0, 8000, 0, acq_cb, &w), 0);
     run_for(300); /* queued, trying every 50..200 ms */
     assert_int_equal(w.done, 0);
-    assert_true(admin_str(rp.port, ok, sizeof(ok), "CLIENT PAUSE 1500 WRITE"));
+    pair_pause_writes(&p);
     run_for(1800); /* an attempt is held past op_timeout: its connection is reset */
     if (w.done)
         print_error("the waiter was answered %d: %s\n", w.status, w.msg);
     assert_int_equal(w.done, 0);
-    assert_true(client_ready_flag(cw, 3000));
-    assert_int_equal(release_sync(sh, "wr-1", &r), LOCK_OK);
+    assert_true(client_ready_flag(p.other, 3000));
+    assert_int_equal(release_sync(p.s, "wr-1", &r), LOCK_OK);
     assert_true(run_until(&w.done, 1, 3000));
     assert_int_equal(w.status, LOCK_OK);
     assert_true(w.token > h.token);
-    client_free(ch);
-    client_free(cw);
-    redis_destroy(&rp);
+    pair_free(&p);
 }
 
 static void test_waiters_fifo_and_deadline(void **state)
@@ -1385,33 +1411,23 @@ static void test_redis_stopped_times_out(void **state)
  * go out again on the next connection: the keys do not stay held by nobody for their lease. */
 static void test_lost_fire_and_forget_release_is_sent_again(void **state)
 {
-    static struct redis_proc rp;
+    static struct pair p;
     struct acq a, b;
-    memset(&rp, 0, sizeof(rp));
-    assert_true(redis_start(&rp));
-    struct lock_client *c = client_new(rp.port, NULL);
-    struct lock_client *other = client_new(rp.port, NULL);
-    assert_non_null(c);
-    assert_non_null(other);
-    struct lock_session *s = lock_session_new(c, 10000, NULL, NULL);
-    struct lock_session *so = lock_session_new(other, 10000, NULL, NULL);
-    assert_int_equal(acquire_sync(s, "ff-1", 0, 0, 0, &a), LOCK_OK);
-    assert_int_equal(acquire_sync(s, "ff-2", 0, 0, 0, &a), LOCK_OK);
-    char ok[16];
-    assert_true(admin_str(rp.port, ok, sizeof(ok), "CLIENT PAUSE 1500 WRITE"));
+    pair_start(&p);
+    assert_int_equal(acquire_sync(p.s, "ff-1", 0, 0, 0, &a), LOCK_OK);
+    assert_int_equal(acquire_sync(p.s, "ff-2", 0, 0, 0, &a), LOCK_OK);
+    pair_pause_writes(&p);
     int64_t t0 = now_ms();
-    lock_session_free(s); /* one release of both keys, held back past op_timeout */
+    lock_session_free(p.s); /* one release of both keys, held back past op_timeout */
     run_for(TEST_OP_TIMEOUT + 200);
-    assert_int_equal(key_exists(rp.port, "ff-1"), 1);
+    assert_int_equal(key_exists(p.rp.port, "ff-1"), 1);
     /* Redis answers again after 1.5 s; the keys go well before their 10 s lease ends. */
-    assert_true(wait_key(rp.port, "ff-1", 0, 4000));
-    assert_true(wait_key(rp.port, "ff-2", 0, 500));
+    assert_true(wait_key(p.rp.port, "ff-1", 0, 4000));
+    assert_true(wait_key(p.rp.port, "ff-2", 0, 500));
     assert_true(now_ms() - t0 < 6000);
-    assert_true(client_ready_flag(other, 3000));
-    assert_int_equal(acquire_sync(so, "ff-1", 0, 0, 0, &b), LOCK_OK);
-    client_free(c);
-    client_free(other);
-    redis_destroy(&rp);
+    assert_true(client_ready_flag(p.other, 3000));
+    assert_int_equal(acquire_sync(p.so, "ff-1", 0, 0, 0, &b), LOCK_OK);
+    pair_free(&p);
 }
 
 /* A release whose reply never comes (Redis holds it back: CLIENT PAUSE past op_timeout, and the
@@ -1420,33 +1436,23 @@ static void test_lost_fire_and_forget_release_is_sent_again(void **state)
  * goes out again, owner-checked, on the next connection. */
 static void test_release_without_reply_frees_the_key(void **state)
 {
-    static struct redis_proc rp;
+    static struct pair p;
     struct acq a, b;
     struct rel r;
-    memset(&rp, 0, sizeof(rp));
-    assert_true(redis_start(&rp));
-    struct lock_client *c = client_new(rp.port, NULL);
-    struct lock_client *other = client_new(rp.port, NULL);
-    assert_non_null(c);
-    assert_non_null(other);
-    struct lock_session *s = lock_session_new(c, 10000, NULL, NULL);
-    struct lock_session *so = lock_session_new(other, 10000, NULL, NULL);
-    assert_int_equal(acquire_sync(s, "rel-lost", 0, 0, 0, &a), LOCK_OK);
-    char ok[16];
-    assert_true(admin_str(rp.port, ok, sizeof(ok), "CLIENT PAUSE 1500 WRITE"));
+    pair_start(&p);
+    assert_int_equal(acquire_sync(p.s, "rel-lost", 0, 0, 0, &a), LOCK_OK);
+    pair_pause_writes(&p);
     int64_t t0 = now_ms();
-    assert_int_equal(release_sync(s, "rel-lost", &r), LOCK_UNAVAILABLE);
+    assert_int_equal(release_sync(p.s, "rel-lost", &r), LOCK_UNAVAILABLE);
     assert_true(now_ms() - t0 <= TEST_OP_TIMEOUT + 300);
-    assert_int_equal(lock_state(s, "rel-lost", 8, NULL, NULL), 0);
+    assert_int_equal(lock_state(p.s, "rel-lost", 8, NULL, NULL), 0);
     /* Redis answers again after 1.5 s; the key is freed well before its 10 s lease ends. */
-    assert_true(wait_key(rp.port, "rel-lost", 0, 4000));
+    assert_true(wait_key(p.rp.port, "rel-lost", 0, 4000));
     assert_true(now_ms() - t0 < 6000);
-    assert_true(client_ready_flag(other, 3000));
-    assert_int_equal(acquire_sync(so, "rel-lost", 0, 0, 0, &b), LOCK_OK);
+    assert_true(client_ready_flag(p.other, 3000));
+    assert_int_equal(acquire_sync(p.so, "rel-lost", 0, 0, 0, &b), LOCK_OK);
     assert_true(b.token > a.token);
-    client_free(c);
-    client_free(other);
-    redis_destroy(&rp);
+    pair_free(&p);
 }
 
 static long long conns_received(int port)
