@@ -1178,8 +1178,20 @@ static void test_url_auth_and_db(void **state)
     admin_int(g_redis.port, "ACL DELUSER fguser");
 }
 
-/* A process frozen past its lease (here: not running the loop) must not think it holds the lock
- * when it resumes, even before any timer ran. */
+/* A client logged in as a new ACL user with keys and commands but no pub/sub channels, as Redis 7
+ * makes users by default (acl-pubsub-default resetchannels); ready. */
+static struct lock_client *client_without_channels(const char *user)
+{
+    char url[128], v[64];
+    assert_true(admin_str(g_redis.port, v, sizeof(v),
+                          "ACL SETUSER %s on >pw ~* resetchannels +@all", user));
+    snprintf(url, sizeof(url), "redis://%s:pw@127.0.0.1:%d", user, g_redis.port);
+    struct lock_client *c = client_new_url(url, NULL);
+    assert_non_null(c);
+    assert_true(client_ready_flag(c, 3000));
+    return c;
+}
+
 /* Redis 7 gives a new ACL user no pub/sub channels (acl-pubsub-default resetchannels): an
  * application's user made with keys and commands only. Its releases must still succeed (the
  * announcement is best effort; inside the script a refused PUBLISH came after the DEL and made
@@ -1188,13 +1200,7 @@ static void test_acl_user_without_channels_releases(void **state)
 {
     struct acq a, w;
     struct rel r;
-    char url[128], v[64];
-    assert_true(admin_str(g_redis.port, v, sizeof(v),
-                          "ACL SETUSER fgnochan on >pw ~* resetchannels +@all"));
-    snprintf(url, sizeof(url), "redis://fgnochan:pw@127.0.0.1:%d", g_redis.port);
-    struct lock_client *c = client_new_url(url, NULL);
-    assert_non_null(c);
-    assert_true(client_ready_flag(c, 3000));
+    struct lock_client *c = client_without_channels("fgnochan");
     struct lock_session *s = lock_session_new(c, 5000, NULL, NULL);
     struct lock_session *sw = lock_session_new(c, 5000, NULL, NULL);
     for (int round = 0; round < 3; round++) {
@@ -1214,6 +1220,8 @@ static void test_acl_user_without_channels_releases(void **state)
     assert_int_equal(admin_int(g_redis.port, "ACL DELUSER fgnochan"), 1);
 }
 
+/* A process frozen past its lease (here: not running the loop) must not think it holds the lock
+ * when it resumes, even before any timer ran. */
 static void test_frozen_process_sees_expiry(void **state)
 {
     struct acq a;
@@ -1481,13 +1489,7 @@ static long long conns_received(int port)
 static void test_refused_subscriber_backs_off(void **state)
 {
     struct acq a;
-    char url[128], v[64];
-    assert_true(admin_str(g_redis.port, v, sizeof(v),
-                          "ACL SETUSER fgnochan2 on >pw ~* resetchannels +@all"));
-    snprintf(url, sizeof(url), "redis://fgnochan2:pw@127.0.0.1:%d", g_redis.port);
-    struct lock_client *c = client_new_url(url, NULL);
-    assert_non_null(c);
-    assert_true(client_ready_flag(c, 3000));
+    struct lock_client *c = client_without_channels("fgnochan2");
     run_for(300);
     long long before = conns_received(g_redis.port);
     run_for(3000);
