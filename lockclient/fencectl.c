@@ -1057,7 +1057,8 @@ static const char fctl_help[] =
     "     another token), it was lost after the last check, maybe while COMMAND ran: fencectl\n"
     "     exits with status 3. A release that fails otherwise is only a warning: without an\n"
     "     answer the sidecar keeps the lock until its session ends; after HTTP 503 (the backend\n"
-    "     was not reached) the lock's lease runs out.\n"
+    "     was not reached) the backend deletes the lock once it is reached again, and at worst\n"
+    "     the lease runs out.\n"
     "  5. If fencectl itself dies without doing this (SIGKILL, the OOM killer), a guardian\n"
     "     process it started with COMMAND (in a process group of its own) stops COMMAND('s\n"
     "     group) as for a lost lock and releases the lock under its token.\n"
@@ -1267,8 +1268,8 @@ static int fctl_acquire(const struct fctl_args *a, const char *path, long long *
 
 /* Releases the lock. Returns 1 when the sidecar says the lock was no longer ours (404 not held,
  * 409 held under another token): it was lost before the release, maybe while the command ran.
- * Otherwise 0; a release that fails (no answer, 503) is only a warning, since the lock was still
- * held and its lease runs out. */
+ * Otherwise 0; a release that fails (no answer, 503) is only a warning: the lock was still held,
+ * and the sidecar's backend deletes it once it can, at worst when its lease runs out. */
 static int fctl_release(const struct fctl_args *a, const char *path, long long token)
 {
     char err[512], hdr[64];
