@@ -2,7 +2,8 @@
  *
  * "Fence on acquire": a paused former holder must be refused even before the new holder writes,
  * so the mark moves to the new token first. hiredis 0.14 has no command timeouts, so each call
- * carries its own timer; a call that timed out ignores its late reply. */
+ * carries its own timer; a call that timed out ignores its late reply. The store's host name is
+ * looked up off the loop (resolve.h) before each connection; calls made meanwhile wait for it. */
 #include "storemark.h"
 
 #include <event2/event.h>
@@ -17,6 +18,7 @@
 #include "config.h"
 #include "fence.h"
 #include "log.h"
+#include "resolve.h"
 
 struct store_marks {
     struct event_base *base;
@@ -25,9 +27,10 @@ struct store_marks {
     char user[128], password[256];
     int db;
     long long timeout_ms;
-    redisAsyncContext *ac; /* NULL when disconnected */
-    struct event *flush;   /* writes this round's commands before the loop sleeps */
-    struct sm_call *calls; /* pending, for store_marks_free */
+    redisAsyncContext *ac;         /* NULL when disconnected */
+    struct resolve_req *resolving; /* the host's lookup before a connection */
+    struct event *flush;           /* writes this round's commands before the loop sleeps */
+    struct sm_call *calls;         /* pending, for store_marks_free */
     uint64_t raised, regressions;
     char why[128]; /* why the last connection ended or failed, for the messages of its calls */
 };
@@ -39,7 +42,13 @@ struct sm_call {
     lock_fence_done done;
     void *ctx;
     int finished; /* done() was called (timeout); the reply, when it comes, is ignored */
+    int queued;   /* waits for a connection: not sent yet, so hiredis will not call back */
+    uint64_t token;
+    int klen;
+    char key[]; /* the mark's key */
 };
+
+static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv);
 
 static void sm_unlink(struct sm_call *c)
 {
@@ -105,9 +114,51 @@ static void sm_ignore(redisAsyncContext *ac, void *r, void *priv)
 {
 }
 
-static int sm_connect(struct store_marks *m)
+/* Answers a call hiredis does not hold (queued, or refused by redisAsyncCommand) and frees it. */
+static void sm_drop(struct sm_call *c, const char *msg)
 {
-    redisAsyncContext *ac = redisAsyncConnect(m->host, m->port);
+    sm_finish(c, -1, 0, msg);
+    sm_unlink(c);
+    if (c->timer)
+        event_free(c->timer);
+    free(c);
+}
+
+/* Sends a queued call on the connection. */
+static void sm_send(struct sm_call *c)
+{
+    struct store_marks *m = c->m;
+
+    if (redisAsyncCommand(m->ac, sm_on_reply, c, "EVAL %s 1 %b %llu", fence_raise_script(), c->key,
+                          (size_t)c->klen, (unsigned long long)c->token) != REDIS_OK) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "cannot send the fence mark to store %.100s:%d", m->host,
+                 m->port);
+        sm_drop(c, msg);
+        return;
+    }
+    c->queued = 0;
+    event_active(m->flush, EV_TIMEOUT, 0);
+}
+
+/* Answers every queued call with "store HOST:PORT: why". */
+static void sm_fail_queued(struct store_marks *m, const char *why)
+{
+    char msg[300];
+    struct sm_call *c = m->calls, *next;
+
+    snprintf(msg, sizeof(msg), "store %.100s:%d: %.150s, while raising the fence mark", m->host,
+             m->port, why);
+    for (; c; c = next) {
+        next = c->next;
+        if (c->queued)
+            sm_drop(c, msg);
+    }
+}
+
+static int sm_connect(struct store_marks *m, const char *addr)
+{
+    redisAsyncContext *ac = redisAsyncConnect(addr, m->port);
 
     if (!ac)
         return -1;
@@ -189,11 +240,39 @@ static void sm_on_timeout(evutil_socket_t fd, short what, void *arg)
     struct sm_call *c = arg;
     char msg[300];
 
-    /* The reply may still come; sm_on_reply frees the call then. */
     snprintf(msg, sizeof(msg),
-             "store %.100s:%d did not answer within %lld ms while raising the fence mark",
-             c->m ? c->m->host : "?", c->m ? c->m->port : 0, c->m ? c->m->timeout_ms : 0);
-    sm_finish(c, -1, 0, msg);
+             "store %.100s:%d did not answer within %lld ms while raising the fence mark%s",
+             c->m ? c->m->host : "?", c->m ? c->m->port : 0, c->m ? c->m->timeout_ms : 0,
+             c->m && c->m->resolving ? " (its name is still being looked up)" : "");
+    if (c->queued)
+        sm_drop(c, msg);
+    else
+        sm_finish(c, -1, 0, msg); /* the reply may still come; sm_on_reply frees the call then */
+}
+
+static void sm_resolved(const struct addrinfo *res, const char *err, void *arg)
+{
+    struct store_marks *m = arg;
+    const struct addrinfo *a = resolve_pick(res);
+    char addr[64];
+    struct sm_call *c, *next;
+
+    m->resolving = NULL;
+    if (!a) {
+        snprintf(m->why, sizeof(m->why), "%.120s", err);
+        sm_fail_queued(m, err);
+        return;
+    }
+    resolve_numeric_host(a->ai_addr, addr, sizeof(addr));
+    if (sm_connect(m, addr) < 0) {
+        sm_fail_queued(m, "cannot connect");
+        return;
+    }
+    for (c = m->calls; c; c = next) {
+        next = c->next;
+        if (c->queued)
+            sm_send(c);
+    }
 }
 
 void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done, void *ctx)
@@ -208,40 +287,33 @@ void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_do
         done(ctx, -1, 0, "lock name too long for a fence mark");
         return;
     }
-    if (!m->ac && sm_connect(m) < 0) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "cannot connect to store %.100s:%d to raise the fence mark",
-                 m->host, m->port);
-        done(ctx, -1, 0, msg);
-        return;
-    }
-    c = calloc(1, sizeof(*c));
-    if (!c) {
+    c = calloc(1, sizeof(*c) + (size_t)klen);
+    if (!c || !(c->timer = evtimer_new(m->base, sm_on_timeout, c))) {
+        free(c);
         done(ctx, -1, 0, "out of memory");
         return;
     }
     c->m = m;
     c->done = done;
     c->ctx = ctx;
-    c->timer = evtimer_new(m->base, sm_on_timeout, c);
-    if (!c->timer ||
-        redisAsyncCommand(m->ac, sm_on_reply, c, "EVAL %s 1 %b %llu", fence_raise_script(), key,
-                          (size_t)klen, (unsigned long long)token) != REDIS_OK) {
-        if (c->timer)
-            event_free(c->timer);
-        free(c);
-        char msg[300];
-        snprintf(msg, sizeof(msg), "cannot send the fence mark to store %.100s:%d", m->host,
-                 m->port);
-        done(ctx, -1, 0, msg);
-        return;
-    }
+    c->token = token;
+    c->klen = klen;
+    memcpy(c->key, key, (size_t)klen);
     c->next = m->calls;
     if (m->calls)
         m->calls->prev = c;
     m->calls = c;
-    evtimer_add(c->timer, &tv);
-    event_active(m->flush, EV_TIMEOUT, 0);
+    evtimer_add(c->timer, &tv); /* the deadline covers the lookup and the connect too */
+    c->queued = 1;
+    if (m->ac) {
+        sm_send(c);
+        return;
+    }
+    if (!m->resolving) {
+        m->resolving = resolve_start(m->base, m->host, m->port, sm_resolved, m);
+        if (!m->resolving)
+            sm_fail_queued(m, "cannot resolve: out of memory or threads");
+    }
 }
 
 struct store_marks *store_marks_new(struct event_base *base, const struct cfg_url *url,
@@ -270,8 +342,13 @@ void store_marks_free(struct store_marks *m)
 {
     if (!m)
         return;
+    resolve_cancel(m->resolving);
     while (m->calls) {
         struct sm_call *c = m->calls;
+        if (c->queued) {
+            sm_drop(c, "shutting down");
+            continue;
+        }
         sm_unlink(c);
         sm_finish(c, -1, 0, "shutting down");
     }

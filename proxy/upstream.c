@@ -14,6 +14,7 @@
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
+#include "resolve.h"
 #include "resp.h"
 
 #define UP_PROBE_INTERVAL_MS 1000
@@ -22,7 +23,7 @@
 #define UP_BACKOFF_MAX_MS    5000
 #define UP_MAX_REPLY         (16 * 1024 * 1024) /* a COMMAND reply is ~250 KB */
 
-enum up_probe_state { UP_IDLE, UP_CONNECTING, UP_WAITING };
+enum up_probe_state { UP_IDLE, UP_RESOLVING, UP_CONNECTING, UP_WAITING };
 
 struct upstream {
     struct event_base *base;
@@ -41,6 +42,7 @@ struct upstream {
 
     /* the probe connection */
     enum up_probe_state state;
+    struct resolve_req *resolving; /* the host name's lookup (state UP_RESOLVING) */
     int fd;
     struct event *ev;    /* fd readiness */
     struct event *timer; /* next probe, or the deadline of the current one */
@@ -62,6 +64,7 @@ struct upstream {
 };
 
 static void up_schedule(struct upstream *u, int ms);
+static void up_resolved(const struct addrinfo *res, const char *why, void *arg);
 static int up_send_round(struct upstream *u, int fresh);
 
 /* Appends one command in multibulk form to out. Returns the new length, or cap on overflow. */
@@ -119,6 +122,8 @@ static void up_set_state(struct upstream *u, int up, const char *why)
 
 static void up_close_probe(struct upstream *u)
 {
+    resolve_cancel(u->resolving);
+    u->resolving = NULL;
     if (u->ev) {
         event_free(u->ev);
         u->ev = NULL;
@@ -414,8 +419,14 @@ static int up_send_round(struct upstream *u, int fresh)
 static void up_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct upstream *u = arg;
-    char err[256];
+    char err[320];
 
+    if (u->state == UP_RESOLVING) {
+        snprintf(err, sizeof(err), "resolving '%s' timed out after %d ms", u->host,
+                 UP_PROBE_TIMEOUT_MS);
+        up_fail(u, err);
+        return;
+    }
     if (u->state != UP_IDLE) { /* the deadline of a probe in flight passed */
         int unanswered = u->state == UP_WAITING;
         up_fail(u, unanswered ? "PING timed out" : "connect timed out");
@@ -431,10 +442,29 @@ static void up_on_timer(evutil_socket_t fd, short what, void *arg)
         up_schedule(u, UP_PROBE_TIMEOUT_MS);
         return;
     }
-    if (net_resolve(u->host, u->port, &u->addr, err, sizeof(err)) != FG_OK) {
-        up_fail(u, err);
+    /* A new connection: the name is looked up again, as it may now name another address. */
+    u->resolving = resolve_start(u->base, u->host, u->port, up_resolved, u);
+    if (!u->resolving) {
+        up_fail(u, "cannot resolve: out of memory or threads");
         return;
     }
+    u->state = UP_RESOLVING;
+    up_schedule(u, UP_PROBE_TIMEOUT_MS);
+}
+
+static void up_resolved(const struct addrinfo *res, const char *why, void *arg)
+{
+    struct upstream *u = arg;
+    const struct addrinfo *a = resolve_pick(res);
+    char err[256];
+
+    u->resolving = NULL;
+    if (!a) {
+        up_fail(u, why);
+        return;
+    }
+    memcpy(&u->addr.ss, a->ai_addr, a->ai_addrlen);
+    u->addr.len = a->ai_addrlen;
     u->have_addr = 1;
     u->fd = net_connect(&u->addr);
     if (u->fd < 0) {
@@ -473,8 +503,6 @@ struct upstream *upstream_new(struct event_base *base, const struct cfg_url *url
     }
     up_build_prelude(u, url);
     snprintf(u->error, sizeof(u->error), "not probed yet");
-    if (net_resolve(u->host, u->port, &u->addr, err, errlen) == FG_OK)
-        u->have_addr = 1;
     u->timer = evtimer_new(base, up_on_timer, u);
     if (!u->timer) {
         snprintf(err, errlen, "out of memory");

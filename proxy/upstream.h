@@ -24,7 +24,8 @@ int upstream_is_up(const struct upstream *u);
 const char *upstream_name(const struct upstream *u);
 /* Why the upstream is down ("connection refused", ...); "" when up. */
 const char *upstream_error(const struct upstream *u);
-/* The resolved address sessions connect to; NULL when it could not be resolved. */
+/* The address sessions connect to: the one the probe last resolved the host to (off the loop,
+ * resolve.h) and connected to. NULL until the first lookup succeeded. */
 const struct net_addr *upstream_addr(const struct upstream *u);
 /* Command metadata from the upstream's COMMAND reply; NULL until the first probe fetched it. */
 const struct cmd_table *upstream_commands(const struct upstream *u);

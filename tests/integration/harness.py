@@ -492,6 +492,42 @@ class Fencegate:
         return parse_metrics(body.decode())
 
 
+class SlowDns:
+    """A name service that can stall, for a fencegate started with env=dns.env(): libslowdns.so
+    (tests/integration/slowdns.c, built next to fencegate) is preloaded, every name ending in
+    ".fgtest" resolves to 127.0.0.1, and stall(name, ms) makes each lookup of that name wait ms
+    first, as a DNS server that does not answer does."""
+
+    LIB = os.path.join(os.path.dirname(FENCEGATE_BIN), "libslowdns.so")
+
+    def __init__(self):
+        if not os.path.exists(self.LIB):
+            raise AssertionError("%s not built (it is built with the tests)" % self.LIB)
+        self.dir = tempfile.mkdtemp(prefix="fg-slowdns-")
+        self.path = os.path.join(self.dir, "stalls")
+        self.stalls = {}
+        self._write()
+
+    def _write(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines("%s %d\n" % kv for kv in self.stalls.items())
+        os.replace(tmp, self.path)  # a lookup reads the old file or the new, never half of one
+
+    def stall(self, name, ms):
+        self.stalls[name] = ms
+        self._write()
+
+    def env(self):
+        # A preloaded library comes before a sanitizer's runtime: tell ASan that is meant.
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        return {"LD_PRELOAD": self.LIB, "SLOWDNS_FILE": self.path,
+                "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, True)
+
+
 class _Exited(Exception):
     pass
 
@@ -557,6 +593,12 @@ class FgTestCase(unittest.TestCase):
         if ready:
             fg.wait_ready(readyz=readyz)
         return fg
+
+    def slow_dns(self):
+        """A SlowDns removed after the test."""
+        dns = SlowDns()
+        self.addCleanup(dns.cleanup)
+        return dns
 
     def raw(self, port, timeout=5.0):
         c = RawConn(port, timeout)

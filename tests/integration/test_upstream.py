@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -406,6 +407,59 @@ class UpstreamLost(FgTestCase):
         # (FG_TEST_MULTIPLEX=false): nothing pins, which also shows the harness turned sharing off.
         self.assertEqual(fg.metrics().get("fencegate_clients_pinned_total", 0),
                          pinned0 + (1 if shared else 0))
+
+
+class SlowNameService(FgTestCase):
+    """Host names are looked up off the event loop: a DNS server that stops answering delays the
+    connection that needs the name, not every client of the sidecar."""
+
+    def test_a_stalled_lookup_of_the_store_leaves_the_sidecar_answering(self):
+        redis_srv, locks = self.start_redis(), self.start_redis()
+        dns = self.slow_dns()
+        fg = self.start_fencegate(
+            args=["--upstream", "redis://store.fgtest:%d" % redis_srv.port,
+                  "--backend", "redis://127.0.0.1:%d" % locks.port], env=dns.env())
+        self.assertEqual(self.raw(fg.resp_port).call("SET", "k", "v"), "OK")
+        # Fencegate's connections to the store end; the probe and the fence marks connect again,
+        # looking the name up again, and the name service now takes 8 s to answer.
+        dns.stall("store.fgtest", 8000)
+        redis_srv.client().client_kill_filter(_type="normal")
+        slowest = []
+
+        def poll():  # the sidecar's own endpoints, while the lookup hangs
+            worst, end = 0.0, time.monotonic() + 3.0
+            while time.monotonic() < end:
+                t0 = time.monotonic()
+                try:
+                    ok = (fg.http("/healthz", timeout=5)[0] == 200 and
+                          harness.http_request(fg.http_port, "GET", "/v1/locks")[0] == 200)
+                except OSError:  # a timeout
+                    ok = False
+                worst = max(worst, time.monotonic() - t0 if ok else 99.0)
+                time.sleep(0.05)
+            slowest.append(worst)
+        poller = threading.Thread(target=poll)
+        poller.start()
+        # A fenced acquisition needs the store's mark: refused within the mark's 2 s deadline,
+        # saying why.
+        t0 = time.monotonic()
+        status, _, body = harness.http_request(fg.http_port, "POST", "/v1/locks/dns",
+                                               {"ttl_ms": 5000})
+        self.assertEqual(status, 503, body)
+        self.assertLess(time.monotonic() - t0, 3.0)
+        poller.join()
+        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        # The probe gave the lookup its 2 s and says so.
+        status, body = fg.http("/readyz")
+        self.assertEqual(status, 503)
+        self.assertIn(b"resolving 'store.fgtest' timed out", body)
+        # The name service answers again: the store is back without a restart.
+        dns.stall("store.fgtest", 0)
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 200, 15, what="store back")
+        self.assertEqual(self.raw(fg.resp_port).call("GET", "k"), b"v")
+        status, _, body = harness.http_request(fg.http_port, "POST", "/v1/locks/dns",
+                                               {"ttl_ms": 5000})
+        self.assertEqual(status, 200, body)
 
 
 if __name__ == "__main__":
