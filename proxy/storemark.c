@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "config.h"
 #include "fence.h"
 #include "log.h"
@@ -33,6 +34,8 @@ struct store_marks {
     struct sm_call *calls;         /* pending, for store_marks_free */
     uint64_t raised, regressions;
     char why[128]; /* why the last connection ended or failed, for the messages of its calls */
+    long long answered_ms; /* when the connection last brought a reply */
+    int prelude_left;      /* AUTH/SELECT answers still awaited: calls wait until none is */
 };
 
 struct sm_call {
@@ -43,12 +46,14 @@ struct sm_call {
     void *ctx;
     int finished; /* done() was called (timeout); the reply, when it comes, is ignored */
     int queued;   /* waits for a connection: not sent yet, so hiredis will not call back */
+    long long made_ms;
     uint64_t token;
     int klen;
     char key[]; /* the mark's key */
 };
 
 static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv);
+static void sm_fail_queued(struct store_marks *m, const char *why);
 
 static void sm_unlink(struct sm_call *c)
 {
@@ -83,6 +88,7 @@ static void sm_on_disconnect(const redisAsyncContext *ac, int status)
         m->ac = NULL; /* hiredis frees the context; pending callbacks get a NULL reply */
         snprintf(m->why, sizeof(m->why), "connection lost: %.100s",
                  ac->errstr[0] ? ac->errstr : "closed by the store");
+        sm_fail_queued(m, m->why);
     }
 }
 
@@ -95,6 +101,7 @@ static void sm_on_connect(const redisAsyncContext *ac, int status)
                  ac->errstr);
         m->ac = NULL;
         snprintf(m->why, sizeof(m->why), "cannot connect: %.100s", ac->errstr);
+        sm_fail_queued(m, m->why);
     }
 }
 
@@ -110,8 +117,17 @@ static void sm_flush_cb(evutil_socket_t fd, short what, void *arg)
         redisAsyncHandleWrite(m->ac); /* a write error frees the context as its own event would */
 }
 
-static void sm_ignore(redisAsyncContext *ac, void *r, void *priv)
+/* Ends the connection with a reason for the messages of its calls, which fail: those sent are
+ * called back with no reply, those queued at once. The next call connects afresh. */
+static void sm_reset(struct store_marks *m, const char *why)
 {
+    redisAsyncContext *ac = m->ac;
+
+    snprintf(m->why, sizeof(m->why), "%.120s", why);
+    log_warn("store %s:%d: fence marks connection reset: %s", m->host, m->port, why);
+    m->ac = NULL;
+    redisAsyncFree(ac); /* from a hiredis callback, once it returns */
+    sm_fail_queued(m, why);
 }
 
 /* Answers a call hiredis does not hold (queued, or refused by redisAsyncCommand) and frees it. */
@@ -139,6 +155,39 @@ static void sm_send(struct sm_call *c)
     }
     c->queued = 0;
     event_active(m->flush, EV_TIMEOUT, 0);
+}
+
+/* Sends the calls that waited for the connection. */
+static void sm_send_queued(struct store_marks *m)
+{
+    struct sm_call *c, *next;
+
+    for (c = m->calls; c; c = next) {
+        next = c->next;
+        if (c->queued)
+            sm_send(c);
+    }
+}
+
+/* The answer to AUTH or SELECT (priv names it). Calls are sent only once both are answered: a
+ * raise sent behind a refused SELECT would run in database 0, where the store's fenced writes do
+ * not look. A refusal ends the connection and fails its calls. */
+static void sm_on_prelude(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct store_marks *m = ac->data;
+    redisReply *r = reply;
+    char why[128];
+
+    if (!r || !m || m->ac != ac)
+        return;
+    m->answered_ms = clock_now_ms();
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, sizeof(why), "%s refused: %.*s", (const char *)priv,
+                 (int)(r->len > 80 ? 80 : r->len), r->str);
+        sm_reset(m, why);
+    } else if (--m->prelude_left == 0) {
+        sm_send_queued(m);
+    }
 }
 
 /* Answers every queued call with "store HOST:PORT: why". */
@@ -175,12 +224,13 @@ static int sm_connect(struct store_marks *m, const char *addr)
     redisAsyncSetDisconnectCallback(ac, sm_on_disconnect);
     if (m->password[0]) {
         if (m->user[0])
-            redisAsyncCommand(ac, sm_ignore, NULL, "AUTH %s %s", m->user, m->password);
+            redisAsyncCommand(ac, sm_on_prelude, "AUTH", "AUTH %s %s", m->user, m->password);
         else
-            redisAsyncCommand(ac, sm_ignore, NULL, "AUTH %s", m->password);
+            redisAsyncCommand(ac, sm_on_prelude, "AUTH", "AUTH %s", m->password);
     }
     if (m->db)
-        redisAsyncCommand(ac, sm_ignore, NULL, "SELECT %d", m->db);
+        redisAsyncCommand(ac, sm_on_prelude, "SELECT", "SELECT %d", m->db);
+    m->prelude_left = (m->password[0] != '\0') + (m->db != 0);
     m->ac = ac;
     m->why[0] = '\0';
     return 0;
@@ -193,6 +243,8 @@ static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
     char msg[300];
     uint64_t mark;
 
+    if (r && c->m)
+        c->m->answered_ms = clock_now_ms();
     if (!c->finished) {
         struct store_marks *m = c->m;
         if (!r) {
@@ -238,16 +290,26 @@ static void sm_on_reply(redisAsyncContext *ac, void *reply, void *priv)
 static void sm_on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct sm_call *c = arg;
-    char msg[300];
+    struct store_marks *m = c->m;
+    /* Nothing came back on the connection since the call was made: a store that stopped
+     * answering, or a network cut that TCP would sit out for many minutes. Calls would pile up
+     * behind it; a new connection recovers as soon as the store is reachable again. */
+    int silent = m && m->ac && m->answered_ms < c->made_ms;
+    char msg[300], why[80];
 
     snprintf(msg, sizeof(msg),
              "store %.100s:%d did not answer within %lld ms while raising the fence mark%s",
-             c->m ? c->m->host : "?", c->m ? c->m->port : 0, c->m ? c->m->timeout_ms : 0,
-             c->m && c->m->resolving ? " (its name is still being looked up)" : "");
-    if (c->queued)
+             m ? m->host : "?", m ? m->port : 0, m ? m->timeout_ms : 0,
+             m && m->resolving ? " (its name is still being looked up)" : "");
+    snprintf(why, sizeof(why), "did not answer within %lld ms", m ? m->timeout_ms : 0);
+    if (c->queued) {
         sm_drop(c, msg);
-    else
+    } else if (!silent) {
         sm_finish(c, -1, 0, msg); /* the reply may still come; sm_on_reply frees the call then */
+        return;
+    }
+    if (silent)
+        sm_reset(m, why); /* calls a sent c back as failed, and frees it */
 }
 
 static void sm_resolved(const struct addrinfo *res, const char *err, void *arg)
@@ -255,7 +317,6 @@ static void sm_resolved(const struct addrinfo *res, const char *err, void *arg)
     struct store_marks *m = arg;
     const struct addrinfo *a = resolve_pick(res);
     char addr[64];
-    struct sm_call *c, *next;
 
     m->resolving = NULL;
     if (!a) {
@@ -268,11 +329,8 @@ static void sm_resolved(const struct addrinfo *res, const char *err, void *arg)
         sm_fail_queued(m, "cannot connect");
         return;
     }
-    for (c = m->calls; c; c = next) {
-        next = c->next;
-        if (c->queued)
-            sm_send(c);
-    }
+    if (m->prelude_left == 0)
+        sm_send_queued(m);
 }
 
 void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_done done, void *ctx)
@@ -298,6 +356,7 @@ void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_do
     c->ctx = ctx;
     c->token = token;
     c->klen = klen;
+    c->made_ms = clock_now_ms();
     memcpy(c->key, key, (size_t)klen);
     c->next = m->calls;
     if (m->calls)
@@ -306,8 +365,9 @@ void store_marks_hook(void *arg, const char *name, uint64_t token, lock_fence_do
     evtimer_add(c->timer, &tv); /* the deadline covers the lookup and the connect too */
     c->queued = 1;
     if (m->ac) {
-        sm_send(c);
-        return;
+        if (m->prelude_left == 0)
+            sm_send(c);
+        return; /* else sent once AUTH/SELECT are answered */
     }
     if (!m->resolving) {
         m->resolving = resolve_start(m->base, m->host, m->port, sm_resolved, m);

@@ -428,6 +428,11 @@ class Fencegate:
         self._collect()
         return self.returncode
 
+    def log(self):
+        """What it has written to stderr so far."""
+        with open(self.stderr_path, errors="replace") as f:
+            return f.read()
+
     def stop(self, expect_rc=0, timeout=STOP_TIMEOUT):
         """SIGTERM, wait, and assert the exit code (None: do not check). Kills it when it does
         not exit in time, then fails."""
@@ -593,6 +598,22 @@ class FgTestCase(unittest.TestCase):
         if ready:
             fg.wait_ready(readyz=readyz)
         return fg
+
+    def cut(self, port):
+        """Drops every packet sent to 127.0.0.1:port from now until the test ends or the heal
+        returned is called (iptables, this test's own port on loopback only); skips without root
+        or iptables. Dropped on arrival, as a network loses them: the sender's TCP backs off as
+        it would (a packet dropped on its way out is reported to the sender at once)."""
+        if os.geteuid() != 0 or not shutil.which("iptables"):
+            self.skipTest("needs root and iptables (scripts/deps.sh test installs it)")
+        rule = ["INPUT", "-i", "lo", "-p", "tcp", "-d", "127.0.0.1", "--dport", str(port),
+                "-m", "comment", "--comment", "fencegate-test", "-j", "DROP"]
+        r = subprocess.run(["iptables", "-w", "-I"] + rule, capture_output=True, text=True)
+        if r.returncode != 0:
+            self.skipTest("iptables refused the rule: %s" % r.stderr.strip())
+        heal = lambda: subprocess.run(["iptables", "-w", "-D"] + rule, capture_output=True)
+        self.addCleanup(heal)
+        return heal
 
     def slow_dns(self):
         """A SlowDns removed after the test."""

@@ -701,8 +701,7 @@ class Pipelines(FencingCase):
         warning = "maxmemory-policy allkeys-lru may evict fence marks"
 
         def said():
-            with open(fg.stderr_path, encoding="utf-8", errors="replace") as f:
-                return f.read().count(warning)
+            return fg.log().count(warning)
         harness.wait_until(lambda: said() == 1, 5, 0.1, "the eviction warning")
         time.sleep(2.2)  # two more probes
         self.assertEqual(said(), 1)
@@ -921,8 +920,7 @@ class PipelinedTransactions(FencingCase):
         token = self.acquire(c, "n")
         self.direct.set(hwm_key("n"), token + 1)
         self.pipeline(c, [("SET", "{n}a", i) for i in range(3)])  # applied: the hazard
-        with open(fg.stderr_path, encoding="utf-8", errors="replace") as f:
-            self.assertIn("may have gone without the fence", f.read())
+        self.assertIn("may have gone without the fence", fg.log())
         for r in self.pipeline(c, [("SET", "{n}b", i) for i in range(3)]):
             self.assertTrue(r.startswith(b"-STALE lock n"), r)
         self.assertTrue(c.call("EVAL", "return redis.call('SET', KEYS[1], 1)", 1, "{n}c")

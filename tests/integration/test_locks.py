@@ -333,8 +333,7 @@ class CounterRepair(LockTestCase):
         self.assertEqual(c.call("SET", "wallet:rep", "new"), "OK")
         self.assertEqual(self.direct.get("wallet:rep"), b"new")
         self.assertEqual(metric(fg, "fencegate_token_repairs_total"), repairs0 + 1)
-        with open(fg.stderr_path, "rb") as f:
-            self.assertIn(b"lock wallet:rep: the token counter was not above", f.read())
+        self.assertIn("lock wallet:rep: the token counter was not above", fg.log())
         self.assertEqual(c.call("FENCE.RELEASE", "wallet:rep"), 1)
         t3 = self.acquire(c, "wallet:rep")
         self.assertGreater(t3, t2)
@@ -410,6 +409,54 @@ class FenceOnAcquire(LockTestCase):
                            "the unfenced grant's lock key to go")
         store.proc.send_signal(signal.SIGCONT)
         self.assertGreater(self.acquire(c, "wallet:sd"), t)
+
+    def test_a_store_cut_off_is_fenced_again_soon_after_the_heal(self):
+        """The store's port is cut (packets dropped) for 14 s: each acquisition fails closed at
+        the raise's 2 s deadline. A raise that got no answer ends the marks' connection, so once
+        the cut heals the next acquisitions are granted within seconds, not when TCP next
+        retransmits into the old connection (backing off to tens of seconds)."""
+        other = self.start_redis()
+        fg = self.fencegate("--backend", other.url)
+        c = self.raw(fg.resp_port, timeout=10)
+        t = self.acquire(c, "wallet:cut")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:cut"), 1)
+        heal = self.cut(self.redis.port)
+        end = time.monotonic() + 14
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            r = c.call("FENCE.ACQUIRE", "wallet:cut")
+            self.assertIsInstance(r, Err, "granted while the store was cut off")
+            self.assertIn("store 127.0.0.1:%d" % self.redis.port, r)
+            self.assertLess(time.monotonic() - t0, 3)
+        heal()
+        healed = time.monotonic()
+        got = None
+        while got is None and time.monotonic() - healed < 30:
+            r = c.call("FENCE.ACQUIRE", "wallet:cut")
+            got = r if isinstance(r, int) else None
+        self.assertIsNotNone(got, "never granted after the heal")
+        self.assertLess(time.monotonic() - healed, 5, "granted %.1f s after the heal"
+                        % (time.monotonic() - healed))
+        self.assertGreater(got, t)
+        self.assertEqual(int(self.direct.get(hwm_key("wallet:cut"))), got)
+        self.assertIn("fence marks connection reset: did not answer within 2000 ms",
+                      fg.log())
+
+    def test_a_store_that_refuses_select_fails_closed(self):
+        """The store's URL names database 20 of a Redis that has 16: SELECT is refused on the
+        marks' connection. The mark would land in database 0, where the store's fenced writes do
+        not look; the acquisition fails instead, naming the refusal."""
+        other = self.start_redis()
+        fg = self.start_fencegate(
+            "redis://127.0.0.1:%d/20" % self.redis.port, readyz=False,
+            args=["--backend", other.url, "--config",
+                  self.write_file("fencegate.yaml", PROTECT)])
+        status, _, body = harness.http_request(fg.http_port, "POST", "/v1/locks/wallet:db",
+                                               {"ttl_ms": 5000})
+        self.assertEqual(status, 503, body)
+        self.assertIsNone(self.direct.get(hwm_key("wallet:db")), "mark raised in database 0")
+        self.assertIn("SELECT refused: ERR DB index is out of range",
+                      fg.log())
 
 
 class Pipelining(LockTestCase):

@@ -2,9 +2,7 @@
 -UNAVAILABLE instead of hanging, recovers without a restart, and keeps its memory bounded."""
 
 import os
-import shutil
 import signal
-import subprocess
 import threading
 import time
 import unittest
@@ -83,20 +81,6 @@ class UpstreamLost(FgTestCase):
         self.redis = self.start_redis()
         self.fg = self.start_fencegate(self.redis)
         self.where = "127.0.0.1:%d" % self.redis.port
-
-    def cut(self, port):
-        """Drops every packet sent to 127.0.0.1:port from now until the test ends (iptables, this
-        test's own Redis port on loopback only); skips without root or iptables."""
-        if os.geteuid() != 0 or not shutil.which("iptables"):
-            self.skipTest("needs root and iptables (scripts/deps.sh test installs it)")
-        rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "-d", "127.0.0.1", "--dport", str(port),
-                "-m", "comment", "--comment", "fencegate-test", "-j", "DROP"]
-        r = subprocess.run(["iptables", "-w", "-I"] + rule, capture_output=True, text=True)
-        if r.returncode != 0:
-            self.skipTest("iptables refused the rule: %s" % r.stderr.strip())
-        heal = lambda: subprocess.run(["iptables", "-w", "-D"] + rule, capture_output=True)
-        self.addCleanup(heal)
-        return heal
 
     def test_a_request_into_a_cut_network_is_answered(self):
         """Redis's host stops acknowledging (its port cut on loopback): a request sent into the
