@@ -175,8 +175,10 @@ static void fencing_on_acquired(void *arg, int status, uint64_t token, const cha
         fencing_fill(c, "-ERR %s", msg ? msg : "invalid lock request");
         break;
     default:
-        fencing_fill(c, "-UNAVAILABLE lock backend: %s (lock %.*s not acquired; retry)",
-                     msg ? msg : "unreachable", len, a->name);
+        /* msg names what failed: the backend ("redis HOST:PORT is unreachable ...", "etcd ...")
+         * or the store a fence on acquire could not raise ("... store HOST:PORT: ..."). */
+        fencing_fill(c, "-UNAVAILABLE %s (lock %.*s not acquired; retry)",
+                     msg ? msg : "lock backend unreachable", len, a->name);
         break;
     }
     free(a);

@@ -568,7 +568,9 @@ class EtcdLocks(EtcdTestCase):
         self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE upstream"), r)
         self.assertEqual(c.call("FENCE.TOKEN", "wallet:1"), t)
         r = c.call("FENCE.ACQUIRE", "wallet:2", timeout=10)
-        self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE lock backend") and
+        self.assertTrue(isinstance(r, Err) and
+                        r.startswith("UNAVAILABLE fence on acquire of lock wallet:2") and
+                        "store 127.0.0.1:%d" % self.redis.port in r and
                         "lock wallet:2 not acquired" in r, r)
         self.assertEqual(c.call("FENCE.RELEASE", "wallet:1"), 1)
         harness.wait_until(lambda: self.etcd.keys(PREFIX) == [], 3, 0.05,

@@ -388,8 +388,7 @@ class FenceOnAcquire(LockTestCase):
         self.redis.kill()
         r = c.call("FENCE.ACQUIRE", "wallet:sd")
         self.assertIsInstance(r, Err)
-        self.assertTrue(r.startswith("UNAVAILABLE"), r)
-        self.assertIn("fence on acquire", r)
+        self.assertTrue(r.startswith("UNAVAILABLE fence on acquire of lock wallet:sd"), r)
         self.assertIn("store " + where, r)
         harness.wait_until(lambda: backend.get(lock_key("wallet:sd")) is None, 3, 0.05,
                            "the unfenced grant's lock key to go")
