@@ -36,9 +36,15 @@
  * committed (COMMIT is in the pipeline) and answered 413 without them.
  *
  * Fence on acquire runs the same way: BEGIN, S (the settings and the advisory lock, exclusive),
- * R1 an upsert that raises the mark when it is below the token, R2 a read of the mark, COMMIT. */
+ * R1 an upsert that raises the mark when it is below the token, R2 a read of the mark, COMMIT.
+ *
+ * libpq looks host names up with a blocking getaddrinfo() inside PQconnectStartParams() and
+ * PQconnectPoll(), which would freeze the loop while a DNS server does not answer. So each new
+ * connection first looks the URL's host names up off the loop (resolve.h), then hands libpq the
+ * addresses as hostaddr beside host, which keeps the name for TLS verification and .pgpass. */
 #include "pgstore.h"
 
+#include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -57,8 +63,9 @@
 #include "metrics.h"
 #include "pgjson.h"
 #include "pqlib.h"
+#include "resolve.h"
 
-#define PG_CONNECT_TIMEOUT_MS 3000 /* connect and set-up of one connection */
+#define PG_CONNECT_TIMEOUT_MS 3000 /* the lookup; then connect and set-up of one connection */
 #define PG_BACKOFF_MIN_MS     100
 #define PG_BACKOFF_MAX_MS     5000
 /* A round trip's client-side deadline: statement_timeout for each statement that may use it
@@ -154,9 +161,17 @@ static const struct {
 };
 #define PG_NPREPARED ((int)(sizeof(pg_prepared) / sizeof(pg_prepared[0])))
 
-enum pc_state { PC_WAIT, PC_CONNECTING, PC_SETUP, PC_IDLE, PC_BUSY };
+enum pc_state { PC_WAIT, PC_RESOLVING, PC_CONNECTING, PC_SETUP, PC_IDLE, PC_BUSY };
 
 struct pg_job;
+struct pg_conn;
+
+/* The lookup of one of the URL's hosts for one connection. */
+struct pc_lookup {
+    struct pg_conn *c;
+    struct resolve_req *req; /* in flight */
+    char addr[64];           /* the numeric address; "" when not a name, or not found */
+};
 
 struct pg_conn {
     struct pgstore *s;
@@ -174,7 +189,9 @@ struct pg_conn {
     int qi;        /* the query whose results are being read */
     int in_query;  /* a result of query qi came; the NULL that ends it has not */
     int syncs;     /* Syncs sent and not yet answered */
-    char err[256]; /* the first error of the set-up */
+    char err[256]; /* the first error of the set-up, or of the lookups */
+    struct pc_lookup *lk; /* one per host of the URL when it names any (pgstore.hosts) */
+    int lookups;          /* lookups in flight (PC_RESOLVING) */
 };
 
 struct pg_job {
@@ -219,6 +236,11 @@ struct pgstore {
     int qlen;  /* queued HTTP batches (at most queue_max) */
     int fqlen; /* queued fence-on-acquire jobs (at most PGSTORE_FENCE_QUEUE_MAX) */
     int nlive; /* connections in PC_IDLE or PC_BUSY */
+    /* The URL's hosts and ports, as libpq reads them, when a host is a name to look up before
+     * each connection (nhosts 0 otherwise: only addresses and sockets, or hostaddr given). */
+    char **hosts, **ports;
+    int nhosts, nports; /* nports is 0, 1 (every host's) or nhosts */
+    char *hostbuf, *portbuf;
     char last_error[512];
     char ready_msg[700];
 };
@@ -335,6 +357,15 @@ static void pc_events_free(struct pg_conn *c)
 static void pc_on_read(evutil_socket_t fd, short what, void *arg);
 static void pc_on_write(evutil_socket_t fd, short what, void *arg);
 
+static void pc_cancel_lookups(struct pg_conn *c)
+{
+    for (int i = 0; c->lk && i < c->s->nhosts; i++) {
+        resolve_cancel(c->lk[i].req);
+        c->lk[i].req = NULL;
+    }
+    c->lookups = 0;
+}
+
 static int pc_events(struct pg_conn *c)
 {
     int fd = pq.PQsocket(c->pg);
@@ -398,6 +429,7 @@ static void pc_broken(struct pg_conn *c, const char *why)
         s->last_error[--n] = '\0';
     c->job = NULL;
     c->phase = 0;
+    pc_cancel_lookups(c);
     pc_events_free(c);
     if (c->pg)
         pq.PQfinish(c->pg);
@@ -573,13 +605,67 @@ static void pc_poll(struct pg_conn *c)
         pc_setup(c);
 }
 
+/* 1 when libpq would look host up: not empty, not a socket directory ('/', or '@' for an
+ * abstract socket), not a numeric address. */
+static int pg_is_name(const char *host)
+{
+    unsigned char a[sizeof(struct in6_addr)];
+
+    return *host && *host != '/' && *host != '@' && inet_pton(AF_INET, host, a) != 1 &&
+           inet_pton(AF_INET6, host, a) != 1;
+}
+
+/* Appends item to the comma-separated list out (k items so far). 0 when it does not fit. */
+static int pg_list_add(char *out, size_t cap, int k, const char *item)
+{
+    size_t n = strlen(out);
+    int w = snprintf(out + n, cap - n, "%s%s", k ? "," : "", item);
+
+    return w >= 0 && (size_t)w < cap - n;
+}
+
 static void pc_connect(struct pg_conn *c)
 {
-    /* After dbname, so that it wins over the URL's: JSON is UTF-8 both ways. */
-    const char *kw[] = {"application_name", "dbname", "client_encoding", NULL};
-    const char *val[] = {"fencegate", c->s->cfg->url.raw, "UTF8", NULL};
+    struct pgstore *s = c->s;
+    /* After dbname, so that they win over the URL's: JSON is UTF-8 both ways; and the hosts
+     * whose names were found, with their addresses. */
+    const char *kw[] = {
+        "application_name", "dbname", "client_encoding", "host", "hostaddr", "port", NULL};
+    const char *val[] = {"fencegate", s->cfg->url.raw, "UTF8", NULL, NULL, NULL, NULL};
+    size_t hcap = strlen(s->cfg->url.raw) + 1, acap = (size_t)s->nhosts * 64 + 1;
+    char *host = NULL, *addr = NULL, *port = NULL;
+    int k = 0, ok = 1;
 
+    if (s->nhosts) {
+        /* A name that was not found is left out, as libpq skips a host it cannot resolve. */
+        host = calloc(1, hcap);
+        addr = calloc(1, acap);
+        port = calloc(1, hcap);
+        ok = host && addr && port;
+        for (int i = 0; ok && i < s->nhosts; i++) {
+            int name = pg_is_name(s->hosts[i]);
+            if (name && !c->lk[i].addr[0])
+                continue;
+            ok = pg_list_add(host, hcap, k, s->hosts[i]) &&
+                 pg_list_add(addr, acap, k, name ? c->lk[i].addr : "") &&
+                 (s->nports < 2 || pg_list_add(port, hcap, k, s->ports[i]));
+            k++;
+        }
+        if (!ok || k == 0) {
+            free(host);
+            free(addr);
+            free(port);
+            pc_broken(c, !ok ? "out of memory" : c->err);
+            return;
+        }
+        val[3] = host;
+        val[4] = addr;
+        val[5] = s->nports > 1 ? port : NULL; /* NULL: the URL's port, for every host */
+    }
     c->pg = pq.PQconnectStartParams(kw, val, 1);
+    free(host);
+    free(addr);
+    free(port);
     if (!c->pg) {
         pc_broken(c, "out of memory");
         return;
@@ -597,6 +683,50 @@ static void pc_connect(struct pg_conn *c)
     event_add(c->wev, NULL); /* "as if PQconnectPoll had returned PGRES_POLLING_WRITING" */
 }
 
+static void pc_resolved(const struct addrinfo *res, const char *err, void *arg)
+{
+    struct pc_lookup *lk = arg;
+    struct pg_conn *c = lk->c;
+    const struct addrinfo *a = resolve_pick(res);
+
+    lk->req = NULL;
+    if (a)
+        resolve_numeric_host(a->ai_addr, lk->addr, sizeof(lk->addr));
+    if (!lk->addr[0] && !c->err[0])
+        snprintf(c->err, sizeof(c->err), "%s", err ? err : "cannot resolve the host");
+    if (--c->lookups == 0)
+        pc_connect(c);
+}
+
+/* A new connection: the URL's names are looked up again, as they may now name other addresses.
+ * Connects at once when no host is a name. */
+static void pc_start(struct pg_conn *c)
+{
+    struct pgstore *s = c->s;
+
+    c->err[0] = '\0';
+    for (int i = 0; i < s->nhosts; i++) {
+        long port = s->nports ? strtol(s->ports[i < s->nports ? i : 0], NULL, 10) : 0;
+        c->lk[i].addr[0] = '\0';
+        if (!pg_is_name(s->hosts[i]))
+            continue;
+        c->lk[i].req =
+            resolve_start(s->base, s->hosts[i], port > 0 && port < 65536 ? (int)port : 5432,
+                          pc_resolved, &c->lk[i]);
+        if (!c->lk[i].req) {
+            pc_broken(c, "cannot resolve: out of memory or threads");
+            return;
+        }
+        c->lookups++;
+    }
+    if (c->lookups == 0) {
+        pc_connect(c);
+        return;
+    }
+    c->state = PC_RESOLVING;
+    pc_timer(c, PG_CONNECT_TIMEOUT_MS);
+}
+
 static void pc_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct pg_conn *c = arg;
@@ -604,7 +734,18 @@ static void pc_on_timer(evutil_socket_t fd, short what, void *arg)
 
     switch (c->state) {
     case PC_WAIT:
-        pc_connect(c);
+        pc_start(c);
+        break;
+    case PC_RESOLVING:
+        snprintf(msg, sizeof(msg), "resolving timed out after %d ms", PG_CONNECT_TIMEOUT_MS);
+        for (int i = 0; i < c->s->nhosts; i++) {
+            if (c->lk[i].req) {
+                snprintf(msg, sizeof(msg), "resolving '%.80s' timed out after %d ms",
+                         c->s->hosts[i], PG_CONNECT_TIMEOUT_MS);
+                break;
+            }
+        }
+        pc_broken(c, msg);
         break;
     case PC_CONNECTING:
     case PC_SETUP:
@@ -1331,6 +1472,61 @@ const char *pgstore_ready(void *arg)
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
+/* Splits a copy of the comma-separated list v into *items (pointers into *buf). Returns the
+ * number of items, or -1 when out of memory. */
+static int pg_split(const char *v, char **buf, char ***items)
+{
+    int n = 1, k = 0;
+
+    for (const char *q = v; *q; q++)
+        n += *q == ',';
+    *buf = strdup(v);
+    *items = calloc((size_t)n, sizeof(**items));
+    if (!*buf || !*items)
+        return -1;
+    for (char *q = *buf, *e;; q = e + 1) {
+        (*items)[k++] = q;
+        e = strchr(q, ',');
+        if (!e)
+            break;
+        *e = '\0';
+    }
+    return n;
+}
+
+/* Reads the URL's hosts and ports as libpq does (query parameters included), and keeps them when
+ * a host is a name to look up before each connection. A URL that libpq cannot parse, or one that
+ * gives hostaddr itself, or ports that do not match the hosts, is left to libpq, which then
+ * reports the error or connects without a lookup. Returns -1 when out of memory. */
+static int pg_read_hosts(struct pgstore *s)
+{
+    PQconninfoOption *o = pq.PQconninfoParse(s->cfg->url.raw, NULL);
+    const char *host = NULL, *hostaddr = NULL, *port = NULL;
+    int names = 0, rc = 0;
+
+    for (PQconninfoOption *i = o; i && i->keyword; i++) {
+        if (!strcmp(i->keyword, "host"))
+            host = i->val;
+        else if (!strcmp(i->keyword, "hostaddr"))
+            hostaddr = i->val;
+        else if (!strcmp(i->keyword, "port"))
+            port = i->val;
+    }
+    if (host && *host && !(hostaddr && *hostaddr)) {
+        s->nhosts = pg_split(host, &s->hostbuf, &s->hosts);
+        s->nports = port && *port ? pg_split(port, &s->portbuf, &s->ports) : 0;
+        if (s->nhosts < 0 || s->nports < 0)
+            rc = -1;
+        for (int i = 0; rc == 0 && i < s->nhosts; i++)
+            names += pg_is_name(s->hosts[i]);
+        if (rc == 0 && (names == 0 || (s->nports > 1 && s->nports != s->nhosts)))
+            s->nhosts = s->nports = 0;
+    }
+    if (o)
+        pq.PQconninfoFree(o);
+    return rc;
+}
+
 struct pgstores *pgstores_new(struct event_base *base, const struct cfg *cfg)
 {
     struct pgstores *p = calloc(1, sizeof(*p));
@@ -1361,7 +1557,7 @@ struct pgstores *pgstores_new(struct event_base *base, const struct cfg *cfg)
         snprintf(s->timeout_str, sizeof(s->timeout_str), "%lld", s->timeout_ms);
         snprintf(s->last_error, sizeof(s->last_error), "connecting");
         s->conns = calloc((size_t)s->nconns, sizeof(*s->conns));
-        if (!s->conns) {
+        if (!s->conns || pg_read_hosts(s) < 0) {
             pgstores_free(p);
             return NULL;
         }
@@ -1371,7 +1567,10 @@ struct pgstores *pgstores_new(struct event_base *base, const struct cfg *cfg)
             c->fd = -1;
             c->state = PC_WAIT;
             c->timer = evtimer_new(base, pc_on_timer, c);
-            if (!c->timer) {
+            if (s->nhosts && (c->lk = calloc((size_t)s->nhosts, sizeof(*c->lk))))
+                for (int h = 0; h < s->nhosts; h++)
+                    c->lk[h].c = c;
+            if (!c->timer || (s->nhosts && !c->lk)) {
                 pgstores_free(p);
                 return NULL;
             }
@@ -1401,6 +1600,9 @@ void pgstores_free(struct pgstores *p)
             struct pg_conn *c = &s->conns[k];
             struct pg_job *j = c->job;
             c->job = NULL;
+            pc_cancel_lookups(c);
+            free(c->lk);
+            c->lk = NULL;
             pc_events_free(c);
             if (c->pg)
                 pq.PQfinish(c->pg);
@@ -1417,6 +1619,10 @@ void pgstores_free(struct pgstores *p)
         while (s->jobs)
             pg_job_fail(s->jobs, 503, "unavailable", "shutting down");
         free(s->conns);
+        free(s->hosts);
+        free(s->ports);
+        free(s->hostbuf);
+        free(s->portbuf);
     }
     free(p->st);
     free(p);

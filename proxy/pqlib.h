@@ -22,6 +22,8 @@
     X(PQcmdStatus)                                                                                 \
     X(PQconnectPoll)                                                                               \
     X(PQconnectStartParams)                                                                        \
+    X(PQconninfoFree)                                                                              \
+    X(PQconninfoParse)                                                                             \
     X(PQconsumeInput)                                                                              \
     X(PQenterPipelineMode)                                                                         \
     X(PQerrorMessage)                                                                              \

@@ -789,6 +789,77 @@ class PgStoreTest(FgTestCase):
         self.assertIn("pool_size", err)
 
 
+    def test_a_stalled_lookup_of_the_store_host_leaves_the_sidecar_answering(self):
+        """The store's host name is looked up off the event loop: while the DNS server does not
+        answer, batches for that store are refused at once saying why, everything else (the
+        sidecar's endpoints, a store given by address) stays prompt, and the store is back
+        without a restart. libpq still gets the name as host: .pgpass is keyed by it."""
+        dns = self.slow_dns()
+        self.pg.sql("CREATE ROLE fg LOGIN SUPERUSER PASSWORD 'pw'")
+        self.pg.sql("CREATE DATABASE other")
+        hba = os.path.join(self.pg.data, "pg_hba.conf")
+        with open(hba) as f:
+            rules = f.read()
+        with open(hba, "w") as f:  # fg must give its password over TCP
+            f.write("host all fg 127.0.0.1/32 scram-sha-256\n" + rules)
+        self.pg.sql("SELECT pg_reload_conf()")
+        pgpass = self.write_file("pgpass", "pg.fgtest:%d:*:fg:pw\n" % self.pg.port)
+        os.chmod(pgpass, 0o600)
+        cfg = self.write_file(
+            "fg-dns.yaml",
+            "stores:\n  - name: pg\n    url: postgresql://fg@pg.fgtest:%d/postgres\n"
+            "    pool_size: 2\n  - name: num\n    url: postgresql://%s@127.0.0.1:%d/other\n"
+            % (self.pg.port, self.pg.user, self.pg.port))
+        fg = self.start_fencegate(self.redis, args=["--config", cfg],
+                                  env=dict(dns.env(), PGPASSFILE=pgpass))
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "SELECT current_user"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [["fg"]]), body)
+        # The name service now takes 8 s to answer, and the pool's connections end: each new one
+        # looks the name up again.
+        dns.stall("pg.fgtest", 8000)
+        self.pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'fg'")
+        slowest = []
+
+        def poll():  # the sidecar's own endpoints and the other store, while the lookup hangs
+            worst, end = 0.0, time.monotonic() + 3.0
+            while time.monotonic() < end:
+                t0 = time.monotonic()
+                try:
+                    ok = (fg.http("/healthz", timeout=5)[0] == 200 and
+                          http_request(fg.http_port, "GET", "/v1/locks", timeout=5)[0] == 200 and
+                          self.sql(fg, [{"sql": "SELECT 1"}], store="num", timeout=5)[0] == 200)
+                except OSError:  # a timeout
+                    ok = False
+                worst = max(worst, time.monotonic() - t0 if ok else 99.0)
+                time.sleep(0.05)
+            slowest.append(worst)
+        poller = threading.Thread(target=poll)
+        poller.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 1"}], timeout=15)
+        self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
+        self.assertLess(time.monotonic() - t0, 1.0)
+        poller.join()
+        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        # Each connection gives the lookup its 3 s connect deadline, and says so.
+        wait_until(lambda: b"resolving 'pg.fgtest' timed out" in fg.http("/readyz")[1], 5,
+                   what="/readyz naming the lookup")
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 1"}])
+        self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
+        self.assertIn("resolving 'pg.fgtest' timed out", body["message"])
+        self.assertEqual(self.rows()[0], "1|alice|10", "nothing was committed")
+        # The name service answers again: the store is back without a restart.
+        dns.stall("pg.fgtest", 0)
+        wait_until(lambda: self.sql(fg, [{"sql": "SELECT current_user"}])[0] == 200, 20,
+                   what="the store back")
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET balance = 2 WHERE id = 1"},
+                                 {"sql": "SELECT current_user"}])
+        self.assertEqual((st, body["results"][1]["rows"]), (200, [["fg"]]), body)
+        self.assertEqual(self.rows()[0], "1|alice|2")
+
+
 class LibpqMissingTest(FgTestCase):
     """A PostgreSQL store without a usable libpq.so.5 is a start-up error (exit 2) naming the
     store and the library, before anything connects or listens."""
