@@ -11,7 +11,11 @@
  * back to its store's idle list (at most HS_POOL_MAX, each for at most HS_POOL_IDLE_MS), and the
  * next forward to that store takes the newest. Without that, every forward would leave a socket
  * in TIME_WAIT, and a few hundred forwards a second would run out of local ports. A connection
- * the store closed while idle is reopened by evhttp on its next request. */
+ * the store closed while idle is reopened by evhttp on its next request.
+ *
+ * evhttp would look the store's host name up with a blocking getaddrinfo() when it connects, on
+ * the loop. So a new connection is made to the address looked up off the loop (resolve.h), while
+ * the Host header keeps the name; a pooled connection stays bound to its address. */
 #include "httpstore.h"
 
 #include <event2/buffer.h>
@@ -34,6 +38,7 @@
 #include "httpwatch.h"
 #include "log.h"
 #include "metrics.h"
+#include "resolve.h"
 
 #define HS_WATERMARK            (256 * 1024) /* client output bytes above which the store is not read */
 #define HS_MAX_RESPONSE_HEADERS (64 * 1024) /* the store's status line and headers, bytes */
@@ -43,6 +48,7 @@
 
 enum hs_state {
     HS_RAISING,   /* waiting for the mark */
+    HS_RESOLVING, /* marked; looking the store's host name up for a new connection */
     HS_SENT,      /* forwarded; waiting for the response headers */
     HS_STREAMING, /* the reply to the client has started; the timer is the idle limit */
     HS_DONE,      /* finished; the frees are queued */
@@ -57,7 +63,8 @@ struct hs_fwd {
                                      * connection while req is set */
     struct evhttp_connection *conn; /* to the store */
     struct evhttp_request *ureq;    /* to the store; NULL once evhttp is done with it */
-    struct event *timer;            /* connect, then response deadline */
+    struct resolve_req *resolving;  /* HS_RESOLVING */
+    struct event *timer;            /* lookup, connect, then response deadline */
     struct event *fin;              /* deferred teardown */
     enum hs_state state;
     int connected; /* the connect deadline passed with a connection */
@@ -206,6 +213,7 @@ static void hs_fwd_free(struct hs_fwd *f)
     struct httpstore *hs = f->hs;
 
     httpwatch_stop(&f->watch);
+    resolve_cancel(f->resolving);
     if (f->conn && f->reusable && !f->ureq)
         hs_pool_put(hs, (int)(f->st - hs->cfg->stores), f->conn);
     else if (f->conn)
@@ -246,6 +254,8 @@ static void hs_fwd_finish(struct hs_fwd *f)
     if (f->state == HS_DONE)
         return;
     f->state = HS_DONE;
+    resolve_cancel(f->resolving);
+    f->resolving = NULL;
     if (f->timer)
         evtimer_del(f->timer);
     event_active(f->fin, EV_TIMEOUT, 1);
@@ -470,6 +480,16 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
         hs_fwd_finish(f);
         return;
     }
+    if (f->state == HS_RESOLVING) {
+        metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+        snprintf(msg, sizeof(msg),
+                 "store '%s' (%.200s): resolving '%.100s' took longer than %lld ms; nothing was "
+                 "sent",
+                 f->st->name, f->st->url.raw, f->st->url.hosts[0].host,
+                 f->timeout_ms < hs->connect_ms ? f->timeout_ms : hs->connect_ms);
+        hs_fwd_fail(f, 502, "store_unavailable", msg);
+        return;
+    }
     if (f->state != HS_SENT)
         return;
     if (!f->connected && !hs_connected(f)) {
@@ -494,8 +514,8 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
     hs_fwd_fail(f, 504, "store_timeout", msg);
 }
 
-/* Sends the client's request to the store, stamped with the token. */
-static void hs_forward(struct hs_fwd *f)
+/* Sends the client's request to the store on f->conn, stamped with the token. */
+static void hs_send(struct hs_fwd *f)
 {
     struct httpstore *hs = f->hs;
     struct evhttp_request *req = f->req;
@@ -509,11 +529,6 @@ static void hs_forward(struct hs_fwd *f)
     char num[32], host[300];
     size_t blen = evbuffer_get_length(body);
 
-    f->conn = hs_pool_take(hs, (int)(f->st - hs->cfg->stores));
-    if (f->conn)
-        metrics_inc(&fg_metrics, M_HSTORE_REUSED, 1);
-    else
-        f->conn = evhttp_connection_base_new(hs->base, NULL, a->host, (unsigned short)a->port);
     f->ureq = f->conn ? evhttp_request_new(hs_on_done, f) : NULL;
     if (!f->ureq) {
         hs_fwd_fail(f, 503, "unavailable", "out of memory");
@@ -549,13 +564,6 @@ static void hs_forward(struct hs_fwd *f)
     }
     evbuffer_add_buffer(evhttp_request_get_output_buffer(f->ureq), body);
     f->state = HS_SENT;
-    f->timer = evtimer_new(hs->base, hs_on_timer, f);
-    if (!f->timer) {
-        evhttp_request_free(f->ureq);
-        f->ureq = NULL;
-        hs_fwd_fail(f, 503, "unavailable", "out of memory");
-        return;
-    }
     if (evhttp_make_request(f->conn, f->ureq, cmd, f->target) != 0) {
         f->ureq = NULL; /* freed by evhttp */
         if (f->state == HS_SENT) {
@@ -565,6 +573,57 @@ static void hs_forward(struct hs_fwd *f)
         return;
     }
     metrics_inc(&fg_metrics, M_HSTORE_FORWARDED, 1);
+    hs_arm(f->timer, f->timeout_ms < hs->connect_ms ? f->timeout_ms : hs->connect_ms);
+}
+
+static void hs_on_resolved(const struct addrinfo *res, const char *err, void *arg)
+{
+    struct hs_fwd *f = arg;
+    const struct addrinfo *ai = resolve_pick(res);
+    char addr[64] = "", msg[800];
+
+    f->resolving = NULL;
+    if (ai)
+        resolve_numeric_host(ai->ai_addr, addr, sizeof(addr));
+    if (!addr[0]) {
+        metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+        snprintf(msg, sizeof(msg), "store '%s' (%.200s): %.300s; nothing was sent", f->st->name,
+                 f->st->url.raw, err ? err : "cannot resolve its host");
+        hs_fwd_fail(f, 502, "store_unavailable", msg);
+        return;
+    }
+    f->conn = evhttp_connection_base_new(f->hs->base, NULL, addr,
+                                         (unsigned short)f->st->url.hosts[0].port);
+    hs_send(f);
+}
+
+/* Forwards on an idle connection to the store, or on a new one once the store's host name is
+ * looked up (again: it may name another address by now). The lookup has the connect deadline;
+ * the connection then has its own. */
+static void hs_forward(struct hs_fwd *f)
+{
+    struct httpstore *hs = f->hs;
+    const struct cfg_addr *a = &f->st->url.hosts[0];
+
+    f->timer = evtimer_new(hs->base, hs_on_timer, f);
+    if (!f->timer) {
+        hs_fwd_fail(f, 503, "unavailable", "out of memory");
+        return;
+    }
+    f->conn = hs_pool_take(hs, (int)(f->st - hs->cfg->stores));
+    if (f->conn) {
+        metrics_inc(&fg_metrics, M_HSTORE_REUSED, 1);
+        hs_send(f);
+        return;
+    }
+    f->resolving = resolve_start(hs->base, a->host, a->port, hs_on_resolved, f);
+    if (!f->resolving) {
+        hs_fwd_fail(f, 503, "unavailable",
+                    "cannot resolve the store's host: out of memory or "
+                    "threads");
+        return;
+    }
+    f->state = HS_RESOLVING;
     hs_arm(f->timer, f->timeout_ms < hs->connect_ms ? f->timeout_ms : hs->connect_ms);
 }
 

@@ -211,10 +211,10 @@ class HttpStoreCase(FgTestCase):
             "  - { name: cache, url: \"%s\" }\n"
             "  - { name: blobs, url: \"%s\" }\n" % (self.redis.url, url)) + extra)
 
-    def sidecar(self, url=None, ttl_ms=10000, extra=""):
+    def sidecar(self, url=None, ttl_ms=10000, extra="", env=None):
         url = url or "http://127.0.0.1:%d/prefix" % self.up.port
         fg = self.start_fencegate(self.redis, args=["--config", self.config(url, extra),
-                                                    "--session-ttl-ms", str(ttl_ms)])
+                                                    "--session-ttl-ms", str(ttl_ms)], env=env)
         self.addCleanup(self.stop_clean, fg)
         return fg
 
@@ -231,14 +231,15 @@ class HttpStoreCase(FgTestCase):
         self.assertEqual(st, 200, data)
         return json.loads(data)["token"]
 
-    def store(self, fg, method, path, lock=None, body=None, headers=None, timeout=15.0):
+    def store(self, fg, method, path, lock=None, body=None, headers=None, timeout=15.0,
+              name="blobs"):
         """(status, lower-cased headers, body bytes) of a request through the HTTP store."""
         h = dict(headers or {})
         if lock is not None:
             h["Fence-Lock"] = lock
         c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=timeout)
         try:
-            c.request(method, "/v1/stores/blobs/http" + path, body=body, headers=h)
+            c.request(method, "/v1/stores/%s/http" % name + path, body=body, headers=h)
             r = c.getresponse()
             data = r.read()
             return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
@@ -649,6 +650,56 @@ class HttpStore(HttpStoreCase):
         self.redis.proc.send_signal(harness.signal.SIGCONT)
         self.assertEqual(self.up.seen(), [])
 
+
+    def test_a_stalled_lookup_of_the_store_host_leaves_the_sidecar_answering(self):
+        """The store's host name is looked up off the event loop, for each new connection: while
+        the DNS server does not answer, requests to that store fail within the connect timeout
+        with nothing sent, everything else (the sidecar's endpoints, a store given by address)
+        stays prompt, and the store is back without a restart. Host is still the name."""
+        dns = self.slow_dns()
+        fg = self.sidecar(url="http://store.fgtest:%d/prefix" % self.up.port, env=dns.env(),
+                          extra="  - { name: num, url: \"http://127.0.0.1:%d/num\" }\n"
+                          % self.up.port)
+        self.acquire(fg, "n")
+        self.assertEqual(self.store(fg, "PUT", "/a", "n", b"v")[0], 201)
+        host = "store.fgtest:%d" % self.up.port
+        self.assertEqual(Upstream.header(self.up.seen()[-1], "Host"), [host])
+        # The name service now takes 8 s to answer; the kept-alive connection is closed after
+        # 2 s idle, so the next request connects anew and looks the name up again.
+        dns.stall("store.fgtest", 8000)
+        time.sleep(2.2)
+        slowest = []
+
+        def poll():  # the sidecar's own endpoints and the other store, while the lookup hangs
+            worst, end = 0.0, time.monotonic() + 3.0
+            while time.monotonic() < end:
+                t0 = time.monotonic()
+                try:
+                    ok = (harness.http_get(fg.http_port, "/healthz")[0] == 200 and
+                          harness.http_request(fg.http_port, "GET", "/v1/locks",
+                                               timeout=5)[0] == 200 and
+                          self.store(fg, "GET", "/x", "n", timeout=5, name="num")[0] == 200)
+                except OSError:  # a timeout
+                    ok = False
+                worst = max(worst, time.monotonic() - t0 if ok else 99.0)
+                time.sleep(0.05)
+            slowest.append(worst)
+        poller = threading.Thread(target=poll)
+        poller.start()
+        t0 = time.monotonic()
+        doc = self.assert_error(self.store(fg, "PUT", "/b", "n", b"v"), 502, "store_unavailable")
+        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertIn("resolving 'store.fgtest'", doc["message"])
+        self.assertIn("nothing was sent", doc["message"])
+        poller.join()
+        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        self.assertNotIn("/prefix/b", [r["path"] for r in self.up.seen()])
+        # The name service answers again: the store is back without a restart.
+        dns.stall("store.fgtest", 0)
+        harness.wait_until(lambda: self.store(fg, "PUT", "/c", "n", b"v")[0] == 201, 15,
+                           what="the store back")
+        rec = self.up.seen()[-1]
+        self.assertEqual((rec["path"], Upstream.header(rec, "Host")), ("/prefix/c", [host]))
 
 class HttpStoreTwoSidecars(HttpStoreCase):
 
