@@ -1,6 +1,8 @@
 /* appcheck.c — the application's health check: one GET of app_health.url per interval on a new
  * connection (Connection: close, as a kubelet probe), passing on a status of 200..399 within
- * timeout_ms. The body is read and dropped. */
+ * timeout_ms. The body is read and dropped. The URL's host name is looked up off the loop
+ * (resolve.h) at each check, within the same timeout: evhttp would call a blocking getaddrinfo()
+ * on the loop; the Host header keeps the name. */
 #include "appcheck.h"
 
 #include <event2/buffer.h>
@@ -15,16 +17,18 @@
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
+#include "resolve.h"
 
 #define APPCHECK_MAX_HEADERS 16384
 
-enum appcheck_state { AC_IDLE, AC_PROBING, AC_ANSWERED };
+enum appcheck_state { AC_IDLE, AC_RESOLVING, AC_PROBING, AC_ANSWERED };
 
 struct appcheck {
     struct event_base *base;
     const struct cfg *cfg;
     appcheck_cb cb;
     void *arg;
+    struct resolve_req *resolving;  /* the host's lookup (AC_RESOLVING) */
     struct evhttp_connection *conn; /* of the check in progress */
     struct event *timer;            /* the next check, or the running check's deadline */
     struct event *fin;              /* ends a check from the loop, outside libevent's callbacks */
@@ -90,6 +94,8 @@ static void appcheck_end(struct appcheck *a, const char *fail)
 {
     long long next = a->started_ms + a->cfg->app_health_interval_ms - clock_now_ms();
 
+    resolve_cancel(a->resolving);
+    a->resolving = NULL;
     if (a->conn)
         evhttp_connection_free(a->conn); /* frees a request still pending, silently */
     a->conn = NULL;
@@ -163,16 +169,24 @@ static void appcheck_on_done(struct evhttp_request *req, void *arg)
     event_active(a->fin, EV_TIMEOUT, 1); /* the connection is freed outside its callback */
 }
 
-static void appcheck_start(struct appcheck *a)
+/* The host's address is known: connect to it and send the check. */
+static void appcheck_resolved(const struct addrinfo *res, const char *err, void *arg)
 {
+    struct appcheck *a = arg;
     const struct cfg_url *u = &a->cfg->app_health_url;
+    const struct addrinfo *ai = resolve_pick(res);
     struct evhttp_request *req;
     struct evkeyvalq *h;
+    char addr[64] = "";
 
-    a->started_ms = clock_now_ms();
-    a->status = a->err = a->connected = 0;
-    a->conn = evhttp_connection_base_new(a->base, NULL, u->hosts[0].host,
-                                         (unsigned short)u->hosts[0].port);
+    a->resolving = NULL;
+    if (ai)
+        resolve_numeric_host(ai->ai_addr, addr, sizeof(addr));
+    if (!addr[0]) {
+        appcheck_end(a, err ? err : "cannot resolve the host");
+        return;
+    }
+    a->conn = evhttp_connection_base_new(a->base, NULL, addr, (unsigned short)u->hosts[0].port);
     req = a->conn ? evhttp_request_new(appcheck_on_done, a) : NULL;
     if (!req) {
         appcheck_end(a, "out of memory");
@@ -192,20 +206,38 @@ static void appcheck_start(struct appcheck *a)
     if (evhttp_make_request(a->conn, req, EVHTTP_REQ_GET, u->path[0] ? u->path : "/") != 0) {
         if (a->state == AC_PROBING) /* else its callback already ran, and fin ends it */
             appcheck_end(a, "cannot send the request"); /* req was freed by evhttp */
+    }
+}
+
+/* A check begins: its timeout covers the lookup, the connection and the answer. */
+static void appcheck_start(struct appcheck *a)
+{
+    const struct cfg_url *u = &a->cfg->app_health_url;
+
+    a->started_ms = clock_now_ms();
+    a->status = a->err = a->connected = 0;
+    a->resolving = resolve_start(a->base, u->hosts[0].host, u->hosts[0].port, appcheck_resolved, a);
+    if (!a->resolving) {
+        appcheck_end(a, "cannot resolve: out of memory or threads");
         return;
     }
+    a->state = AC_RESOLVING;
     appcheck_arm(a, a->cfg->app_health_timeout_ms);
 }
 
 static void appcheck_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct appcheck *a = arg;
-    char fail[100];
+    char fail[160];
 
     (void)fd;
     (void)what;
     if (a->state == AC_IDLE) {
         appcheck_start(a);
+    } else if (a->state == AC_RESOLVING) {
+        snprintf(fail, sizeof(fail), "resolving '%.60s' took longer than %lld ms",
+                 a->cfg->app_health_url.hosts[0].host, a->cfg->app_health_timeout_ms);
+        appcheck_end(a, fail);
     } else if (a->state == AC_PROBING) {
         snprintf(fail, sizeof(fail), "no answer within %lld ms", a->cfg->app_health_timeout_ms);
         appcheck_end(a, fail);
@@ -257,6 +289,7 @@ void appcheck_free(struct appcheck *a)
 {
     if (!a)
         return;
+    resolve_cancel(a->resolving);
     if (a->conn)
         evhttp_connection_free(a->conn);
     if (a->timer)

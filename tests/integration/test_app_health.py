@@ -31,12 +31,14 @@ class App:
         self.mode = "ok"
         self.checks = 0
         self.paths = set()
+        self.hosts = set()  # Host headers seen
         app = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 app.checks += 1
                 app.paths.add(self.path)
+                app.hosts.add(self.headers.get("Host"))
                 mode = app.mode
                 if mode == "close":
                     self.close_connection = True
@@ -78,8 +80,8 @@ class AppHealth(FgTestCase):
         self.app = App()
         self.addCleanup(self.app.stop)
 
-    def start_gated(self, url=None, extra=()):
-        return self.start_fencegate(self.redis, args=[
+    def start_gated(self, url=None, extra=(), env=None):
+        return self.start_fencegate(self.redis, env=env, args=[
             # A long session lease: a lock that goes away sooner was given up, not expired.
             "--session-ttl-ms", "60000",
             "--app-health-url", url or self.app.url,
@@ -234,6 +236,47 @@ class AppHealth(FgTestCase):
         st, doc = self.req(fg, "POST", "/v1/locks/L", {})
         self.assertEqual((st, doc["error"]), (503, "app_unhealthy"), doc)
         self.assertIn("cannot connect", doc["message"])
+
+    def test_a_stalled_lookup_of_the_app_host_fails_the_check_not_the_sidecar(self):
+        """The URL's host name is looked up off the event loop, within the check's timeout:
+        while the DNS server does not answer, checks fail saying so (and the locks are given up)
+        while the sidecar's endpoints stay prompt; once it answers, checks pass again. Host is
+        still the name."""
+        dns = self.slow_dns()
+        host = "app.fgtest:%d" % self.app.port
+        fg = self.start_gated("http://%s/healthz" % host, env=dns.env())
+        self.acquire(fg, "L")
+        self.assertEqual(self.app.hosts, {host})
+        dns.stall("app.fgtest", 3000)
+        slowest = []
+
+        def poll():  # the sidecar's own endpoints, while lookups hang
+            worst, end = 0.0, time.monotonic() + 2.0
+            while time.monotonic() < end:
+                t0 = time.monotonic()
+                try:
+                    ok = (harness.http_get(fg.http_port, "/healthz")[0] == 200 and
+                          harness.http_request(fg.http_port, "GET", "/v1/locks",
+                                               timeout=5)[0] == 200)
+                except OSError:  # a timeout
+                    ok = False
+                worst = max(worst, time.monotonic() - t0 if ok else 99.0)
+                time.sleep(0.05)
+            slowest.append(worst)
+        poller = threading.Thread(target=poll)
+        poller.start()
+        self.wait_given_up(fg, "L")
+        poller.join()
+        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        st, doc = self.req(fg, "POST", "/v1/locks/L", {})
+        self.assertEqual((st, doc["error"]), (503, "app_unhealthy"), doc)
+        self.assertIn("resolving 'app.fgtest' took longer than %d ms" % TIMEOUT_MS,
+                      doc["message"])
+        # The name service answers again: checks pass, locks are granted.
+        dns.stall("app.fgtest", 0)
+        harness.wait_until(lambda: self.req(fg, "POST", "/v1/locks/L", {"ttl_ms": 60000})[0]
+                           == 200, 15, what="the app healthy again")
+        self.assertEqual(self.app.hosts, {host})
 
     def test_without_a_check_nothing_changes(self):
         fg = self.start_fencegate(self.redis)
