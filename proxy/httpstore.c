@@ -592,6 +592,16 @@ static void hs_on_resolved(const struct addrinfo *res, const char *err, void *ar
         hs_fwd_fail(f, 502, "store_unavailable", msg);
         return;
     }
+    if (!lock_still_held(f->owner, f->lock, strlen(f->lock), f->token)) {
+        /* The mark was checked before the lookup, which may have taken seconds. */
+        metrics_inc(&fg_metrics, M_HSTORE_LOCKLOST, 1);
+        snprintf(msg, sizeof(msg),
+                 "the lock was lost while the store's host name was looked up; re-acquire it; "
+                 "nothing was forwarded to store '%s'",
+                 f->st->name);
+        hs_fwd_fail(f, 409, "lock_lost", msg);
+        return;
+    }
     f->conn = evhttp_connection_base_new(f->hs->base, NULL, addr,
                                          (unsigned short)f->st->url.hosts[0].port);
     hs_send(f);

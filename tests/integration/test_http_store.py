@@ -701,6 +701,25 @@ class HttpStore(HttpStoreCase):
         rec = self.up.seen()[-1]
         self.assertEqual((rec["path"], Upstream.header(rec, "Host")), ("/prefix/c", [host]))
 
+    def test_a_lock_released_during_the_lookup_is_not_forwarded(self):
+        """The mark is checked before the store's host name is looked up for a new connection;
+        a lock released while the lookup hangs is checked again after it: 409 lock_lost, and
+        nothing reaches the store."""
+        dns = self.slow_dns()
+        fg = self.sidecar(url="http://store.fgtest:%d/prefix" % self.up.port, env=dns.env())
+        self.acquire(fg, "r")
+        dns.stall("store.fgtest", 1000)
+        got = []
+        put = threading.Thread(target=lambda: got.append(self.store(fg, "PUT", "/r", "r", b"v")))
+        put.start()
+        time.sleep(0.4)
+        self.assertEqual(harness.http_request(fg.http_port, "DELETE", "/v1/locks/r")[0], 200)
+        put.join()
+        doc = self.assert_error(got[0], 409, "lock_lost")
+        self.assertIn("looked up", doc["message"])
+        self.assertNotIn("/prefix/r", [r["path"] for r in self.up.seen()])
+
+
 class HttpStoreTwoSidecars(HttpStoreCase):
 
     def test_frozen_holder_is_refused_and_never_reaches_the_store(self):
