@@ -166,11 +166,14 @@ enum pc_state { PC_WAIT, PC_RESOLVING, PC_CONNECTING, PC_SETUP, PC_IDLE, PC_BUSY
 struct pg_job;
 struct pg_conn;
 
+#define PG_MAX_ADDRS 8 /* addresses of one host name handed to libpq, which tries each in turn */
+
 /* The lookup of one of the URL's hosts for one connection. */
 struct pc_lookup {
     struct pg_conn *c;
-    struct resolve_req *req; /* in flight */
-    char addr[64];           /* the numeric address; "" when not a name, or not found */
+    struct resolve_req *req;     /* in flight */
+    char addr[PG_MAX_ADDRS][64]; /* its numeric addresses, in the resolver's order */
+    int naddrs;                  /* 0 when not a name, or not found */
 };
 
 struct pg_conn {
@@ -632,7 +635,8 @@ static void pc_connect(struct pg_conn *c)
     const char *kw[] = {
         "application_name", "dbname", "client_encoding", "host", "hostaddr", "port", NULL};
     const char *val[] = {"fencegate", s->cfg->url.raw, "UTF8", NULL, NULL, NULL, NULL};
-    size_t hcap = strlen(s->cfg->url.raw) + 1, acap = (size_t)s->nhosts * 64 + 1;
+    size_t hcap = (strlen(s->cfg->url.raw) + 1) * PG_MAX_ADDRS,
+           acap = (size_t)s->nhosts * PG_MAX_ADDRS * 64 + 1;
     char *host = NULL, *addr = NULL, *port = NULL;
     int k = 0, ok = 1;
 
@@ -642,14 +646,15 @@ static void pc_connect(struct pg_conn *c)
         addr = calloc(1, acap);
         port = calloc(1, hcap);
         ok = host && addr && port;
+        /* A name with several addresses is listed once per address, as libpq would try them. */
         for (int i = 0; ok && i < s->nhosts; i++) {
             int name = pg_is_name(s->hosts[i]);
-            if (name && !c->lk[i].addr[0])
-                continue;
-            ok = pg_list_add(host, hcap, k, s->hosts[i]) &&
-                 pg_list_add(addr, acap, k, name ? c->lk[i].addr : "") &&
-                 (s->nports < 2 || pg_list_add(port, hcap, k, s->ports[i]));
-            k++;
+            for (int j = 0; ok && j < (name ? c->lk[i].naddrs : 1); j++) {
+                ok = pg_list_add(host, hcap, k, s->hosts[i]) &&
+                     pg_list_add(addr, acap, k, name ? c->lk[i].addr[j] : "") &&
+                     (s->nports < 2 || pg_list_add(port, hcap, k, s->ports[i]));
+                k++;
+            }
         }
         if (!ok || k == 0) {
             free(host);
@@ -687,12 +692,13 @@ static void pc_resolved(const struct addrinfo *res, const char *err, void *arg)
 {
     struct pc_lookup *lk = arg;
     struct pg_conn *c = lk->c;
-    const struct addrinfo *a = resolve_pick(res);
 
     lk->req = NULL;
-    if (a)
-        resolve_numeric_host(a->ai_addr, lk->addr, sizeof(lk->addr));
-    if (!lk->addr[0] && !c->err[0])
+    for (const struct addrinfo *a = res; a && lk->naddrs < PG_MAX_ADDRS; a = a->ai_next) {
+        resolve_numeric_host(a->ai_addr, lk->addr[lk->naddrs], sizeof(lk->addr[0]));
+        lk->naddrs += lk->addr[lk->naddrs][0] != '\0';
+    }
+    if (!lk->naddrs && !c->err[0])
         snprintf(c->err, sizeof(c->err), "%s", err ? err : "cannot resolve the host");
     if (--c->lookups == 0)
         pc_connect(c);
@@ -707,7 +713,7 @@ static void pc_start(struct pg_conn *c)
     c->err[0] = '\0';
     for (int i = 0; i < s->nhosts; i++) {
         long port = s->nports ? strtol(s->ports[i < s->nports ? i : 0], NULL, 10) : 0;
-        c->lk[i].addr[0] = '\0';
+        c->lk[i].naddrs = 0;
         if (!pg_is_name(s->hosts[i]))
             continue;
         c->lk[i].req =

@@ -1,6 +1,8 @@
 /* slowdns.c — a name service that can stall, for tests (LD_PRELOAD=libslowdns.so).
  *
- * Every name ending in ".fgtest" resolves to 127.0.0.1. When SLOWDNS_FILE names a file, each of
+ * Every name ending in ".fgtest" resolves to 127.0.0.1; one that also begins with "two." to
+ * 127.0.0.2 and then 127.0.0.1 (a name with two addresses, the first of which a server bound to
+ * 127.0.0.1 refuses). When SLOWDNS_FILE names a file, each of
  * its lines "NAME MS" makes a lookup of NAME wait MS milliseconds first, as a DNS server that does
  * not answer makes getaddrinfo() wait. The file is read at every lookup, so a test can make a
  * name slow (or fast again) while the process runs. Other names go to libc unchanged. */
@@ -53,8 +55,23 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
         h.ai_flags &=
             ~AI_ADDRCONFIG; /* a network namespace with only lo up has no IPv4 "configured" */
         h.ai_flags |= AI_NUMERICHOST;
-        node = "127.0.0.1";
-        return real(node, service, &h, res);
+        if (strncmp(node, "two.", 4) == 0) {
+            struct addrinfo *first = NULL, *last;
+            int rc = real("127.0.0.2", service, &h, &first);
+            if (rc != 0)
+                return rc;
+            for (last = first; last->ai_next; last = last->ai_next)
+                ;
+            /* glibc allocates each entry on its own: freeaddrinfo() frees the joined list. */
+            rc = real("127.0.0.1", service, &h, &last->ai_next);
+            if (rc != 0) {
+                freeaddrinfo(first);
+                return rc;
+            }
+            *res = first;
+            return 0;
+        }
+        return real("127.0.0.1", service, &h, res);
     }
     return real(node, service, hints, res);
 }

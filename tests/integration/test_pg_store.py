@@ -788,6 +788,18 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(rc, 2, err)
         self.assertIn("pool_size", err)
 
+    def test_every_address_of_the_host_name_is_tried(self):
+        """The store's host name has two addresses, and PostgreSQL listens on the second only:
+        libpq gets both (the name once per address) and connects to the one that answers, as it
+        did when it looked the name up itself."""
+        dns = self.slow_dns()
+        cfg = self.write_file("fg-two.yaml", "stores:\n  - name: pg\n    url: postgresql://%s@"
+                              "two.pg.fgtest:%d/postgres\n" % (self.pg.user, self.pg.port))
+        fg = self.start_fencegate(self.redis, args=["--config", cfg], env=dns.env())
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "SELECT host(inet_server_addr())"}])
+        self.assertEqual((st, body.get("results", [{}])[0].get("rows")), (200, [["127.0.0.1"]]),
+                         body)
 
     def test_a_stalled_lookup_of_the_store_host_leaves_the_sidecar_answering(self):
         """The store's host name is looked up off the event loop: while the DNS server does not
