@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "resolve.h"
+
 #define RD_DEFAULT_PORT   6379
 #define RD_BACKOFF_MIN_MS 100
 #define RD_BACKOFF_MAX_MS 5000
@@ -115,6 +117,7 @@ static const char *const rd_scripts[RD_NSCRIPTS] = {
 /* AUTH, SELECT and one SCRIPT LOAD per script must fit the handshake's record. */
 _Static_assert(2 + RD_NSCRIPTS <= RD_MAX_HANDSHAKE, "RD_MAX_HANDSHAKE is too small");
 
+/* RD_CONNECTING: the host's lookup (resolving), then the connect and handshake (ac). */
 enum rd_conn_state { RD_DOWN, RD_CONNECTING, RD_READY };
 enum rd_hs_step { RD_HS_AUTH, RD_HS_SELECT, RD_HS_LOAD }; /* RD_HS_LOAD + script index */
 
@@ -124,8 +127,10 @@ struct rd_client;
 struct rd_conn {
     struct rd_client *rc;
     redisAsyncContext *ac;
+    struct resolve_req *resolving; /* the host's lookup before a connect; NULL when none */
     enum rd_conn_state state;
-    struct event *timer; /* reconnect backoff while DOWN, handshake deadline while CONNECTING */
+    struct event *timer; /* reconnect backoff while DOWN, the deadline of lookup, connect and
+                          * handshake while CONNECTING */
     int backoff_ms;
     int64_t started_ms; /* when the last connection attempt began */
     int woken;          /* a call asked for that attempt (rd_conn_wake) */
@@ -368,27 +373,37 @@ static void rd_on_disconnect(const redisAsyncContext *ac, int status)
     rd_conn_lost(cn, ac, why);
 }
 
-/* Opens cn's connection and queues its handshake: AUTH, SELECT and SCRIPT LOAD for the lock
- * connection (ready when all succeeded), AUTH and the standing subscription for the subscriber
- * (usable at once: what it buffers is sent on connect). */
-static void rd_conn_start(struct rd_conn *cn)
+/* An attempt of cn failed before it had a connection: DOWN, and the next one after the backoff. */
+static void rd_conn_failed(struct rd_conn *cn, const char *why, int count)
 {
     struct rd_client *rc = cn->rc;
-    redisAsyncContext *ac = redisAsyncConnect(rc->host, rc->port);
+    cn->state = RD_DOWN;
+    lock_fmt(rc->last_error, sizeof(rc->last_error), "%s", why);
+    if (count)
+        rc->lc->stats.backend_errors++;
+    evtimer_del(cn->timer);
+    rd_conn_backoff(cn);
+}
+
+/* Opens cn's connection to addr (numeric) and queues its handshake: AUTH, SELECT and SCRIPT LOAD
+ * for the lock connection (ready when all succeeded), AUTH and the standing subscription for the
+ * subscriber (usable at once: what it buffers is sent on connect). */
+static void rd_conn_open(struct rd_conn *cn, const char *addr)
+{
+    struct rd_client *rc = cn->rc;
+    redisAsyncContext *ac = redisAsyncConnect(addr, rc->port);
     char why[256];
-    cn->started_ms = lock_now_ms();
     if (ac == NULL || ac->err) {
         lock_fmt(why, sizeof(why), "connect failed: %s",
                  ac && ac->errstr ? ac->errstr : "out of memory");
-        lock_fmt(rc->last_error, sizeof(rc->last_error), "%s", why);
         if (ac)
             redisAsyncFree(ac);
-        rd_conn_backoff(cn);
+        rd_conn_failed(cn, why, 0);
         return;
     }
     if (redisLibeventAttach(ac, rc->lc->base) != REDIS_OK) {
         redisAsyncFree(ac);
-        rd_conn_backoff(cn);
+        rd_conn_failed(cn, "connect failed: out of memory", 0);
         return;
     }
     ac->data = cn;
@@ -396,7 +411,6 @@ static void rd_conn_start(struct rd_conn *cn)
     redisAsyncSetDisconnectCallback(ac, rd_on_disconnect);
     (void)redisEnableKeepAlive(&ac->c);
     cn->ac = ac;
-    cn->state = RD_CONNECTING;
     cn->hs_sent = cn->hs_done = 0;
     if (rc->have_auth) {
         int rv = rc->user[0]
@@ -412,6 +426,7 @@ static void rd_conn_start(struct rd_conn *cn)
          * subscribed mode while per-lock SUBSCRIBE / UNSUBSCRIBE are in flight. */
         (void)redisAsyncCommand(ac, rd_sub_cb, rc, "SUBSCRIBE %s", ch);
         cn->state = RD_READY; /* its backoff is reset by the first subscription confirmed */
+        evtimer_del(cn->timer);
         size_t b = 0;
         struct lock_hnode *it = NULL, *n;
         while ((n = lock_map_next(&rc->waits, &b, &it)) != NULL) {
@@ -426,9 +441,38 @@ static void rd_conn_start(struct rd_conn *cn)
     for (int i = 0; i < RD_NSCRIPTS; i++)
         if (redisAsyncCommand(ac, rd_handshake_cb, cn, "SCRIPT LOAD %s", rd_scripts[i]) == REDIS_OK)
             cn->hs[cn->hs_sent++] = RD_HS_LOAD + i;
+}
+
+static void rd_conn_resolved(const struct addrinfo *res, const char *why, void *arg)
+{
+    struct rd_conn *cn = arg;
+    const struct addrinfo *a = resolve_pick(res);
+    char addr[64];
+
+    cn->resolving = NULL;
+    if (a == NULL) {
+        rd_conn_failed(cn, why, 1);
+        return;
+    }
+    resolve_numeric_host(a->ai_addr, addr, sizeof(addr));
+    rd_conn_open(cn, addr);
+}
+
+/* Starts a connection attempt of cn: the host is looked up on a worker thread (resolve.h), so a
+ * name service that stalls never stalls the loop, then connected to. Calls wait for it as for any
+ * connect; op_timeout bounds the lookup, connect and handshake together. */
+static void rd_conn_start(struct rd_conn *cn)
+{
+    struct rd_client *rc = cn->rc;
     long long to = rc->lc->opt.op_timeout_ms;
     struct timeval tv = {(time_t)(to / 1000), (suseconds_t)((to % 1000) * 1000)};
+    cn->started_ms = lock_now_ms();
+    cn->state = RD_CONNECTING;
     evtimer_add(cn->timer, &tv);
+    /* Looked up again at each attempt: the name may point elsewhere after a failover. */
+    cn->resolving = resolve_start(rc->lc->base, rc->host, rc->port, rd_conn_resolved, cn);
+    if (cn->resolving == NULL)
+        rd_conn_failed(cn, "cannot resolve: out of memory or threads", 1);
 }
 
 /* A call needs the connection while it waits out a backoff: try again now, unless an attempt
@@ -448,6 +492,12 @@ static void rd_conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     char why[128];
     if (cn->state == RD_DOWN) {
         rd_conn_start(cn);
+    } else if (cn->resolving) {
+        resolve_cancel(cn->resolving);
+        cn->resolving = NULL;
+        lock_fmt(why, sizeof(why), "resolving '%.60s' timed out after %lld ms", cn->rc->host,
+                 cn->rc->lc->opt.op_timeout_ms);
+        rd_conn_failed(cn, why, 1);
     } else if (cn->state == RD_CONNECTING) {
         lock_fmt(why, sizeof(why), "no handshake reply within %lld ms",
                  cn->rc->lc->opt.op_timeout_ms);
@@ -1201,8 +1251,9 @@ static void rd_call_timeout_cb(evutil_socket_t fd, short what, void *arg)
     struct rd_client *rc = k->rc;
     char msg[LOCK_MSG_MAX];
     if (!k->sent) {
-        lock_fmt(msg, sizeof(msg), "%s is unreachable (%s); gave up after %lld ms", rc->where,
-                 rc->last_error[0] ? rc->last_error : "not connected yet", k->wait_ms);
+        lock_fmt(msg, sizeof(msg), "%s is unreachable (%s%s); gave up after %lld ms", rc->where,
+                 rc->last_error[0] ? rc->last_error : "not connected yet",
+                 rc->main.resolving ? "; its name is still being looked up" : "", k->wait_ms);
         rc->lc->stats.backend_errors++;
         rd_call_fail(k, msg, 0);
         rd_call_free(k);
@@ -1651,6 +1702,7 @@ static void rd_op_close(struct lock_client *c)
     for (int i = 0; i < 2; i++) {
         redisAsyncContext *ac = conns[i]->ac;
         conns[i]->ac = NULL;
+        resolve_cancel(conns[i]->resolving);
         if (ac)
             redisAsyncFree(ac); /* sent calls come back with NULL replies and free themselves */
         event_free(conns[i]->timer);

@@ -497,6 +497,22 @@ class Fencegate:
         return parse_metrics(body.decode())
 
 
+def poll_prompt(fg, conn, seconds, slowest):
+    """For a thread beside a stalled lookup: appends to slowest the longest wait, over `seconds`,
+    for fg's /healthz and a pass-through GET of "k" (which must hold b"v") on conn, a RawConn;
+    99 when one failed."""
+    worst, end = 0.0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        try:
+            ok = fg.http("/healthz", timeout=5)[0] == 200 and conn.call("GET", "k") == b"v"
+        except OSError:  # a timeout
+            ok = False
+        worst = max(worst, time.monotonic() - t0 if ok else 99.0)
+        time.sleep(0.05)
+    slowest.append(worst)
+
+
 class SlowDns:
     """A name service that can stall, for a fencegate started with env=dns.env(): libslowdns.so
     (tests/integration/slowdns.c, built next to fencegate) is preloaded, every name ending in

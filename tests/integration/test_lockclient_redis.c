@@ -1,12 +1,15 @@
 /* test_lockclient_redis.c — the lock client against real redis-server processes this test starts
  * on free loopback ports (and kills at the end, also when a test fails or the process dies). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <hiredis/hiredis.h>
 #include <malloc.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -374,6 +377,48 @@ static int wait_key(int port, const char *name, int want, int timeout_ms)
     }
 }
 
+/* ---- a name service that stalls (as in test_grpc.c) ---- */
+
+/* The test's getaddrinfo() comes before libc's (the library is linked statically): a lookup of
+ * "slow.test" waits while the gate is closed, then names 127.0.0.1; "missing.test" names nothing.
+ * It waits 3 s at most, so that a caller that blocks the loop on it shows as slow instead of
+ * hanging the test. */
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static int g_gate_closed;
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res)
+{
+    typedef int gai_fn(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+    gai_fn *real = (gai_fn *)(uintptr_t)dlsym(RTLD_NEXT, "getaddrinfo");
+
+    if (node && strcmp(node, "missing.test") == 0 && !(hints && hints->ai_flags & AI_NUMERICHOST))
+        return EAI_NONAME;
+    if (node && strcmp(node, "slow.test") == 0) {
+        struct timespec until;
+        if (hints && (hints->ai_flags & AI_NUMERICHOST))
+            return EAI_NONAME; /* a name, not an address */
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 3;
+        pthread_mutex_lock(&g_gate_mu);
+        while (g_gate_closed && pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &until) == 0)
+            ;
+        pthread_mutex_unlock(&g_gate_mu);
+        node = "127.0.0.1";
+    }
+    return real(node, service, hints, res);
+}
+
+static void gate(int closed)
+{
+    pthread_mutex_lock(&g_gate_mu);
+    g_gate_closed = closed;
+    if (!closed)
+        pthread_cond_broadcast(&g_gate_cv);
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
 /* ---- fixtures ---- */
 
 static int group_setup(void **state)
@@ -406,6 +451,7 @@ static int test_setup(void **state)
 
 static int test_teardown(void **state)
 {
+    gate(0); /* in case a test failed while lookups stalled */
     for (int i = 0; i < TEST_MAX_CLIENTS; i++) {
         if (g_clients[i]) {
             lock_client_free(g_clients[i]);
@@ -1373,6 +1419,65 @@ static void test_norenew_lock_lost_when_redis_comes_back_empty(void **state)
     redis_destroy(&rp);
 }
 
+/* Runs the loop for ms; returns the longest one turn of it took (the 5 ms tick wakes it). */
+static int64_t run_for_worst(int ms)
+{
+    int64_t end = now_ms() + ms, worst = 0;
+    while (now_ms() < end) {
+        int64_t t0 = now_ms();
+        event_base_loop(g_base, EVLOOP_ONCE);
+        if (now_ms() - t0 > worst)
+            worst = now_ms() - t0;
+    }
+    return worst;
+}
+
+/* Redis' host name is looked up off the loop: while the lookup stalls the loop keeps running, an
+ * acquire waits for the connection as for any connect and is answered once, UNAVAILABLE within
+ * op_timeout, naming the stalled lookup; once the name service answers, the client connects. A
+ * client freed while its lookup runs is never called back. */
+static void test_stalled_lookup_leaves_the_loop_running(void **state)
+{
+    char url[64];
+    struct acq a, b;
+    snprintf(url, sizeof(url), "redis://slow.test:%d", g_redis.port);
+    gate(1);
+    struct lock_client *c = client_new_url(url, NULL);
+    assert_non_null(c);
+    struct lock_session *s = lock_session_new(c, 5000, NULL, NULL);
+    assert_non_null(s);
+    memset(&a, 0, sizeof(a));
+    int64_t t0 = now_ms();
+    assert_int_equal(lock_acquire(s, "dns-1", 5, 0, 10000, 0, acq_cb, &a), 0);
+    assert_true(run_for_worst(TEST_OP_TIMEOUT + 300) < 100);
+    assert_int_equal(a.done, 1);
+    assert_int_equal(a.status, LOCK_UNAVAILABLE);
+    assert_true(a.at_ms - t0 <= TEST_OP_TIMEOUT + 100);
+    print_message("while stalled: %s\n", a.msg);
+    assert_non_null(strstr(a.msg, "slow.test"));
+    assert_non_null(strstr(a.msg, "looked up"));
+    assert_false(lock_client_ready(c));
+    run_for(TEST_OP_TIMEOUT); /* a lookup gave up by now */
+    assert_int_equal(acquire_sync(s, "dns-1", 0, 0, 0, &b), LOCK_UNAVAILABLE);
+    assert_non_null(strstr(b.msg, "resolving 'slow.test' timed out after 500 ms"));
+
+    gate(0);
+    assert_true(client_ready_flag(c, 3000));
+    assert_int_equal(acquire_sync(s, "dns-1", 0, 0, 0, &b), LOCK_OK);
+    assert_int_equal(a.done, 1); /* the first acquire was answered once */
+    struct rel r;
+    assert_int_equal(release_sync(s, "dns-1", &r), LOCK_OK);
+
+    gate(1);
+    struct lock_client *c2 = client_new_url(url, NULL);
+    assert_non_null(c2);
+    run_for(50);
+    client_free(c2);
+    gate(0);
+    run_for(200); /* the lookup ends with nobody waiting for it */
+    client_free(c);
+}
+
 static void test_redis_stopped_times_out(void **state)
 {
     static struct redis_proc rp;
@@ -1759,6 +1864,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_invalid_arguments, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_tokens_increase, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_lookup_leaves_the_loop_running, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_tokens_beyond_2_53_are_exact, test_setup,
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_busy_and_reentrant, test_setup, test_teardown),

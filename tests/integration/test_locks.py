@@ -4,6 +4,7 @@ over as soon as it is free; a connection is a session; leases expire or are rene
 token counter is repaired past the store's mark; pipelined lock commands keep their order."""
 
 import signal
+import threading
 import time
 import unittest
 
@@ -502,6 +503,53 @@ class Pipelining(LockTestCase):
                                 m0.get("fencegate_lock_wait_seconds_count", 0), 2)
         self.assertGreaterEqual(m.get("fencegate_lock_hold_seconds_count", 0) -
                                 m0.get("fencegate_lock_hold_seconds_count", 0), 2)
+
+
+
+class SlowNameService(LockTestCase):
+    """The lock Redis' host name is looked up off the event loop: a DNS server that stops
+    answering fails acquisitions, saying why, but never stalls the store's pass-through."""
+
+    def test_a_stalled_lookup_of_the_lock_redis_leaves_the_sidecar_answering(self):
+        locks = self.start_redis()
+        dns = self.slow_dns()
+        fg = self.fencegate("--backend", "redis://locks.fgtest:%d" % locks.port, env=dns.env())
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "dns:warm")
+        self.assertEqual(c.call("FENCE.RELEASE", "dns:warm"), 1)
+        self.assertEqual(c.call("SET", "k", "v"), "OK")
+        # The lock connection and the subscriber end; both connect again, looking the name up
+        # again, and the name service now takes 8 s to answer.
+        dns.stall("locks.fgtest", 8000)
+        admin = locks.client()
+        self.addCleanup(admin.close)
+        admin.client_kill_filter(_type="normal")
+        admin.client_kill_filter(_type="pubsub")
+        slowest = []
+        poller = threading.Thread(target=harness.poll_prompt,
+                                  args=(fg, self.raw(fg.resp_port), 3.0, slowest))
+        poller.start()
+        # An acquisition fails within its deadline (op_timeout 2 s at most), naming the backend.
+        t0 = time.monotonic()
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "dns:x", "WAIT", 500, timeout=10)
+        took = time.monotonic() - t0
+        self.assertIsInstance(r, Err, "granted during the stall: %r" % (r,))
+        self.assertTrue(r.startswith("UNAVAILABLE ") and "locks.fgtest" in r, r)
+        self.assertLess(took, 2.5, "the acquire took %.2f s" % took)
+        poller.join()
+        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        # Once a lookup gave up, the acquisitions say so.
+        time.sleep(1.0)
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "dns:x", "WAIT", 0, timeout=10)
+        self.assertTrue(isinstance(r, Err) and "resolving 'locks.fgtest' timed out" in r, r)
+        # The name service answers again: the backend is back without a restart.
+        dns.stall("locks.fgtest", 0)
+
+        def granted():
+            r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "dns:x", "WAIT", 0, timeout=10)
+            return isinstance(r, int) and r > 0
+        harness.wait_until(granted, 15, 0.2, "an acquisition after the stall")
+        self.assertEqual(c.call("GET", "k"), b"v")
 
 
 if __name__ == "__main__":
