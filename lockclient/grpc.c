@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "resolve.h"
 #include "tlslib.h"
 
 #define GRPC_MAX_ENDPOINTS     16
@@ -50,7 +51,7 @@
 
 enum grpc_state {
     GRPC_ST_BACKOFF,    /* no connection; the reconnect timer is armed */
-    GRPC_ST_CONNECTING, /* TCP connect in progress */
+    GRPC_ST_CONNECTING, /* the host's lookup (resolving != NULL), then the TCP connect */
     GRPC_ST_HANDSHAKE,  /* preface sent, waiting for the server's SETTINGS */
     GRPC_ST_READY,      /* calls can start */
     GRPC_ST_DRAINING,   /* GOAWAY (NO_ERROR) received: open calls may finish, no new ones */
@@ -105,6 +106,7 @@ struct grpc_channel {
     char why[GRPC_WHY_MAX]; /* why the last connection or attempt ended; "" while connected */
     char goaway_cause[GRPC_CAUSE_MAX]; /* "GOAWAY <code>: <debug data>" */
 
+    struct resolve_req *resolving; /* the current endpoint's lookup, before its connect */
     struct bufferevent *bev;
     struct evbuffer *out; /* one conn_flush()'s frames, written straight to the socket */
     nghttp2_session *sess;
@@ -727,6 +729,8 @@ static void conn_fail(struct grpc_channel *ch, const char *fmt, ...)
 
 static void conn_close(struct grpc_channel *ch)
 {
+    resolve_cancel(ch->resolving);
+    ch->resolving = NULL;
     if (ch->sess) {
         ch->tearing = 1;
         nghttp2_session_del(ch->sess);
@@ -881,45 +885,11 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     if (ch->state == GRPC_ST_DRAINING)
         conn_fail(ch, "%s (open calls did not finish within %d ms)", ch->goaway_cause,
                   GRPC_DRAIN_MS);
+    else if (ch->resolving)
+        conn_fail(ch, "resolving '%s' timed out after %lld ms", ch->eps[ch->ep_idx].host,
+                  ch->opts.connect_timeout_ms);
     else
         conn_fail(ch, "connect timed out after %lld ms", ch->opts.connect_timeout_ms);
-}
-
-/* Resolves the current endpoint. Numeric addresses are used directly; a host name goes through
- * getaddrinfo(), which BLOCKS the loop while it resolves (use addresses in production configs). */
-static int ep_resolve(const struct grpc_endpoint *ep, struct sockaddr_storage *ss, socklen_t *len,
-                      char *err, size_t errcap)
-{
-    struct addrinfo hints, *res = NULL;
-    char port[16];
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-    snprintf(port, sizeof(port), "%d", ep->port);
-    int rv = getaddrinfo(ep->host, port, &hints, &res);
-    if (rv == EAI_NONAME) {
-        hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
-        rv = getaddrinfo(ep->host, port, &hints, &res);
-    }
-    if (rv != 0 || res == NULL) {
-        snprintf(err, errcap, "cannot resolve host \"%s\": %s", ep->host, gai_strerror(rv));
-        if (res)
-            freeaddrinfo(res);
-        return -1;
-    }
-    /* One address per attempt: the first IPv4 one if any (servers commonly listen on IPv4 only,
-     * e.g. etcd on 127.0.0.1 while "localhost" may also name ::1), else the first. */
-    const struct addrinfo *pick = res;
-    for (const struct addrinfo *a = res; a; a = a->ai_next)
-        if (a->ai_family == AF_INET) {
-            pick = a;
-            break;
-        }
-    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
-    *len = pick->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
 }
 
 /* ---- TLS ---- */
@@ -1055,16 +1025,12 @@ static int tls_failure(struct grpc_channel *ch, char *out, size_t cap)
     return 1;
 }
 
-/* The transport seam: opens the byte stream to the current endpoint (plain TCP, or TLS when the
- * channel has a context) and the nghttp2 session over it. Returns 0, or -1 with err set. */
-static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
+/* The transport seam: opens the byte stream to the current endpoint at address sa (plain TCP, or
+ * TLS when the channel has a context; TLS checks the endpoint's name, not sa) and the nghttp2
+ * session over it. Returns 0, or -1 with err set. */
+static int conn_open(struct grpc_channel *ch, const struct sockaddr *sa, socklen_t sl, char *err,
+                     size_t errcap)
 {
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    const struct grpc_endpoint *ep = &ch->eps[ch->ep_idx];
-    if (ep_resolve(ep, &ss, &sl, err, errcap) != 0)
-        return -1;
-
     nghttp2_session_callbacks *cbs;
     if (nghttp2_session_callbacks_new(&cbs) != 0) {
         snprintf(err, errcap, "out of memory");
@@ -1106,7 +1072,7 @@ static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
         tls.bufferevent_openssl_set_allow_dirty_shutdown(ch->bev, 1);
     } else {
         /* Close-on-exec, so a child process never holds the connection open. */
-        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             int e = errno;
             snprintf(err, errcap, "socket: %s", strerror(e));
@@ -1120,7 +1086,7 @@ static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
         }
     }
     bufferevent_setcb(ch->bev, read_cb, NULL, event_cb, ch);
-    if (bufferevent_socket_connect(ch->bev, (struct sockaddr *)&ss, (int)sl) != 0) {
+    if (bufferevent_socket_connect(ch->bev, (struct sockaddr *)sa, (int)sl) != 0) {
         int e = EVUTIL_SOCKET_ERROR();
         snprintf(err, errcap, "connect failed: %s", evutil_socket_error_to_string(e));
         return -1;
@@ -1130,14 +1096,36 @@ static int conn_open(struct grpc_channel *ch, char *err, size_t errcap)
     return 0;
 }
 
+/* The current endpoint's lookup ended: connects to its first IPv4 address if any (servers
+ * commonly listen on 127.0.0.1 only, while "localhost" names ::1 too), else its first. */
+static void conn_resolved(const struct addrinfo *res, const char *why, void *arg)
+{
+    struct grpc_channel *ch = arg;
+    const struct addrinfo *a = resolve_pick(res);
+    char err[GRPC_CAUSE_MAX];
+
+    ch->resolving = NULL;
+    if (ch->dying) /* failed meanwhile (failover); the teardown is scheduled */
+        return;
+    if (!a) {
+        conn_fail(ch, "%s", why); /* "cannot resolve 'HOST': reason" */
+        return;
+    }
+    if (conn_open(ch, a->ai_addr, a->ai_addrlen, err, sizeof(err)) != 0)
+        conn_fail(ch, "%s", err);
+}
+
+/* A connection attempt: the endpoint's host is looked up off the loop (resolve.h; numeric
+ * addresses need no lookup), then connected to. The connect timeout covers both. */
 static void conn_start(struct grpc_channel *ch)
 {
-    char err[GRPC_CAUSE_MAX];
+    const struct grpc_endpoint *ep = &ch->eps[ch->ep_idx];
     ch->state = GRPC_ST_CONNECTING;
     ch->dying = 0;
     timer_arm(ch->conn_timer, ch->opts.connect_timeout_ms);
-    if (conn_open(ch, err, sizeof(err)) != 0)
-        conn_fail(ch, "%s", err);
+    ch->resolving = resolve_start(ch->base, ep->host, ep->port, conn_resolved, ch);
+    if (!ch->resolving)
+        conn_fail(ch, "cannot resolve '%s': out of memory or threads", ep->host);
 }
 
 static void retry_cb(evutil_socket_t fd, short what, void *arg)

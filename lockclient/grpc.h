@@ -48,8 +48,9 @@ enum {
     GRPC_STATUS_UNAUTHENTICATED = 16,
 };
 
-/* A numeric address is used as is; a host name is resolved with getaddrinfo(), which BLOCKS the
- * loop while it runs (use addresses where that matters). */
+/* A numeric address is used as is; a host name is looked up again at each connection attempt, on
+ * a worker thread (resolve.h), so a slow name service never stalls the loop; the connect timeout
+ * covers the lookup. TLS checks the host name (or server_name), never the address. */
 struct grpc_endpoint {
     char host[256]; /* name or IPv4/IPv6 literal, without brackets */
     int port;

@@ -595,6 +595,43 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(c.call("SET", "wallet:d", "ok"), "OK")
 
 
+    def test_a_stalled_lookup_of_etcd_leaves_the_sidecar_answering(self):
+        # etcd's host name is looked up off the event loop: while the name service does not
+        # answer, keepalives of other connections, the store's pass-through and the sidecar's
+        # own endpoints go on; acquisitions fail within their wait, then work once it answers.
+        dns = self.slow_dns()
+        m = self.etcd.members[0]
+        fg = self.fencegate("--backend", "etcd://etcd.fgtest:%d" % m.client_port, env=dns.env())
+        c = self.raw(fg.resp_port, timeout=10)
+        self.acquire(c, "wallet:dns")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:dns"), 1)
+        self.assertEqual(c.call("SET", "k", "v"), "OK")
+        # The gRPC connection breaks and etcd comes straight back; connecting again looks the
+        # name up again, and the name service now takes 8 s to answer.
+        dns.stall("etcd.fgtest", 8000)
+        m.kill()
+        m.start(state="existing")
+        harness.wait_until(m.healthy, 15, 0.1, "etcd healthy again")
+        slowest = []
+        poller = threading.Thread(target=harness.poll_prompt,
+                                  args=(fg, self.raw(fg.resp_port), 3.0, slowest))
+        poller.start()
+        t0 = time.monotonic()
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "dns:x", "WAIT", 500, timeout=10)
+        took = time.monotonic() - t0
+        self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE"), r)
+        self.assertLess(took, 2.5, "the acquire took %.2f s" % took)
+        poller.join()
+        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        # The connect timeout (2 s) gave the lookup up, and acquisitions say so.
+        r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "dns:x", "WAIT", 0, timeout=10)
+        self.assertTrue(isinstance(r, Err) and "resolving 'etcd.fgtest' timed out" in r, r)
+        dns.stall("etcd.fgtest", 0)
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 200, 15, 0.1, "/readyz 200 again")
+        self.acquire(c, "wallet:dns")
+        self.assertEqual(c.call("GET", "k"), b"v")
+
+
 def lock_round(test, fg):
     """Against test.etcd and test.redis, through fg (with PROTECT): a lock's token is its key's
     create_revision; a waiter watching its predecessor gets it, with a larger token, on release;

@@ -1,11 +1,14 @@
 /* test_grpc.c — the gRPC transport (lockclient/grpc.c) against real etcd processes this test
  * starts on free loopback ports (and kills at the end, also when a test fails or the process
  * dies). Requests are hand-encoded protobuf, so the test does not depend on the etcd codec. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -28,6 +31,48 @@
 
 #define TEST_MAX_ETCD        4
 #define STATUS_UNIMPLEMENTED 12
+
+/* ---- a name service that stalls ---- */
+
+/* The test's getaddrinfo() comes before libc's (the library is linked statically): a lookup of
+ * "slow.test" waits while the gate is closed, then names 127.0.0.1; "missing.test" names nothing.
+ * It waits 3 s at most, so that a caller that blocks the loop on it shows as slow instead of
+ * hanging the test. */
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static int g_gate_closed;
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res)
+{
+    typedef int gai_fn(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+    gai_fn *real = (gai_fn *)(uintptr_t)dlsym(RTLD_NEXT, "getaddrinfo");
+
+    if (node && strcmp(node, "missing.test") == 0 && !(hints && hints->ai_flags & AI_NUMERICHOST))
+        return EAI_NONAME;
+    if (node && strcmp(node, "slow.test") == 0) {
+        struct timespec until;
+        if (hints && (hints->ai_flags & AI_NUMERICHOST))
+            return EAI_NONAME; /* a name, not an address */
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 3;
+        pthread_mutex_lock(&g_gate_mu);
+        while (g_gate_closed && pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &until) == 0)
+            ;
+        pthread_mutex_unlock(&g_gate_mu);
+        node = "127.0.0.1";
+    }
+    return real(node, service, hints, res);
+}
+
+static void gate(int closed)
+{
+    pthread_mutex_lock(&g_gate_mu);
+    g_gate_closed = closed;
+    if (!closed)
+        pthread_cond_broadcast(&g_gate_cv);
+    pthread_mutex_unlock(&g_gate_mu);
+}
 
 /* ---- etcd processes ---- */
 
@@ -378,6 +423,7 @@ static int test_setup(void **state)
 
 static int test_teardown(void **state)
 {
+    gate(0); /* in case a test failed while lookups stalled */
     if (g_etcd.pid > 0)
         kill(g_etcd.pid, SIGCONT); /* in case a test failed while it was frozen */
     grpc_channel_free(g_ch);
@@ -471,6 +517,64 @@ static void test_host_name(void **state)
     snprintf(want, sizeof(want), "localhost:%d", g_etcd.cport);
     assert_string_equal(g_cs.up_ep, want);
     assert_int_equal(do_put(g_ch, "fg-test/by-name", "ok"), GRPC_STATUS_OK);
+}
+
+/* Runs the loop for ms; returns the longest one turn of it took (the 10 ms tick wakes it). */
+static int64_t run_for_worst(int ms)
+{
+    int64_t end = now_ms() + ms, worst = 0;
+    while (now_ms() < end) {
+        int64_t t0 = now_ms();
+        event_base_loop(g_base, EVLOOP_ONCE);
+        if (now_ms() - t0 > worst)
+            worst = now_ms() - t0;
+    }
+    return worst;
+}
+
+/* A host name whose lookup stalls: the channel is created at once and the loop keeps running;
+ * the connect timeout gives the lookup up and says so; once the name service answers, the
+ * channel connects. A channel freed while its lookup runs is never called back. */
+static void test_stalled_lookup_leaves_the_loop_running(void **state)
+{
+    struct grpc_endpoint ep = ep_of(g_etcd.cport);
+    struct grpc_channel_opts o = {
+        .connect_timeout_ms = 300, .backoff_min_ms = 20, .backoff_max_ms = 100};
+    snprintf(ep.host, sizeof(ep.host), "slow.test");
+    gate(1);
+    memset(&g_cs, 0, sizeof(g_cs));
+    int64_t t0 = now_ms();
+    g_ch = grpc_channel_new(g_base, &ep, 1, &o, &g_chan_cbs, &g_cs);
+    assert_non_null(g_ch);
+    assert_true(now_ms() - t0 < 100);
+    assert_true(run_for_worst(700) < 100);
+    print_message("while stalled: %s\n", grpc_channel_last_error(g_ch));
+    assert_non_null(
+        strstr(grpc_channel_last_error(g_ch), "resolving 'slow.test' timed out after 300 ms"));
+    assert_int_equal(g_cs.ups, 0);
+    gate(0);
+    assert_true(run_until(&g_cs.ups, 1, 5000));
+    assert_int_equal(do_put(g_ch, "fg-test/by-slow-name", "ok"), GRPC_STATUS_OK);
+
+    gate(1);
+    struct chan_state cs = {0};
+    struct grpc_channel *ch = grpc_channel_new(g_base, &ep, 1, &o, &g_chan_cbs, &cs);
+    assert_non_null(ch);
+    run_for(50);
+    grpc_channel_free(ch);
+    gate(0);
+    run_for(200); /* the lookup ends with nobody waiting for it */
+    assert_int_equal(cs.ups, 0);
+
+    /* A name that does not resolve: the reason names the host. */
+    snprintf(ep.host, sizeof(ep.host), "missing.test");
+    ch = grpc_channel_new(g_base, &ep, 1, &o, &g_chan_cbs, &cs);
+    assert_non_null(ch);
+    run_for(300);
+    print_message("unknown name: %s\n", grpc_channel_last_error(ch));
+    assert_non_null(strstr(grpc_channel_last_error(ch), "cannot resolve"));
+    assert_non_null(strstr(grpc_channel_last_error(ch), "missing.test"));
+    grpc_channel_free(ch);
 }
 
 static void test_server_errors_keep_channel(void **state)
@@ -1065,6 +1169,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_arguments, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_put_then_range, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_host_name, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_lookup_leaves_the_loop_running, test_setup,
+                                        test_teardown),
         cmocka_unit_test_setup_teardown(test_server_errors_keep_channel, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_lease_keepalive_stream, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_watch_sees_put, test_setup, test_teardown),
