@@ -3,7 +3,9 @@
  * A lookup is shared by the requests for one host and port while it runs. Its result reaches the
  * loop through an eventfd the worker writes once done. A lookup whose requests were all cancelled
  * while a worker runs it is orphaned: its event is freed on the loop at once, and the worker frees
- * the rest when getaddrinfo() returns. */
+ * the rest when getaddrinfo() returns. Until then a new request for the name adopts it (a fresh
+ * event): a name service that stalls keeps one thread per name busy, not one per attempt, which
+ * would leave other names queued behind a single stalled one. */
 #include "resolve.h"
 
 #include <arpa/inet.h>
@@ -47,6 +49,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
 static struct lookup *queue_head, *queue_tail, *inflight;
 static int nthreads, nidle, nqueued;
+
+static void unlink_inflight_locked(struct lookup *lk);
 
 static void lookup_free(struct lookup *lk)
 {
@@ -93,16 +97,16 @@ static void *worker(void *unused)
         queue_head = lk->qnext;
         if (!queue_head)
             queue_tail = NULL;
-        orphaned = lk->orphaned;
         pthread_mutex_unlock(&mu);
 
-        if (!orphaned)
-            lookup_run(lk, AI_ADDRCONFIG);
+        lookup_run(lk, AI_ADDRCONFIG); /* even when orphaned: a request may adopt it meanwhile */
 
         /* Written under mu: once `done` is seen, the loop may close the eventfd. */
         pthread_mutex_lock(&mu);
         orphaned = lk->orphaned;
-        if (!orphaned) {
+        if (orphaned) {
+            unlink_inflight_locked(lk); /* nobody can adopt it any more */
+        } else {
             uint64_t one = 1;
             (void)!write(lk->efd, &one, sizeof(one)); /* a fresh counter: cannot overflow */
         }
@@ -224,6 +228,21 @@ fail:
     return NULL;
 }
 
+/* A new request takes over an orphaned lookup still running: the worker reports to the loop
+ * again. Called with mu held. Returns 0 when out of memory. */
+static int lookup_adopt(struct lookup *lk)
+{
+    lk->ev = event_new(lk->base, lk->efd, EV_READ, lookup_done_cb, lk);
+    if (!lk->ev || event_add(lk->ev, NULL) < 0) {
+        if (lk->ev)
+            event_free(lk->ev);
+        lk->ev = NULL;
+        return 0;
+    }
+    lk->orphaned = 0;
+    return 1;
+}
+
 struct resolve_req *resolve_start(struct event_base *base, const char *host, int port,
                                   resolve_cb *cb, void *arg)
 {
@@ -234,8 +253,10 @@ struct resolve_req *resolve_start(struct event_base *base, const char *host, int
         return NULL;
     pthread_mutex_lock(&mu);
     for (lk = inflight; lk; lk = lk->next)
-        if (lk->base == base && lk->port == port && !lk->orphaned && strcmp(lk->host, host) == 0)
+        if (lk->base == base && lk->port == port && strcmp(lk->host, host) == 0)
             break;
+    if (lk && lk->orphaned && !lookup_adopt(lk))
+        lk = NULL;
     pthread_mutex_unlock(&mu);
     if (!lk)
         lk = lookup_new(base, host, port);
@@ -273,10 +294,11 @@ void resolve_cancel(struct resolve_req *r)
     event_free(lk->ev);
     lk->ev = NULL;
     pthread_mutex_lock(&mu);
-    unlink_inflight_locked(lk);
     done = lk->done || lk->efd < 0; /* a numeric lookup never reached a worker */
-    if (!done)
-        lk->orphaned = 1; /* the worker frees it */
+    if (done)
+        unlink_inflight_locked(lk);
+    else
+        lk->orphaned = 1; /* the worker frees it, unless a request adopts it first */
     pthread_mutex_unlock(&mu);
     if (done)
         lookup_free(lk);

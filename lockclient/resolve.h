@@ -6,11 +6,12 @@
  * a worker thread instead and calls back on the loop with the result. It is still getaddrinfo(),
  * so /etc/hosts, search domains and nsswitch.conf behave as everywhere else.
  *
- * Lookups of one host and port in flight at once are shared: a name service that stalls ties up
- * one thread per name, not one per reconnect attempt. A request joins the lookup in flight however
- * long it has run, so a name service that recovers is seen once that lookup returns. At most
- * RESOLVE_MAX_THREADS lookups run at once; more wait their turn. Numeric addresses need no lookup
- * and no thread.
+ * Lookups of one host and port in flight at once are shared, also one whose requests all gave up
+ * (a connect timeout): a name service that stalls ties up one thread per name, not one per
+ * reconnect attempt, and other names are not queued behind it. A request joins the lookup in
+ * flight however long it has run, so a name service that recovers is seen once that lookup
+ * returns. At most RESOLVE_MAX_THREADS lookups run at once; more wait their turn. Numeric
+ * addresses need no lookup and no thread.
  *
  * Every function is called on the thread that runs the event_base it is given. */
 #ifndef FG_RESOLVE_H

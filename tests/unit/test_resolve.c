@@ -245,6 +245,35 @@ static void test_a_cancelled_request_is_not_called_back(void **state)
     event_base_free(base);
 }
 
+static void test_a_request_adopts_a_lookup_whose_requests_all_went(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct outcome gone = {0}, adopter = {0}, other = {0};
+    int before = slow_calls_now();
+    struct resolve_req *r;
+
+    (void)state;
+    gate(1);
+    r = resolve_start(base, "slow.test", 8, record, &gone);
+    wait_slow_calls(before + 1); /* a worker is in getaddrinfo() */
+    resolve_cancel(r);
+    /* An attempt after a timeout joins the stalled lookup instead of starting one more. */
+    assert_non_null(resolve_start(base, "slow.test", 8, record, &adopter));
+    assert_non_null(resolve_start(base, "slow.test", 9, record, &other));
+    wait_slow_calls(before + 2);
+    nanosleep(&(struct timespec){0, 50000000}, NULL);
+    assert_int_equal(slow_calls_now(), before + 2);
+    gate(0);
+    run_until(base, &adopter.calls, 1);
+    run_until(base, &other.calls, 1);
+    assert_int_equal(adopter.calls, 1);
+    assert_string_equal(adopter.host, "127.0.0.1");
+    assert_int_equal(adopter.port, 8);
+    assert_int_equal(other.calls, 1);
+    assert_int_equal(gone.calls, 0);
+    event_base_free(base);
+}
+
 static void test_a_callback_may_cancel_a_sibling_and_start_anew(void **state)
 {
     struct event_base *base = event_base_new();
@@ -278,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_a_stalled_lookup_leaves_the_loop_running),
         cmocka_unit_test(test_requests_for_one_name_share_a_lookup),
         cmocka_unit_test(test_a_cancelled_request_is_not_called_back),
+        cmocka_unit_test(test_a_request_adopts_a_lookup_whose_requests_all_went),
         cmocka_unit_test(test_a_callback_may_cancel_a_sibling_and_start_anew),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
