@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -497,20 +498,30 @@ class Fencegate:
         return parse_metrics(body.decode())
 
 
-def poll_prompt(fg, conn, seconds, slowest):
-    """For a thread beside a stalled lookup: appends to slowest the longest wait, over `seconds`,
-    for fg's /healthz and a pass-through GET of "k" (which must hold b"v") on conn, a RawConn;
-    99 when one failed."""
-    worst, end = 0.0, time.monotonic() + seconds
-    while time.monotonic() < end:
-        t0 = time.monotonic()
-        try:
-            ok = fg.http("/healthz", timeout=5)[0] == 200 and conn.call("GET", "k") == b"v"
-        except OSError:  # a timeout
-            ok = False
-        worst = max(worst, time.monotonic() - t0 if ok else 99.0)
-        time.sleep(0.05)
-    slowest.append(worst)
+class PromptPoller(threading.Thread):
+    """Beside a stalled lookup, checks that fencegate goes on answering everything else: for
+    `seconds`, rounds of its /healthz, GET /v1/locks and the `extra` checks (callables that return
+    True when answered right). `worst` is the longest round in seconds, 99 when a check failed or
+    timed out. Start it, do the test's part, join it, then assert on `worst`."""
+
+    def __init__(self, fg, *extra, seconds=3.0):
+        super().__init__(daemon=True)
+        self.checks = (lambda: fg.http("/healthz", timeout=5)[0] == 200,
+                       lambda: http_request(fg.http_port, "GET", "/v1/locks")[0] == 200) + extra
+        self.seconds = seconds
+        self.worst = None
+
+    def run(self):
+        worst, end = 0.0, time.monotonic() + self.seconds
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            try:
+                ok = all(check() for check in self.checks)
+            except OSError:  # a timeout
+                ok = False
+            worst = max(worst, time.monotonic() - t0 if ok else 99.0)
+            time.sleep(0.05)
+        self.worst = worst
 
 
 class SlowDns:

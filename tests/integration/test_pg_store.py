@@ -12,8 +12,8 @@ import threading
 import time
 import unittest
 
-from harness import (FENCEGATE_BIN, PSQL, FgTestCase, PostgresServer, clean_env, free_port,
-                     http_request, run_fencegate, wait_until)
+from harness import (FENCEGATE_BIN, PSQL, FgTestCase, PostgresServer, PromptPoller, clean_env,
+                     free_port, http_request, run_fencegate, wait_until)
 
 
 def libpq_mapped(pid):
@@ -831,22 +831,8 @@ class PgStoreTest(FgTestCase):
         # looks the name up again.
         dns.stall("pg.fgtest", 8000)
         self.pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'fg'")
-        slowest = []
-
-        def poll():  # the sidecar's own endpoints and the other store, while the lookup hangs
-            worst, end = 0.0, time.monotonic() + 3.0
-            while time.monotonic() < end:
-                t0 = time.monotonic()
-                try:
-                    ok = (fg.http("/healthz", timeout=5)[0] == 200 and
-                          http_request(fg.http_port, "GET", "/v1/locks", timeout=5)[0] == 200 and
-                          self.sql(fg, [{"sql": "SELECT 1"}], store="num", timeout=5)[0] == 200)
-                except OSError:  # a timeout
-                    ok = False
-                worst = max(worst, time.monotonic() - t0 if ok else 99.0)
-                time.sleep(0.05)
-            slowest.append(worst)
-        poller = threading.Thread(target=poll)
+        poller = PromptPoller(  # the other store too
+            fg, lambda: self.sql(fg, [{"sql": "SELECT 1"}], store="num", timeout=5)[0] == 200)
         poller.start()
         time.sleep(0.3)
         t0 = time.monotonic()
@@ -854,7 +840,7 @@ class PgStoreTest(FgTestCase):
         self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
         self.assertLess(time.monotonic() - t0, 1.0)
         poller.join()
-        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        self.assertLess(poller.worst, 1.0, "a request waited on the stalled lookup")
         # Each connection gives the lookup its 3 s connect deadline, and says so.
         wait_until(lambda: b"resolving 'pg.fgtest' timed out" in fg.http("/readyz")[1], 5,
                    what="/readyz naming the lookup")

@@ -3,7 +3,6 @@
 
 import os
 import signal
-import threading
 import time
 import unittest
 
@@ -408,21 +407,7 @@ class SlowNameService(FgTestCase):
         # looking the name up again, and the name service now takes 8 s to answer.
         dns.stall("store.fgtest", 8000)
         redis_srv.client().client_kill_filter(_type="normal")
-        slowest = []
-
-        def poll():  # the sidecar's own endpoints, while the lookup hangs
-            worst, end = 0.0, time.monotonic() + 3.0
-            while time.monotonic() < end:
-                t0 = time.monotonic()
-                try:
-                    ok = (fg.http("/healthz", timeout=5)[0] == 200 and
-                          harness.http_request(fg.http_port, "GET", "/v1/locks")[0] == 200)
-                except OSError:  # a timeout
-                    ok = False
-                worst = max(worst, time.monotonic() - t0 if ok else 99.0)
-                time.sleep(0.05)
-            slowest.append(worst)
-        poller = threading.Thread(target=poll)
+        poller = harness.PromptPoller(fg)
         poller.start()
         # A fenced acquisition needs the store's mark: refused within the mark's 2 s deadline,
         # saying why.
@@ -432,7 +417,7 @@ class SlowNameService(FgTestCase):
         self.assertEqual(status, 503, body)
         self.assertLess(time.monotonic() - t0, 3.0)
         poller.join()
-        self.assertLess(slowest[0], 1.0, "a request waited on the stalled lookup")
+        self.assertLess(poller.worst, 1.0, "a request waited on the stalled lookup")
         # The probe gave the lookup its 2 s and says so.
         status, body = fg.http("/readyz")
         self.assertEqual(status, 503)
