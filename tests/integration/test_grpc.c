@@ -25,54 +25,13 @@
 
 #include <cmocka.h>
 
+#include "../gai_gate.h"
 #include "test_util.h"
 
 #include "grpc.h"
 
 #define TEST_MAX_ETCD        4
 #define STATUS_UNIMPLEMENTED 12
-
-/* ---- a name service that stalls ---- */
-
-/* The test's getaddrinfo() comes before libc's (the library is linked statically): a lookup of
- * "slow.test" waits while the gate is closed, then names 127.0.0.1; "missing.test" names nothing.
- * It waits 3 s at most, so that a caller that blocks the loop on it shows as slow instead of
- * hanging the test. */
-static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
-static int g_gate_closed;
-
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res)
-{
-    typedef int gai_fn(const char *, const char *, const struct addrinfo *, struct addrinfo **);
-    gai_fn *real = (gai_fn *)(uintptr_t)dlsym(RTLD_NEXT, "getaddrinfo");
-
-    if (node && strcmp(node, "missing.test") == 0 && !(hints && hints->ai_flags & AI_NUMERICHOST))
-        return EAI_NONAME;
-    if (node && strcmp(node, "slow.test") == 0) {
-        struct timespec until;
-        if (hints && (hints->ai_flags & AI_NUMERICHOST))
-            return EAI_NONAME; /* a name, not an address */
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 3;
-        pthread_mutex_lock(&g_gate_mu);
-        while (g_gate_closed && pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &until) == 0)
-            ;
-        pthread_mutex_unlock(&g_gate_mu);
-        node = "127.0.0.1";
-    }
-    return real(node, service, hints, res);
-}
-
-static void gate(int closed)
-{
-    pthread_mutex_lock(&g_gate_mu);
-    g_gate_closed = closed;
-    if (!closed)
-        pthread_cond_broadcast(&g_gate_cv);
-    pthread_mutex_unlock(&g_gate_mu);
-}
 
 /* ---- etcd processes ---- */
 
@@ -519,19 +478,6 @@ static void test_host_name(void **state)
     assert_int_equal(do_put(g_ch, "fg-test/by-name", "ok"), GRPC_STATUS_OK);
 }
 
-/* Runs the loop for ms; returns the longest one turn of it took (the 10 ms tick wakes it). */
-static int64_t run_for_worst(int ms)
-{
-    int64_t end = now_ms() + ms, worst = 0;
-    while (now_ms() < end) {
-        int64_t t0 = now_ms();
-        event_base_loop(g_base, EVLOOP_ONCE);
-        if (now_ms() - t0 > worst)
-            worst = now_ms() - t0;
-    }
-    return worst;
-}
-
 /* A host name whose lookup stalls: the channel is created at once and the loop keeps running;
  * the connect timeout gives the lookup up and says so; once the name service answers, the
  * channel connects. A channel freed while its lookup runs is never called back. */
@@ -547,7 +493,7 @@ static void test_stalled_lookup_leaves_the_loop_running(void **state)
     g_ch = grpc_channel_new(g_base, &ep, 1, &o, &g_chan_cbs, &g_cs);
     assert_non_null(g_ch);
     assert_true(now_ms() - t0 < 100);
-    assert_true(run_for_worst(700) < 100);
+    assert_true(run_for_worst(g_base, 700) < 100);
     print_message("while stalled: %s\n", grpc_channel_last_error(g_ch));
     assert_non_null(
         strstr(grpc_channel_last_error(g_ch), "resolving 'slow.test' timed out after 300 ms"));

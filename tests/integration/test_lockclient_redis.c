@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "../gai_gate.h"
 #include "test_util.h"
 
 #include "lock.h"
@@ -375,48 +376,6 @@ static int wait_key(int port, const char *name, int want, int timeout_ms)
             return 0;
         run_for(10);
     }
-}
-
-/* ---- a name service that stalls (as in test_grpc.c) ---- */
-
-/* The test's getaddrinfo() comes before libc's (the library is linked statically): a lookup of
- * "slow.test" waits while the gate is closed, then names 127.0.0.1; "missing.test" names nothing.
- * It waits 3 s at most, so that a caller that blocks the loop on it shows as slow instead of
- * hanging the test. */
-static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
-static int g_gate_closed;
-
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res)
-{
-    typedef int gai_fn(const char *, const char *, const struct addrinfo *, struct addrinfo **);
-    gai_fn *real = (gai_fn *)(uintptr_t)dlsym(RTLD_NEXT, "getaddrinfo");
-
-    if (node && strcmp(node, "missing.test") == 0 && !(hints && hints->ai_flags & AI_NUMERICHOST))
-        return EAI_NONAME;
-    if (node && strcmp(node, "slow.test") == 0) {
-        struct timespec until;
-        if (hints && (hints->ai_flags & AI_NUMERICHOST))
-            return EAI_NONAME; /* a name, not an address */
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 3;
-        pthread_mutex_lock(&g_gate_mu);
-        while (g_gate_closed && pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &until) == 0)
-            ;
-        pthread_mutex_unlock(&g_gate_mu);
-        node = "127.0.0.1";
-    }
-    return real(node, service, hints, res);
-}
-
-static void gate(int closed)
-{
-    pthread_mutex_lock(&g_gate_mu);
-    g_gate_closed = closed;
-    if (!closed)
-        pthread_cond_broadcast(&g_gate_cv);
-    pthread_mutex_unlock(&g_gate_mu);
 }
 
 /* ---- fixtures ---- */
@@ -1419,19 +1378,6 @@ static void test_norenew_lock_lost_when_redis_comes_back_empty(void **state)
     redis_destroy(&rp);
 }
 
-/* Runs the loop for ms; returns the longest one turn of it took (the 5 ms tick wakes it). */
-static int64_t run_for_worst(int ms)
-{
-    int64_t end = now_ms() + ms, worst = 0;
-    while (now_ms() < end) {
-        int64_t t0 = now_ms();
-        event_base_loop(g_base, EVLOOP_ONCE);
-        if (now_ms() - t0 > worst)
-            worst = now_ms() - t0;
-    }
-    return worst;
-}
-
 /* Redis' host name is looked up off the loop: while the lookup stalls the loop keeps running, an
  * acquire waits for the connection as for any connect and is answered once, UNAVAILABLE within
  * op_timeout, naming the stalled lookup; once the name service answers, the client connects. A
@@ -1449,7 +1395,7 @@ static void test_stalled_lookup_leaves_the_loop_running(void **state)
     memset(&a, 0, sizeof(a));
     int64_t t0 = now_ms();
     assert_int_equal(lock_acquire(s, "dns-1", 5, 0, 10000, 0, acq_cb, &a), 0);
-    assert_true(run_for_worst(TEST_OP_TIMEOUT + 300) < 100);
+    assert_true(run_for_worst(g_base, TEST_OP_TIMEOUT + 300) < 100);
     assert_int_equal(a.done, 1);
     assert_int_equal(a.status, LOCK_UNAVAILABLE);
     assert_true(a.at_ms - t0 <= TEST_OP_TIMEOUT + 100);

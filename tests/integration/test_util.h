@@ -1,5 +1,6 @@
 /* test_util.h — helpers the C integration tests share: the clock, free loopback ports, removing a
- * temporary directory, and running a libevent loop until a flag is set or a deadline passes.
+ * temporary directory, and running a libevent loop until a flag is set or a deadline passes, or
+ * for a while, timing its turns.
  * Header-only (static functions): each test is one program. */
 #ifndef FG_TEST_UTIL_H
 #define FG_TEST_UTIL_H
@@ -112,6 +113,20 @@ static inline void proc_kill(pid_t *pid)
         return;
     kill(*pid, SIGKILL);
     proc_reap(pid);
+}
+
+/* Runs base's loop for ms; returns the longest one turn of it took (a test keeps a short timer
+ * armed, so that a turn normally ends within its period). */
+static inline int64_t run_for_worst(struct event_base *base, int ms)
+{
+    int64_t end = now_ms() + ms, worst = 0;
+    while (now_ms() < end) {
+        int64_t t0 = now_ms();
+        event_base_loop(base, EVLOOP_ONCE);
+        if (now_ms() - t0 > worst)
+            worst = now_ms() - t0;
+    }
+    return worst;
 }
 
 /* Runs base's loop until *flag >= want or timeout_ms passed; returns 1 if the flag got there.

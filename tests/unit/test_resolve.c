@@ -1,8 +1,8 @@
 /* test_resolve.c — host names resolved off the loop: results, failures, a stalled name service
  * that does not stop the loop, shared lookups and cancellation.
  *
- * The test defines getaddrinfo() itself, ahead of libc's: "slow.test" waits until the test opens
- * a gate, then resolves as 127.0.0.1; "missing.test" does not exist; other names go to libc. */
+ * A name service that stalls: gai_gate.h ("slow.test" waits behind a gate, "missing.test" does
+ * not exist). */
 #include <dlfcn.h>
 #include <event2/event.h>
 #include <netdb.h>
@@ -17,48 +17,8 @@
 
 #include <cmocka.h>
 
+#include "../gai_gate.h"
 #include "resolve.h"
-
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_closed, slow_calls;
-
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res)
-{
-    typedef int gai_fn(const char *, const char *, const struct addrinfo *, struct addrinfo **);
-    gai_fn *real = (gai_fn *)(uintptr_t)dlsym(RTLD_NEXT, "getaddrinfo");
-    int numeric_only = hints && (hints->ai_flags & AI_NUMERICHOST);
-
-    if (node && !numeric_only && strcmp(node, "missing.test") == 0)
-        return EAI_NONAME;
-    if (node && !numeric_only && strcmp(node, "slow.test") == 0) {
-        pthread_mutex_lock(&gate_mu);
-        slow_calls++;
-        while (gate_closed)
-            pthread_cond_wait(&gate_cv, &gate_mu);
-        pthread_mutex_unlock(&gate_mu);
-        node = "127.0.0.1";
-    }
-    return real(node, service, hints, res);
-}
-
-static void gate(int closed)
-{
-    pthread_mutex_lock(&gate_mu);
-    gate_closed = closed;
-    if (!closed)
-        pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate_mu);
-}
-
-static int slow_calls_now(void)
-{
-    pthread_mutex_lock(&gate_mu);
-    int n = slow_calls;
-    pthread_mutex_unlock(&gate_mu);
-    return n;
-}
 
 struct outcome {
     int calls, order;
