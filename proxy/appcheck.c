@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "httphdr.h"
 #include "log.h"
 #include "metrics.h"
 #include "resolve.h"
@@ -265,12 +266,7 @@ struct appcheck *appcheck_new(struct event_base *base, const struct cfg *cfg, ap
     a->cb = cb;
     a->arg = arg;
     a->healthy = 1;
-    if (u->hosts[0].port == 80)
-        snprintf(a->host, sizeof(a->host), "%s", u->hosts[0].host);
-    else if (strchr(u->hosts[0].host, ':')) /* IPv6 literal */
-        snprintf(a->host, sizeof(a->host), "[%s]:%d", u->hosts[0].host, u->hosts[0].port);
-    else
-        snprintf(a->host, sizeof(a->host), "%s:%d", u->hosts[0].host, u->hosts[0].port);
+    httphdr_host(a->host, sizeof(a->host), u->hosts[0].host, u->hosts[0].port);
     appcheck_arm(a, 0);
     return a;
 }

@@ -133,6 +133,18 @@ int httphdr_decode_path(char *out, size_t cap, const char *rest)
     return o > (size_t)INT_MAX ? -2 : (int)o;
 }
 
+void httphdr_host(char *out, size_t cap, const char *host, int port)
+{
+    int v6 = strchr(host, ':') != NULL, n;
+
+    if (port == 80)
+        n = snprintf(out, cap, v6 ? "[%s]" : "%s", host);
+    else
+        n = snprintf(out, cap, v6 ? "[%s]:%d" : "%s:%d", host, port);
+    if (n < 0 || (size_t)n >= cap)
+        out[0] = '\0';
+}
+
 int httphdr_parse_ms(const char *s, long long max, long long *out)
 {
     char *end;

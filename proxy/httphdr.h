@@ -37,4 +37,9 @@ int httphdr_decode_path(char *out, size_t cap, const char *rest);
  * (empty, not a number, 0, above max, trailing bytes). */
 int httphdr_parse_ms(const char *s, long long max, long long *out);
 
+/* The Host header for host and port (RFC 9110 7.2): "db", "db:8080", "[fd00::7]:8080"; the port
+ * left out when it is 80. An IPv6 literal (it has a ':') is bracketed. Writes "" when it does not
+ * fit in out. */
+void httphdr_host(char *out, size_t cap, const char *host, int port);
+
 #endif

@@ -544,10 +544,7 @@ static void hs_send(struct hs_fwd *f)
     for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
         if (!httphdr_drop_request(kv->key, conn))
             evhttp_add_header(out, kv->key, kv->value);
-    if (a->port == 80)
-        snprintf(host, sizeof(host), "%s", a->host);
-    else
-        snprintf(host, sizeof(host), "%s:%d", a->host, a->port);
+    httphdr_host(host, sizeof(host), a->host, a->port);
     evhttp_add_header(out, "Host", host);
     snprintf(num, sizeof(num), "%" PRIu64, f->token);
     if (evhttp_add_header(out, "Fence-Lock", f->lock) != 0 ||

@@ -147,6 +147,22 @@ static void test_parse_ms(void **state)
     assert_int_equal(v, 1000); /* untouched by the failures */
 }
 
+static void test_host(void **state)
+{
+    char out[64];
+
+    httphdr_host(out, sizeof(out), "store.svc", 80);
+    assert_string_equal(out, "store.svc");
+    httphdr_host(out, sizeof(out), "store.svc", 8080);
+    assert_string_equal(out, "store.svc:8080");
+    httphdr_host(out, sizeof(out), "::1", 80);
+    assert_string_equal(out, "[::1]");
+    httphdr_host(out, sizeof(out), "fd00::7", 8080);
+    assert_string_equal(out, "[fd00::7]:8080");
+    httphdr_host(out, 8, "store.svc", 8080);
+    assert_string_equal(out, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -156,6 +172,7 @@ int main(void)
         cmocka_unit_test(test_target),
         cmocka_unit_test(test_decode_path),
         cmocka_unit_test(test_parse_ms),
+        cmocka_unit_test(test_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
