@@ -46,6 +46,7 @@
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <inttypes.h>
@@ -205,6 +206,7 @@ struct pg_job {
     int fence; /* a fence-on-acquire job, not an HTTP one */
     struct evhttp_request *req;
     struct httpwatch watch; /* of req's client going away */
+    struct event *gone_ev;  /* while queued: the client's socket closing (EV_CLOSED) */
     struct pgjson_request rq;
     uint64_t token;
     char tokstr[24];
@@ -258,10 +260,18 @@ static void pg_job_done(struct pg_job *j);
 
 /* ---- jobs ---------------------------------------------------------------------------------- */
 
+static void pg_gone_stop(struct pg_job *j)
+{
+    if (j->gone_ev)
+        event_free(j->gone_ev);
+    j->gone_ev = NULL;
+}
+
 static void pg_job_free(struct pg_job *j)
 {
     struct pgstore *s = j->s;
 
+    pg_gone_stop(j);
     if (j->prev)
         j->prev->next = j->next;
     else
@@ -283,6 +293,7 @@ static void pg_unqueue(struct pg_job *j)
     struct pgstore *s = j->s;
     struct pg_job **pp, *prev = NULL;
 
+    pg_gone_stop(j);
     if (!j->queued)
         return;
     for (pp = &s->qhead; *pp; prev = *pp, pp = &(*pp)->qnext) {
@@ -338,7 +349,33 @@ static void pg_on_client_gone(void *arg)
 {
     struct pg_job *j = arg;
 
+    pg_gone_stop(j); /* before libevent closes the socket */
     j->req = NULL;
+}
+
+/* The client of a queued batch closed its connection: libevent reads nothing from a connection
+ * while its request is being answered, so only this event sees it. The batch leaves the queue at
+ * once instead of holding its place until its turn or its timeout. */
+static void pg_on_queued_gone(evutil_socket_t fd, short what, void *arg)
+{
+    pg_job_fail(arg, 503, "client_gone",
+                "the client closed its connection while the batch waited for a connection; "
+                "nothing was sent");
+}
+
+/* Watches a queued batch's client socket for its closing, where the event backend can (epoll's
+ * EPOLLRDHUP); elsewhere the batch is dropped when its turn comes (pg_next_job). */
+static void pg_gone_watch(struct pg_job *j)
+{
+    struct evhttp_connection *conn = j->req ? evhttp_request_get_connection(j->req) : NULL;
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+
+    if (fd < 0 || !(event_base_get_features(j->s->base) & EV_FEATURE_EARLY_CLOSE))
+        return;
+    j->gone_ev = event_new(j->s->base, fd, EV_CLOSED, pg_on_queued_gone, j);
+    if (j->gone_ev && event_add(j->gone_ev, NULL) < 0)
+        pg_gone_stop(j);
 }
 
 /* ---- connections --------------------------------------------------------------------------- */
@@ -1342,6 +1379,8 @@ static void pg_submit(struct pgstore *s, struct pg_job *j)
     else
         s->qlen++;
     evtimer_add(j->timer, &tv);
+    if (!j->fence)
+        pg_gone_watch(j);
 }
 
 static struct pg_job *pg_job_new(struct pgstore *s, uint64_t token)

@@ -751,6 +751,29 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(results["queued"][1]["results"][0]["rows"], [[2]])
         self.assertGreaterEqual(fg.metrics()["fencegate_pg_pool_exhausted_total"], 1)
 
+    def test_a_batch_whose_client_left_gives_its_queue_place_up(self):
+        """A client sends a batch while the one connection is busy, then closes its socket: the
+        batch leaves the queue at once (it held the only place of queue_max 1 until its turn, so
+        the next batch was refused pool_exhausted), and it never runs."""
+        fg = self.fencegate("    pool_size: 1\n    queue_max: 1\n")
+        self.acquire(fg)
+        slow = threading.Thread(target=self.sql, args=(fg, [{"sql": "SELECT pg_sleep(1.5)"}]),
+                                kwargs={"timeout": 15})
+        slow.start()
+        time.sleep(0.3)
+        body = json.dumps({"lock": "L", "statements": [
+            {"sql": "UPDATE accounts SET owner = 'gone' WHERE id = 1"}]}).encode()
+        with socket.create_connection(("127.0.0.1", fg.http_port)) as left:
+            left.sendall(b"POST /v1/stores/pg/sql HTTP/1.1\r\nHost: fg\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            time.sleep(0.3)  # queued behind the sleeping batch
+        time.sleep(0.2)
+        st, body = self.sql(fg, [{"sql": "SELECT 3 AS three"}], timeout=15)
+        self.assertEqual((st, body.get("results", [{}])[0].get("rows")), (200, [[3]]), body)
+        slow.join(15)
+        self.assertEqual(self.rows()[0], "1|alice|10", "the abandoned batch ran")
+
     def test_statement_timeout(self):
         fg = self.fencegate("    timeout_ms: 500\n")
         self.acquire(fg)
