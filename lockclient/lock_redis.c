@@ -446,15 +446,13 @@ static void rd_conn_open(struct rd_conn *cn, const char *addr)
 static void rd_conn_resolved(const struct addrinfo *res, const char *why, void *arg)
 {
     struct rd_conn *cn = arg;
-    const struct addrinfo *a = resolve_pick(res);
     char addr[64];
 
     cn->resolving = NULL;
-    if (a == NULL) {
+    if (resolve_pick_host(res, addr, sizeof(addr)) < 0) {
         rd_conn_failed(cn, why, 1);
         return;
     }
-    resolve_numeric_host(a->ai_addr, addr, sizeof(addr));
     rd_conn_open(cn, addr);
 }
 

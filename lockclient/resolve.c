@@ -312,6 +312,16 @@ const struct addrinfo *resolve_pick(const struct addrinfo *res)
     return res;
 }
 
+int resolve_pick_host(const struct addrinfo *res, char *out, size_t cap)
+{
+    const struct addrinfo *a = resolve_pick(res);
+
+    out[0] = '\0';
+    if (a)
+        resolve_numeric_host(a->ai_addr, out, cap);
+    return out[0] ? 0 : -1;
+}
+
 void resolve_numeric_host(const struct sockaddr *sa, char *out, size_t cap)
 {
     const void *src = NULL;

@@ -51,6 +51,10 @@ const struct addrinfo *resolve_pick(const struct addrinfo *res);
 /* The numeric host of an address ("10.0.0.7", "fd00::7") into out; "" when not IP. */
 void resolve_numeric_host(const struct sockaddr *sa, char *out, size_t cap);
 
+/* resolve_pick()'s address as text into out (64 bytes hold any), for clients that connect by
+ * host string (hiredis, evhttp). Returns 0, or -1 when res is NULL (the lookup failed). */
+int resolve_pick_host(const struct addrinfo *res, char *out, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -175,16 +175,13 @@ static void appcheck_resolved(const struct addrinfo *res, const char *err, void 
 {
     struct appcheck *a = arg;
     const struct cfg_url *u = &a->cfg->app_health_url;
-    const struct addrinfo *ai = resolve_pick(res);
     struct evhttp_request *req;
     struct evkeyvalq *h;
-    char addr[64] = "";
+    char addr[64];
 
     a->resolving = NULL;
-    if (ai)
-        resolve_numeric_host(ai->ai_addr, addr, sizeof(addr));
-    if (!addr[0]) {
-        appcheck_end(a, err ? err : "cannot resolve the host");
+    if (resolve_pick_host(res, addr, sizeof(addr)) < 0) {
+        appcheck_end(a, err);
         return;
     }
     a->conn = evhttp_connection_base_new(a->base, NULL, addr, (unsigned short)u->hosts[0].port);

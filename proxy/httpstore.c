@@ -576,16 +576,13 @@ static void hs_send(struct hs_fwd *f)
 static void hs_on_resolved(const struct addrinfo *res, const char *err, void *arg)
 {
     struct hs_fwd *f = arg;
-    const struct addrinfo *ai = resolve_pick(res);
-    char addr[64] = "", msg[800];
+    char addr[64], msg[800];
 
     f->resolving = NULL;
-    if (ai)
-        resolve_numeric_host(ai->ai_addr, addr, sizeof(addr));
-    if (!addr[0]) {
+    if (resolve_pick_host(res, addr, sizeof(addr)) < 0) {
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
         snprintf(msg, sizeof(msg), "store '%s' (%.200s): %.300s; nothing was sent", f->st->name,
-                 f->st->url.raw, err ? err : "cannot resolve its host");
+                 f->st->url.raw, err);
         hs_fwd_fail(f, 502, "store_unavailable", msg);
         return;
     }

@@ -11,7 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-int net_resolve(const char *host, int port, struct net_addr *out, char *err, size_t errlen)
+/* Resolves host:port (numeric or a name) to its first address, blocking: for start-up only (the
+ * listeners; outgoing connections use resolve.h). Returns FG_OK, or FG_ERR_NOTFOUND with a reason
+ * in err. */
+static int net_resolve(const char *host, int port, struct net_addr *out, char *err, size_t errlen)
 {
     struct addrinfo hints, *res = NULL;
     char portstr[16];

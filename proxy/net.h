@@ -12,11 +12,6 @@ struct net_addr {
     socklen_t len;
 };
 
-/* Resolves host:port (numeric or a name) to its first address. Returns FG_OK, or FG_ERR_NOTFOUND
- * with a reason in err. */
-int net_resolve(const char *host, int port, struct net_addr *out, char *err,
-                size_t errlen) FG_MUST_CHECK;
-
 /* Whether hosts a and b (numeric or names) resolve to a common address: two spellings of one
  * endpoint ("localhost" and "127.0.0.1", two DNS names of one service). 0 when either cannot be
  * resolved. Blocks on the resolver: for start-up. */

@@ -315,16 +315,14 @@ static void sm_on_timeout(evutil_socket_t fd, short what, void *arg)
 static void sm_resolved(const struct addrinfo *res, const char *err, void *arg)
 {
     struct store_marks *m = arg;
-    const struct addrinfo *a = resolve_pick(res);
     char addr[64];
 
     m->resolving = NULL;
-    if (!a) {
+    if (resolve_pick_host(res, addr, sizeof(addr)) < 0) {
         snprintf(m->why, sizeof(m->why), "%.120s", err);
         sm_fail_queued(m, err);
         return;
     }
-    resolve_numeric_host(a->ai_addr, addr, sizeof(addr));
     if (sm_connect(m, addr) < 0) {
         sm_fail_queued(m, "cannot connect");
         return;

@@ -52,8 +52,6 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
         if (hints)
             h = *hints;
         h.ai_family = AF_INET;
-        h.ai_flags &=
-            ~AI_ADDRCONFIG; /* a network namespace with only lo up has no IPv4 "configured" */
         h.ai_flags |= AI_NUMERICHOST;
         if (strncmp(node, "two.", 4) == 0) {
             struct addrinfo *first = NULL, *last;

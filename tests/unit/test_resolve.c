@@ -43,7 +43,7 @@ static void record(const struct addrinfo *res, const char *err, void *arg)
         o->port = a->ai_family == AF_INET
                       ? ntohs(((const struct sockaddr_in *)(const void *)a->ai_addr)->sin_port)
                       : ntohs(((const struct sockaddr_in6 *)(const void *)a->ai_addr)->sin6_port);
-        resolve_numeric_host(a->ai_addr, o->host, sizeof(o->host));
+        assert_int_equal(resolve_pick_host(res, o->host, sizeof(o->host)), 0);
     }
     if (o->cancel_in_cb)
         resolve_cancel(o->cancel_in_cb);
@@ -120,6 +120,8 @@ static void test_an_unknown_name_fails_with_its_name(void **state)
     assert_int_equal(o.calls, 1);
     assert_int_equal(o.family, 0);
     assert_non_null(strstr(o.err, "cannot resolve 'missing.test'"));
+    assert_int_equal(resolve_pick_host(NULL, o.host, sizeof(o.host)), -1);
+    assert_string_equal(o.host, "");
     event_base_free(base);
 }
 
