@@ -1096,8 +1096,7 @@ static int conn_open(struct grpc_channel *ch, const struct sockaddr *sa, socklen
     return 0;
 }
 
-/* The current endpoint's lookup ended: connects to its first IPv4 address if any (servers
- * commonly listen on 127.0.0.1 only, while "localhost" names ::1 too), else its first. */
+/* The current endpoint's lookup ended: connects to the address resolve_pick() chooses. */
 static void conn_resolved(const struct addrinfo *res, const char *why, void *arg)
 {
     struct grpc_channel *ch = arg;
