@@ -197,6 +197,8 @@ static long parse_request_line(const char *s, size_t n, int full, struct httpmsg
         ;
     if (sp == m + 1)
         return refuse(status, 400, err, errcap, "request line ", s, n, " has no HTTP version");
+    if (sp == n)
+        return refuse(status, 400, err, errcap, "request line ", s, n, " ends with a space");
     t = sp - 1 - (m + 1);
     if (t == 0)
         return refuse(status, 400, err, errcap, "request line ", s, n, " has an empty target");
@@ -531,16 +533,12 @@ long httpmsg_chunked_feed(struct httpmsg_chunked *c, const char *buf, size_t len
         } else if (ch == '\r' && c->state != CH_SIZE0 && c->state != CH_DATA) {
             c->cr = 1;
             if (c->state == CH_TRAILER0 || c->state == CH_TRAILER)
-                c->trailers++;
-            else if (c->state != CH_DATA_END)
-                c->line++;
+                c->trailers++; /* a chunk-size line's limit is on its content, a CR aside */
             if (c->state == CH_BWS)
                 return chunk_fail(c, err, errcap, "whitespace before the end of a chunk-size line",
                                   NULL, 0, "");
             if (c->trailers > HTTPMSG_MAX_TRAILERS)
                 return chunk_fail(c, err, errcap, "trailer section is too long", NULL, 0, "");
-            if (c->line > HTTPMSG_MAX_CHUNK_LINE)
-                return chunk_fail(c, err, errcap, "chunk-size line is too long", NULL, 0, "");
             continue;
         }
         /* ch is LF (after an optional CR) or any other byte. */
