@@ -384,6 +384,9 @@ long httpmsg_parse_request(const char *buf, size_t len, size_t max, struct httpm
     if (err != NULL && errcap > 0)
         err[0] = '\0';
 
+    if (lim == 0) /* buf may be NULL then */
+        return incomplete(len, max, status, err, errcap);
+
     /* Empty lines before the request line. */
     for (;;) {
         if (pos < lim && buf[pos] == '\n')
@@ -395,7 +398,7 @@ long httpmsg_parse_request(const char *buf, size_t len, size_t max, struct httpm
     }
 
     /* The request line. */
-    lf = memchr(buf + pos, '\n', lim - pos);
+    lf = pos < lim ? memchr(buf + pos, '\n', lim - pos) : NULL;
     if (lf == NULL) {
         if (parse_request_line(buf + pos, lim - pos, 0, req, status, err, errcap) < 0)
             return -1;
@@ -413,7 +416,7 @@ long httpmsg_parse_request(const char *buf, size_t len, size_t max, struct httpm
     for (;;) {
         size_t n;
 
-        lf = memchr(buf + pos, '\n', lim - pos);
+        lf = pos < lim ? memchr(buf + pos, '\n', lim - pos) : NULL;
         if (lf == NULL)
             return incomplete(len, max, status, err, errcap);
         n = (size_t)(lf - (buf + pos));

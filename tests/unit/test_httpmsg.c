@@ -381,6 +381,10 @@ static void test_max(void **state)
     assert_int_equal(status, 431);
     assert_int_equal(
         httpmsg_parse_request(S("GET /aaaaaaaaaaaaaaaa"), 0, &req, &status, err, sizeof(err)), -1);
+    /* Nothing yet; a NULL buffer of no bytes is fine. */
+    assert_int_equal(httpmsg_parse_request(NULL, 0, 10, &req, &status, err, sizeof(err)), 0);
+    assert_int_equal(httpmsg_parse_request(NULL, 0, 0, &req, &status, err, sizeof(err)), -1);
+    assert_int_equal(status, 431);
 }
 
 static void test_max_headers(void **state)
