@@ -78,13 +78,14 @@ void httpmsg_chunked_init(struct httpmsg_chunked *c);
 
 /* Decodes the chunked body in buf[0..len), which continues where the last call stopped. Consumes
  * framing up to the next run of data and that run (as much of it as buf holds), or up to the end
- * of the body. Returns the bytes consumed (0 only when len is 0), with *data_off and *data_len the
- * run of body data found in them (*data_len 0 if none) and *done 1 once the last chunk and the
- * trailer section are consumed (then nothing after them is consumed; trailers are skipped, not
- * returned). Call again with the rest of buf until it is used up or *done. Returns -1 with err
- * set for a malformed body: a chunk size that is not hexadecimal or is 2^60 or more, a chunk-size
- * line over HTTPMSG_MAX_CHUNK_LINE bytes, data not followed by CRLF, a trailer section over
- * HTTPMSG_MAX_TRAILERS bytes, a CR not followed by LF, a NUL in a chunk-size or trailer line. */
+ * of the body. Returns the bytes consumed (0 only when len is 0, or when the body was done
+ * already), with *data_off and *data_len the run of body data found in them (*data_len 0 if none)
+ * and *done 1 once the last chunk and the trailer section are consumed (then nothing after them is
+ * consumed; trailers are skipped, not returned). Call again with the rest of buf until it is used
+ * up or *done. Returns -1 with err set for a malformed body: a chunk size that is not hexadecimal
+ * or is 2^60 or more, a chunk-size line over HTTPMSG_MAX_CHUNK_LINE bytes, data not followed by
+ * CRLF, a trailer section over HTTPMSG_MAX_TRAILERS bytes, a CR not followed by LF, a NUL in a
+ * chunk-size or trailer line. */
 long httpmsg_chunked_feed(struct httpmsg_chunked *c, const char *buf, size_t len, size_t *data_off,
                           size_t *data_len, int *done, char *err, size_t errcap);
 
