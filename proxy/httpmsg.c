@@ -143,8 +143,10 @@ static long refuse(int *status, int code, char *err, size_t errcap, const char *
     return -1;
 }
 
-/* The answer when no complete head lies within min(len, max) bytes. */
-static long incomplete(size_t len, size_t max, int *status, char *err, size_t errcap)
+/* The answer when no complete head lies within min(len, max) bytes; head is "request head" or
+ * "response head". */
+static long incomplete(size_t len, size_t max, const char *head, int *status, char *err,
+                       size_t errcap)
 {
     struct ebuf e = {err, err != NULL ? errcap : 0, 0};
 
@@ -152,18 +154,21 @@ static long incomplete(size_t len, size_t max, int *status, char *err, size_t er
         return 0;
     if (status != NULL)
         *status = 431;
-    eb_str(&e, "request head is over ");
+    eb_str(&e, head);
+    eb_str(&e, " is over ");
     eb_num(&e, max);
     eb_str(&e, " bytes");
     eb_end(&e);
     return -1;
 }
 
-/* Checks the content of a complete line for NUL and bare CR. Returns 0 or -1 (refused). */
-static long check_line(const char *s, size_t n, int *status, char *err, size_t errcap)
+/* Checks the content of a complete line of a head ("request head" or "response head") for NUL and
+ * bare CR. Returns 0 or -1 (refused). */
+static long check_line(const char *s, size_t n, const char *head, int *status, char *err,
+                       size_t errcap)
 {
     if (memchr(s, '\0', n) != NULL)
-        return refuse(status, 400, err, errcap, "NUL byte in the request head", NULL, 0, "");
+        return refuse(status, 400, err, errcap, "NUL byte in the ", NULL, 0, head);
     if (memchr(s, '\r', n) != NULL)
         return refuse(status, 400, err, errcap, "CR not followed by LF in line ", s, n, "");
     return 0;
@@ -186,7 +191,7 @@ static long parse_request_line(const char *s, size_t n, int full, struct httpmsg
     }
     if (!full)
         return 0;
-    if (check_line(s, n, status, err, errcap) < 0)
+    if (check_line(s, n, "request head", status, err, errcap) < 0)
         return -1;
     if (m == 0)
         return refuse(status, 400, err, errcap, "request line ", s, n, " has no method");
@@ -225,14 +230,15 @@ static long parse_request_line(const char *s, size_t n, int full, struct httpmsg
     return 0;
 }
 
-/* Parses the header line s[0..n) (complete, line end removed, not empty) into req. */
-static long parse_field(const char *s, size_t n, struct httpmsg_request *req, int *status,
-                        char *err, size_t errcap)
+/* Parses the header line s[0..n) (complete, line end removed, not empty) of a head into
+ * hs[*nh], the next of the fields. */
+static long parse_field(const char *s, size_t n, const char *head, struct httpmsg_header *hs,
+                        size_t *nh, int *status, char *err, size_t errcap)
 {
     struct httpmsg_header *h;
     size_t i, b, e;
 
-    if (check_line(s, n, status, err, errcap) < 0)
+    if (check_line(s, n, head, status, err, errcap) < 0)
         return -1;
     if (is_ws((unsigned char)s[0]))
         return refuse(status, 400, err, errcap, "header line ", s, n,
@@ -251,18 +257,42 @@ static long parse_field(const char *s, size_t n, struct httpmsg_request *req, in
     }
     if (i == 0)
         return refuse(status, 400, err, errcap, "header line ", s, n, " has an empty field name");
-    if (req->nheaders >= HTTPMSG_MAX_HEADERS)
+    if (*nh >= HTTPMSG_MAX_HEADERS)
         return refuse(status, 431, err, errcap, "more than 100 header fields", NULL, 0, "");
     for (b = i + 1; b < n && is_ws((unsigned char)s[b]); b++)
         ;
     for (e = n; e > b && is_ws((unsigned char)s[e - 1]); e--)
         ;
-    h = &req->headers[req->nheaders++];
+    h = &hs[(*nh)++];
     h->name.p = s;
     h->name.n = i;
     h->value.p = s + b;
     h->value.n = e - b;
     return 0;
+}
+
+/* Parses the header fields of a head from buf[pos..lim), pos being just after the start line, up
+ * to and including the empty line that ends them, into hs[0..*nh). Returns the head's length (>
+ * 0); or, when the empty line is not within lim, incomplete()'s answer; or -1 (refused). */
+static long parse_fields(const char *buf, size_t pos, size_t lim, size_t len, size_t max,
+                         const char *head, struct httpmsg_header *hs, size_t *nh, int *status,
+                         char *err, size_t errcap)
+{
+    for (;;) {
+        const char *lf = pos < lim ? memchr(buf + pos, '\n', lim - pos) : NULL;
+        size_t n;
+
+        if (lf == NULL)
+            return incomplete(len, max, head, status, err, errcap);
+        n = (size_t)(lf - (buf + pos));
+        if (n > 0 && buf[pos + n - 1] == '\r')
+            n--;
+        if (n > 0 && parse_field(buf + pos, n, head, hs, nh, status, err, errcap) < 0)
+            return -1;
+        pos = (size_t)(lf - buf) + 1;
+        if (n == 0)
+            return (long)pos;
+    }
 }
 
 /* Content-Length: 1*DIGIT below 2^63. Returns 0 with *out, or -1. */
@@ -368,6 +398,7 @@ long httpmsg_parse_request(const char *buf, size_t len, size_t max, struct httpm
 {
     size_t lim = len < max ? len : max, pos = 0;
     const char *lf;
+    long end;
 
     if (lim > (size_t)LONG_MAX)
         lim = (size_t)LONG_MAX;
@@ -385,7 +416,7 @@ long httpmsg_parse_request(const char *buf, size_t len, size_t max, struct httpm
         err[0] = '\0';
 
     if (lim == 0) /* buf may be NULL then */
-        return incomplete(len, max, status, err, errcap);
+        return incomplete(len, max, "request head", status, err, errcap);
 
     /* Empty lines before the request line. */
     for (;;) {
@@ -402,7 +433,7 @@ long httpmsg_parse_request(const char *buf, size_t len, size_t max, struct httpm
     if (lf == NULL) {
         if (parse_request_line(buf + pos, lim - pos, 0, req, status, err, errcap) < 0)
             return -1;
-        return incomplete(len, max, status, err, errcap);
+        return incomplete(len, max, "request head", status, err, errcap);
     } else {
         size_t n = (size_t)(lf - (buf + pos));
         if (n > 0 && buf[pos + n - 1] == '\r')
@@ -413,26 +444,13 @@ long httpmsg_parse_request(const char *buf, size_t len, size_t max, struct httpm
     }
 
     /* Header fields, up to the empty line. */
-    for (;;) {
-        size_t n;
-
-        lf = pos < lim ? memchr(buf + pos, '\n', lim - pos) : NULL;
-        if (lf == NULL)
-            return incomplete(len, max, status, err, errcap);
-        n = (size_t)(lf - (buf + pos));
-        if (n > 0 && buf[pos + n - 1] == '\r')
-            n--;
-        if (n == 0) {
-            pos = (size_t)(lf - buf) + 1;
-            break;
-        }
-        if (parse_field(buf + pos, n, req, status, err, errcap) < 0)
-            return -1;
-        pos = (size_t)(lf - buf) + 1;
-    }
+    end = parse_fields(buf, pos, lim, len, max, "request head", req->headers, &req->nheaders,
+                       status, err, errcap);
+    if (end <= 0)
+        return end;
     if (read_fields(req, status, err, errcap) < 0)
         return -1;
-    return (long)pos;
+    return end;
 }
 
 int httpmsg_find(const struct httpmsg_request *req, const char *name, struct httpmsg_slice *value)
