@@ -314,41 +314,72 @@ static int parse_length(const struct httpmsg_slice *v, uint64_t *out)
     return 0;
 }
 
-/* What the fields say about the body and the connection, once the head is complete. */
-static long read_fields(struct httpmsg_request *req, int *status, char *err, size_t errcap)
+/* The fields' Content-Length values: *cl the number when every one is valid and they are all the
+ * same number, else -1 (refused). Call it only when one was sent. */
+static long content_length(const struct httpmsg_header *hs, size_t nh, uint64_t *cl, int *status,
+                           char *err, size_t errcap)
 {
-    int has_cl = 0, has_te = 0, close = 0, keep = 0;
-    uint64_t cl = 0;
+    int seen = 0;
 
-    for (size_t i = 0; i < req->nheaders; i++) {
-        const struct httpmsg_header *h = &req->headers[i];
-        const char *p = h->value.p, *end = h->value.p + h->value.n;
-        struct httpmsg_slice it;
+    for (size_t i = 0; i < nh; i++) {
+        const struct httpmsg_header *h = &hs[i];
         uint64_t v;
 
+        if (!eq_nocase(h->name.p, h->name.n, "content-length"))
+            continue;
+        if (parse_length(&h->value, &v) < 0)
+            return refuse(status, 400, err, errcap, "bad Content-Length ", h->value.p, h->value.n,
+                          "");
+        /* Sent twice: the same number (compared as numbers) or refused. */
+        if (seen && v != *cl)
+            return refuse(status, 400, err, errcap, "Content-Length sent twice, the second ",
+                          h->value.p, h->value.n, " differs");
+        seen = 1;
+        *cl = v;
+    }
+    return 0;
+}
+
+/* Which framing fields hs[0..nh) has, and what its Connection fields list. */
+static void scan_fields(const struct httpmsg_header *hs, size_t nh, int *has_cl, int *has_te,
+                        int *close, int *keep)
+{
+    *has_cl = *has_te = *close = *keep = 0;
+    for (size_t i = 0; i < nh; i++) {
+        const struct httpmsg_header *h = &hs[i];
+        const char *p = h->value.p, *end = h->value.p + h->value.n;
+        struct httpmsg_slice it;
+
         if (eq_nocase(h->name.p, h->name.n, "content-length")) {
-            if (parse_length(&h->value, &v) < 0)
-                return refuse(status, 400, err, errcap, "bad Content-Length ", h->value.p,
-                              h->value.n, "");
-            /* Sent twice: the same number (compared as numbers) or refused. */
-            if (has_cl && v != cl)
-                return refuse(status, 400, err, errcap, "Content-Length sent twice, the second ",
-                              h->value.p, h->value.n, " differs");
-            has_cl = 1;
-            cl = v;
+            *has_cl = 1;
         } else if (eq_nocase(h->name.p, h->name.n, "transfer-encoding")) {
-            has_te = 1;
+            *has_te = 1;
         } else if (eq_nocase(h->name.p, h->name.n, "connection")) {
             while (list_next(&p, end, &it)) {
                 if (eq_nocase(it.p, it.n, "close"))
-                    close = 1;
+                    *close = 1;
                 else if (eq_nocase(it.p, it.n, "keep-alive"))
-                    keep = 1;
+                    *keep = 1;
             }
-        } else if (eq_nocase(h->name.p, h->name.n, "expect")) {
-            if (eq_nocase(h->value.p, h->value.n, "100-continue"))
-                req->expect_continue = 1;
         }
+    }
+}
+
+/* What the fields say about the body and the connection, once the head is complete. */
+static long read_fields(struct httpmsg_request *req, int *status, char *err, size_t errcap)
+{
+    int has_cl, has_te, close, keep;
+    uint64_t cl = 0;
+
+    scan_fields(req->headers, req->nheaders, &has_cl, &has_te, &close, &keep);
+    if (has_cl && content_length(req->headers, req->nheaders, &cl, status, err, errcap) < 0)
+        return -1;
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const struct httpmsg_header *h = &req->headers[i];
+
+        if (eq_nocase(h->name.p, h->name.n, "expect") &&
+            eq_nocase(h->value.p, h->value.n, "100-continue"))
+            req->expect_continue = 1;
     }
     req->keep_alive = req->minor == 1 ? !close : keep && !close;
     if (has_te && has_cl)
@@ -463,6 +494,152 @@ int httpmsg_find(const struct httpmsg_request *req, const char *name, struct htt
         }
     }
     return 0;
+}
+
+/* ---- Response head ------------------------------------------------------------------------ */
+
+static const char resp_head[] = "response head";
+
+/* Parses the status line s[0..n) (its line end removed; complete when full, else the bytes of it
+ * seen so far) into res. Returns 0 (valid, or incomplete and valid so far), or -1 (refused). */
+static long parse_status_line(const char *s, size_t n, int full, struct httpmsg_response *res,
+                              char *err, size_t errcap)
+{
+    static const char http[] = "HTTP/";
+    size_t k;
+
+    /* "HTTP/" first, also on a line not complete yet, so that a peer that does not speak HTTP is
+     * refused without waiting for max bytes. Checked the same way on the complete line first, up
+     * to a CR (which might be the line end's), so the answer is the same however it was split. */
+    for (k = 0; k < n && k < sizeof(http) - 1 && s[k] != '\r'; k++)
+        if (s[k] != http[k])
+            return refuse(NULL, 0, err, errcap, "bad status line ", s, k + 1,
+                          " (it must start with HTTP/)");
+    if (!full)
+        return 0;
+    if (check_line(s, n, resp_head, NULL, err, errcap) < 0)
+        return -1;
+    if (n == 0)
+        return refuse(NULL, 0, err, errcap, "empty line before the status line", NULL, 0, "");
+    /* HTTP/d.d SP 3DIGIT [ SP reason-phrase ] */
+    for (k = 0; k < n && s[k] != ' '; k++)
+        ;
+    if (k != 8 || s[5] < '0' || s[5] > '9' || s[6] != '.' || s[7] < '0' || s[7] > '9')
+        return refuse(NULL, 0, err, errcap, "bad status line ", s, n, "");
+    if (s[5] != '1' || (s[7] != '0' && s[7] != '1'))
+        return refuse(NULL, 0, err, errcap, "HTTP version ", s, 8, " is not supported");
+    if (n < 12 || s[9] < '1' || s[9] > '9' || s[10] < '0' || s[10] > '9' || s[11] < '0' ||
+        s[11] > '9' || (n > 12 && s[12] != ' '))
+        return refuse(NULL, 0, err, errcap, "bad status line ", s, n, "");
+    res->minor = s[7] - '0';
+    res->status = (s[9] - '0') * 100 + (s[10] - '0') * 10 + (s[11] - '0');
+    res->reason.p = n > 12 ? s + 13 : s + 12;
+    res->reason.n = n > 12 ? n - 13 : 0;
+    return 0;
+}
+
+/* The codings of every Transfer-Encoding field of res, in order, make one list: the body is
+ * chunked when chunked is the last of them, else it runs to the close. Returns 0, or -1 (refused:
+ * chunked more than once, or no codings at all). */
+static long response_te(struct httpmsg_response *res, char *err, size_t errcap)
+{
+    int chunked = 0, codings = 0, last_chunked = 0;
+
+    for (size_t i = 0; i < res->nheaders; i++) {
+        const struct httpmsg_header *h = &res->headers[i];
+        const char *p = h->value.p, *end = h->value.p + h->value.n;
+        struct httpmsg_slice it;
+
+        if (!eq_nocase(h->name.p, h->name.n, "transfer-encoding"))
+            continue;
+        while (list_next(&p, end, &it)) {
+            if (it.n == 0)
+                continue;
+            codings++;
+            last_chunked = eq_nocase(it.p, it.n, "chunked");
+            if (last_chunked && chunked++)
+                return refuse(NULL, 0, err, errcap, "Transfer-Encoding has chunked more than once",
+                              NULL, 0, "");
+        }
+    }
+    if (codings == 0)
+        return refuse(NULL, 0, err, errcap, "empty Transfer-Encoding", NULL, 0, "");
+    res->body = last_chunked ? HTTPMSG_BODY_CHUNKED : HTTPMSG_BODY_CLOSE;
+    return 0;
+}
+
+/* What the fields say about the body and the connection, once the head is complete (RFC 9112
+ * §6.3). */
+static long response_fields(struct httpmsg_response *res, int head_request, char *err,
+                            size_t errcap)
+{
+    int has_cl, has_te, close, keep;
+    uint64_t cl = 0;
+
+    scan_fields(res->headers, res->nheaders, &has_cl, &has_te, &close, &keep);
+    res->keep_alive = res->minor == 1 ? !close : keep && !close;
+    if (head_request || res->status < 200 || res->status == 204 || res->status == 304) {
+        /* No body, whatever the fields say. */
+    } else if (has_te) {
+        if (response_te(res, err, errcap) < 0)
+            return -1;
+    } else if (has_cl) {
+        if (content_length(res->headers, res->nheaders, &cl, NULL, err, errcap) < 0)
+            return -1;
+        if (cl > 0) {
+            res->body = HTTPMSG_BODY_LENGTH;
+            res->length = cl;
+        }
+    } else {
+        res->body = HTTPMSG_BODY_CLOSE;
+    }
+    /* Both framings: perhaps smuggling (RFC 9112 §6.3). Transfer-Encoding in HTTP/1.0: faulty
+     * framing (§6.1). A body to the close, or a switch to another protocol: the end of HTTP. */
+    if ((has_te && has_cl) || (has_te && res->minor == 0) || res->body == HTTPMSG_BODY_CLOSE ||
+        res->status == 101)
+        res->keep_alive = 0;
+    return 0;
+}
+
+long httpmsg_parse_response(const char *buf, size_t len, size_t max, int head_request,
+                            struct httpmsg_response *res, char *err, size_t errcap)
+{
+    size_t lim = len < max ? len : max, n;
+    const char *lf;
+    long end;
+
+    if (lim > (size_t)LONG_MAX)
+        lim = (size_t)LONG_MAX;
+    memset(res, 0, sizeof(*res));
+    res->reason.p = NULL;
+    res->body = HTTPMSG_BODY_NONE;
+    if (err != NULL && errcap > 0)
+        err[0] = '\0';
+
+    if (lim == 0) /* buf may be NULL then */
+        return incomplete(len, max, resp_head, NULL, err, errcap);
+
+    /* The status line. */
+    lf = memchr(buf, '\n', lim);
+    if (lf == NULL) {
+        if (parse_status_line(buf, lim, 0, res, err, errcap) < 0)
+            return -1;
+        return incomplete(len, max, resp_head, NULL, err, errcap);
+    }
+    n = (size_t)(lf - buf);
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    if (parse_status_line(buf, n, 1, res, err, errcap) < 0)
+        return -1;
+
+    /* Header fields, up to the empty line. */
+    end = parse_fields(buf, (size_t)(lf - buf) + 1, lim, len, max, resp_head, res->headers,
+                       &res->nheaders, NULL, err, errcap);
+    if (end <= 0)
+        return end;
+    if (response_fields(res, head_request, err, errcap) < 0)
+        return -1;
+    return end;
 }
 
 /* ---- Chunked body ------------------------------------------------------------------------- */

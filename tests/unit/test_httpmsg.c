@@ -1,4 +1,5 @@
-/* test_httpmsg.c — unit tests of the HTTP/1.1 request-head parser and chunked-body decoder. */
+/* test_httpmsg.c — unit tests of the HTTP/1.1 request- and response-head parsers and the
+ * chunked-body decoder. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -410,6 +411,321 @@ static void test_max_headers(void **state)
     assert_non_null(strstr(err, "header fields"));
 }
 
+/* ---- Response heads ------------------------------------------------------------------------ */
+
+/* Parses the response buf[0..len) whose head is head bytes, as parse_ok_max() does requests. */
+static void resp_ok_max(const char *buf, size_t len, size_t head, size_t max, int head_request,
+                        struct httpmsg_response *res)
+{
+    char err[128];
+
+    for (size_t k = 0; k < head; k++) {
+        long r = httpmsg_parse_response(buf, k, max, head_request, res, err, sizeof(err));
+        if (r != 0)
+            fail_msg("prefix %zu of %zu: %ld (%s)", k, head, r, err);
+    }
+    assert_int_equal(httpmsg_parse_response(buf, head, max, head_request, res, err, sizeof(err)),
+                     (long)head);
+    long r = httpmsg_parse_response(buf, len, max, head_request, res, err, sizeof(err));
+    if (r != (long)head)
+        fail_msg("whole: %ld (%s), want %zu", r, err, head);
+}
+
+/* A response head complete in the whole string. */
+static void resp_head(const char *s, int head_request, struct httpmsg_response *res)
+{
+    resp_ok_max(s, strlen(s), strlen(s), MAX, head_request, res);
+}
+
+/* The body framing and keep_alive of the response head s. */
+static void resp_framing(const char *s, int head_request, enum httpmsg_body body, uint64_t length,
+                         int keep_alive)
+{
+    struct httpmsg_response res;
+
+    resp_head(s, head_request, &res);
+    if (res.body != body || res.length != length || res.keep_alive != keep_alive)
+        fail_msg("'%s': body %d length %llu keep_alive %d, want %d %llu %d", s, (int)res.body,
+                 (unsigned long long)res.length, res.keep_alive, (int)body,
+                 (unsigned long long)length, keep_alive);
+}
+
+/* buf[0..len) is refused with an err containing what; every prefix is either "not yet" or the
+ * same refusal. */
+static void resp_bad(const char *buf, size_t len, int head_request, const char *what)
+{
+    struct httpmsg_response res;
+    char err[128], err2[128];
+
+    long r = httpmsg_parse_response(buf, len, MAX, head_request, &res, err, sizeof(err));
+    if (r != -1)
+        fail_msg("'%.*s': %ld, want -1", (int)len, buf, r);
+    if (strstr(err, what) == NULL)
+        fail_msg("'%.*s': err '%s' does not say '%s'", (int)len, buf, err, what);
+    for (size_t k = 0; k < len; k++) {
+        r = httpmsg_parse_response(buf, k, MAX, head_request, &res, err2, sizeof(err2));
+        if (r == 0)
+            continue;
+        if (r != -1 || strcmp(err, err2) != 0)
+            fail_msg("'%.*s' prefix %zu: %ld '%s'", (int)len, buf, k, r, err2);
+    }
+}
+
+#define RBAD(lit, what) resp_bad(S(lit), 0, what)
+
+static void test_response(void **state)
+{
+    const char msg[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n"
+                       "hello";
+    struct httpmsg_response res;
+
+    resp_ok_max(S(msg), sizeof(msg) - 1 - 5, MAX, 0, &res);
+    assert_int_equal(res.minor, 1);
+    assert_int_equal(res.status, 200);
+    assert_true(slice_is(res.reason, "OK"));
+    assert_int_equal(res.nheaders, 2);
+    assert_true(slice_is(res.headers[0].name, "Content-Type"));
+    assert_true(slice_is(res.headers[0].value, "text/plain"));
+    assert_true(slice_is(res.headers[1].name, "Content-Length"));
+    assert_int_equal(res.body, HTTPMSG_BODY_LENGTH);
+    assert_int_equal(res.length, 5);
+    assert_int_equal(res.keep_alive, 1);
+
+    /* Reason phrases: with spaces and other bytes, empty after the SP, or no SP at all. */
+    resp_head("HTTP/1.0 404 Not  Found \x01\xff\r\n\r\n", 0, &res);
+    assert_int_equal(res.minor, 0);
+    assert_int_equal(res.status, 404);
+    assert_true(slice_is(res.reason, "Not  Found \x01\xff"));
+    resp_head("HTTP/1.1 200 \r\nContent-Length: 0\r\n\r\n", 0, &res);
+    assert_int_equal(res.status, 200);
+    assert_true(slice_is(res.reason, ""));
+    resp_head("HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", 0, &res);
+    assert_int_equal(res.status, 200);
+    assert_true(slice_is(res.reason, ""));
+    resp_head("HTTP/1.1 999\n\n", 0, &res);
+    assert_int_equal(res.status, 999);
+    resp_head("HTTP/1.1 100 Continue\r\n\r\n", 0, &res);
+    assert_int_equal(res.status, 100);
+    assert_int_equal(res.nheaders, 0);
+
+    /* LF line ends, mixed; field values trimmed as for requests. */
+    resp_head("HTTP/1.1 201 Created\nLocation:  /x \t\r\nX-E:\n\n", 0, &res);
+    assert_int_equal(res.nheaders, 2);
+    assert_true(slice_is(res.headers[0].value, "/x"));
+    assert_true(slice_is(res.headers[1].value, ""));
+}
+
+static void test_response_framing(void **state)
+{
+    /* HEAD, 1xx, 204, 304: no body whatever the fields say. */
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n", 1, HTTPMSG_BODY_NONE, 0, 1);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 1, HTTPMSG_BODY_NONE, 0,
+                 1);
+    resp_framing("HTTP/1.1 200 OK\r\n\r\n", 1, HTTPMSG_BODY_NONE, 0, 1);
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: bad\r\n\r\n", 1, HTTPMSG_BODY_NONE, 0, 1);
+    resp_framing("HTTP/1.1 100 Continue\r\n\r\n", 0, HTTPMSG_BODY_NONE, 0, 1);
+    resp_framing("HTTP/1.1 103 Early Hints\r\nContent-Length: 5\r\n\r\n", 0, HTTPMSG_BODY_NONE, 0,
+                 1);
+    resp_framing("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", 0, HTTPMSG_BODY_NONE, 0,
+                 0);
+    resp_framing("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", 0, HTTPMSG_BODY_NONE, 0,
+                 1);
+    resp_framing("HTTP/1.1 304 Not Modified\r\nContent-Length: 1234\r\n\r\n", 0, HTTPMSG_BODY_NONE,
+                 0, 1);
+    resp_framing("HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", 0,
+                 HTTPMSG_BODY_NONE, 0, 1);
+    /* But both framings still close the connection. */
+    resp_framing(
+        "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n", 0,
+        HTTPMSG_BODY_NONE, 0, 0);
+
+    /* Transfer-Encoding. */
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 0, HTTPMSG_BODY_CHUNKED,
+                 0, 1);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, CHUNKED\r\n\r\n", 0,
+                 HTTPMSG_BODY_CHUNKED, 0, 1);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\ntransfer-encoding: , chunked ,\r\n"
+                 "\r\n",
+                 0, HTTPMSG_BODY_CHUNKED, 0, 1);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 0,
+                 HTTPMSG_BODY_CHUNKED, 0, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: bad\r\nTransfer-Encoding: chunked\r\n\r\n", 0,
+                 HTTPMSG_BODY_CHUNKED, 0, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", 0, HTTPMSG_BODY_CLOSE, 0, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 0,
+                 HTTPMSG_BODY_CLOSE, 0, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+                 0, HTTPMSG_BODY_CLOSE, 0, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked;q=1\r\n\r\n", 0, HTTPMSG_BODY_CLOSE,
+                 0, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\n", 0,
+                 HTTPMSG_BODY_CLOSE, 0, 0);
+    /* HTTP/1.0 with Transfer-Encoding: read, then closed. */
+    resp_framing("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n",
+                 0, HTTPMSG_BODY_CHUNKED, 0, 0);
+
+    /* Content-Length. */
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 0, HTTPMSG_BODY_NONE, 0, 1);
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n", 0,
+                 HTTPMSG_BODY_LENGTH, UINT64_C(9223372036854775807), 1);
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: 7\r\ncontent-length: 007\r\n\r\n", 0,
+                 HTTPMSG_BODY_LENGTH, 7, 1);
+    resp_framing("HTTP/1.1 500 Oops\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", 0,
+                 HTTPMSG_BODY_LENGTH, 3, 0);
+
+    /* Nothing: to the close. */
+    resp_framing("HTTP/1.1 200 OK\r\n\r\n", 0, HTTPMSG_BODY_CLOSE, 0, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n\r\n", 0, HTTPMSG_BODY_CLOSE, 0, 0);
+    resp_framing("HTTP/1.0 200 OK\r\n\r\n", 0, HTTPMSG_BODY_CLOSE, 0, 0);
+}
+
+static void test_response_keep_alive(void **state)
+{
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n", 0, HTTPMSG_BODY_LENGTH, 1, 1);
+    resp_framing("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive, Close\r\n\r\n", 0,
+                 HTTPMSG_BODY_LENGTH, 1, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nConnection: x\r\nConnection: ,CLOSE\t\r\nContent-Length: 1\r\n"
+                 "\r\n",
+                 0, HTTPMSG_BODY_LENGTH, 1, 0);
+    resp_framing("HTTP/1.1 200 OK\r\nConnection: closed\r\nContent-Length: 1\r\n\r\n", 0,
+                 HTTPMSG_BODY_LENGTH, 1, 1);
+    resp_framing("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", 0, HTTPMSG_BODY_LENGTH, 1, 0);
+    resp_framing("HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\n", 0,
+                 HTTPMSG_BODY_LENGTH, 1, 1);
+    resp_framing("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nConnection: close\r\n"
+                 "Content-Length: 1\r\n\r\n",
+                 0, HTTPMSG_BODY_LENGTH, 1, 0);
+    resp_framing("HTTP/1.0 304 Not Modified\r\nConnection: keep-alive\r\n\r\n", 0,
+                 HTTPMSG_BODY_NONE, 0, 1);
+    resp_framing("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", 1, HTTPMSG_BODY_NONE, 0, 1);
+    resp_framing("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", 0, HTTPMSG_BODY_CLOSE, 0, 0);
+    resp_framing("HTTP/1.0 204 x\r\nConnection: keep-alive\r\n\r\n", 0, HTTPMSG_BODY_NONE, 0, 1);
+}
+
+static void test_response_bad(void **state)
+{
+    /* Status lines. */
+    RBAD("HTTP/2.0 200 OK\r\n\r\n", "HTTP version 'HTTP/2.0' is not supported");
+    RBAD("HTTP/1.2 200 OK\r\n\r\n", "'HTTP/1.2' is not supported");
+    RBAD("HTTP/0.9 200 OK\r\n\r\n", "not supported");
+    RBAD("HTTP/2 200 OK\r\n\r\n", "bad status line 'HTTP/2 200 OK'");
+    RBAD("HTTP/1.10 200 OK\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.x 200 OK\r\n\r\n", "bad status line");
+    RBAD("http/1.1 200 OK\r\n\r\n", "bad status line 'h'");
+    RBAD("HTTX/1.1 200 OK\r\n\r\n", "bad status line 'HTTX'");
+    RBAD("\x16\x03\x01\x02\x00", "bad status line '?'"); /* refused before a line end */
+    RBAD("<html>", "bad status line '<'");
+    RBAD("HTTP/1.1 20 OK\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1 20\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1 1000 OK\r\n\r\n", "bad status line 'HTTP/1.1 1000 OK'");
+    RBAD("HTTP/1.1 1000\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1 099 OK\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1 abc OK\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1 2x0 OK\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1  200 OK\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1 200\tOK\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1\r\n\r\n", "bad status line");
+    RBAD("HTTP/1.1 \r\n\r\n", "bad status line");
+    RBAD(" HTTP/1.1 200 OK\r\n\r\n", "bad status line ' '");
+    RBAD("\r\nHTTP/1.1 200 OK\r\n\r\n", "empty line before the status line");
+    RBAD("\nHTTP/1.1 200 OK\r\n\r\n", "empty line before the status line");
+    RBAD("HTTP/1.1 200 O\rK\r\n\r\n", "CR not followed by LF");
+    RBAD("HT\rTP/1.1 200 OK\r\n\r\n", "CR not followed by LF");
+    RBAD("HTTP/1.1 200 O\0K\r\n\r\n", "NUL byte in the response head");
+    RBAD("H\0TTP/1.1 200 OK\r\n\r\n", "bad status line 'H?'");
+
+    /* Fields, as for requests. */
+    RBAD("HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n", "folding");
+    RBAD("HTTP/1.1 200 OK\r\n X: a\r\n\r\n", "folding");
+    RBAD("HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n", "CR not followed by LF");
+    RBAD("HTTP/1.1 200 OK\r\nX: 1\r\n\r\r\n", "CR not followed by LF");
+    RBAD("HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n", "NUL");
+    RBAD("HTTP/1.1 200 OK\r\nHost : a\r\n\r\n", "whitespace before ':'");
+    RBAD("HTTP/1.1 200 OK\r\nX@Y: 1\r\n\r\n", "'X@' is not a token");
+    RBAD("HTTP/1.1 200 OK\r\nNoColon\r\n\r\n", "has no ':'");
+    RBAD("HTTP/1.1 200 OK\r\n: v\r\n\r\n", "empty field name");
+
+    /* Framing. */
+    RBAD("HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n", "bad Content-Length 'abc'");
+    RBAD("HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n", "bad Content-Length ''");
+    RBAD("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "bad Content-Length");
+    RBAD("HTTP/1.1 200 OK\r\nContent-Length: +1\r\n\r\n", "bad Content-Length");
+    RBAD("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n", "bad Content-Length '5, 5'");
+    RBAD("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n",
+         "bad Content-Length '9223372036854775808'");
+    RBAD("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+         "Content-Length sent twice");
+    RBAD("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+         "chunked more than once");
+    RBAD(
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        "chunked more than once");
+    RBAD("HTTP/1.1 200 OK\r\nTransfer-Encoding: , \r\n\r\n", "empty Transfer-Encoding");
+    /* A bad Content-Length is not refused where it does not frame the body (HEAD, 1xx, 204, 304,
+     * Transfer-Encoding): see test_response_framing. */
+}
+
+static void test_response_limits(void **state)
+{
+    static char buf[MAX * 2];
+    const char msg[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
+    size_t head = sizeof(msg) - 1 - 2, n;
+    struct httpmsg_response res;
+    char err[128];
+
+    /* A head of exactly max bytes parses; one byte less is "not yet" below max, then refused. */
+    resp_ok_max(S(msg), head, head, 0, &res);
+    assert_int_equal(res.length, 2);
+    for (size_t k = 0; k <= sizeof(msg) - 1; k++) {
+        long r = httpmsg_parse_response(msg, k, head - 1, 0, &res, err, sizeof(err));
+        if (k < head - 1) {
+            assert_int_equal(r, 0);
+        } else {
+            assert_int_equal(r, -1);
+            assert_non_null(strstr(err, "response head is over"));
+        }
+    }
+    assert_int_equal(httpmsg_parse_response(NULL, 0, 10, 0, &res, err, sizeof(err)), 0);
+    assert_int_equal(httpmsg_parse_response(NULL, 0, 0, 0, &res, err, sizeof(err)), -1);
+    assert_int_equal(httpmsg_parse_response(S("HTTP/1.1 200 OK"), 10, 0, &res, err, sizeof(err)),
+                     -1);
+    assert_non_null(strstr(err, "over 10 bytes"));
+
+    /* HTTPMSG_MAX_HEADERS fields, then one more. */
+    n = (size_t)snprintf(buf, sizeof(buf), "HTTP/1.1 204 No Content\r\n");
+    for (int i = 0; i < HTTPMSG_MAX_HEADERS; i++)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "X-%d: %d\r\n", i, i);
+    memcpy(buf + n, "\r\n", 2);
+    resp_ok_max(buf, n + 2, n + 2, MAX, 0, &res);
+    assert_int_equal(res.nheaders, HTTPMSG_MAX_HEADERS);
+    assert_true(slice_is(res.headers[HTTPMSG_MAX_HEADERS - 1].value, "99"));
+    memcpy(buf + n, "X-100: 100\r\n\r\n", 14);
+    n += 14;
+    assert_int_equal(httpmsg_parse_response(buf, n, MAX, 0, &res, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "more than 100 header fields"));
+
+    /* The err buffer: bounded, terminated, optional. */
+    memset(err, 'X', sizeof(err));
+    assert_int_equal(httpmsg_parse_response(S("HTTP/3.0 200 OK\r\n\r\n"), MAX, 0, &res, err, 8),
+                     -1);
+    assert_int_equal(strlen(err), 7);
+    assert_int_equal(err[8], 'X');
+    assert_int_equal(httpmsg_parse_response(S("HTTP/3.0 200 OK\r\n\r\n"), MAX, 0, &res, NULL, 0),
+                     -1);
+}
+
+/* The request parser never reports a body to the close. */
+static void test_request_never_close(void **state)
+{
+    struct httpmsg_request req;
+
+    parse_head("POST / HTTP/1.1\r\n\r\n", &req);
+    assert_int_equal(req.body, HTTPMSG_BODY_NONE);
+    parse_head("POST / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &req);
+    assert_int_equal(req.body, HTTPMSG_BODY_NONE);
+    assert_int_equal(req.keep_alive, 1);
+}
+
 /* ---- Chunked bodies ------------------------------------------------------------------------ */
 
 struct feed_result {
@@ -674,6 +990,12 @@ int main(void)
         cmocka_unit_test(test_err_buffer),
         cmocka_unit_test(test_max),
         cmocka_unit_test(test_max_headers),
+        cmocka_unit_test(test_response),
+        cmocka_unit_test(test_response_framing),
+        cmocka_unit_test(test_response_keep_alive),
+        cmocka_unit_test(test_response_bad),
+        cmocka_unit_test(test_response_limits),
+        cmocka_unit_test(test_request_never_close),
         cmocka_unit_test(test_chunked_whole_and_split),
         cmocka_unit_test(test_chunked_calls),
         cmocka_unit_test(test_chunked_sizes),
