@@ -1,7 +1,8 @@
-/* fuzz_httpmsg.c — libFuzzer target: the HTTP/1.1 request-head parser and the chunked decoder keep
- * httpmsg.h's promises on any input. The input is parsed as a head with a few max values (its
- * answer must not depend on the bytes after the head, nor on how much of the buffer is passed),
- * and decoded as a chunked body whole and in two pieces (the same data and outcome either way). */
+/* fuzz_httpmsg.c — libFuzzer target: the HTTP/1.1 request- and response-head parsers and the
+ * chunked decoder keep httpmsg.h's promises on any input. The input is parsed as a request head
+ * and as a response head (to a HEAD request and to another) with a few max values (the answer must
+ * not depend on the bytes after the head, nor on how much of the buffer is passed), and decoded as
+ * a chunked body whole and in two pieces (the same data and outcome either way). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,9 @@ static void fuzz_head(const char *buf, size_t len, size_t max, size_t split)
             abort();
         if (req.body == HTTPMSG_BODY_CHUNKED && !httpmsg_find(&req, "transfer-encoding", NULL))
             abort();
+        if (req.body != HTTPMSG_BODY_NONE && req.body != HTTPMSG_BODY_LENGTH &&
+            req.body != HTTPMSG_BODY_CHUNKED)
+            abort(); /* never CLOSE for a request */
         /* The head alone gives the same answer, one byte less is "not yet". */
         if (httpmsg_parse_request(buf, (size_t)r, max, &req2, &status2, err2, sizeof(err2)) != r)
             abort();
@@ -102,6 +106,140 @@ static void fuzz_head(const char *buf, size_t len, size_t max, size_t split)
     if (r2 != r || tiny[4] != 'x' || memchr(tiny, '\0', 4) == NULL)
         abort();
     if (httpmsg_parse_request(buf, len, max, &req2, &status2, NULL, 0) != r)
+        abort();
+}
+
+static int same_response(const struct httpmsg_response *a, const struct httpmsg_response *b)
+{
+    if (a->minor != b->minor || a->status != b->status || a->reason.p != b->reason.p ||
+        a->reason.n != b->reason.n || a->nheaders != b->nheaders || a->body != b->body ||
+        a->length != b->length || a->keep_alive != b->keep_alive)
+        return 0;
+    for (size_t i = 0; i < a->nheaders; i++)
+        if (a->headers[i].name.p != b->headers[i].name.p ||
+            a->headers[i].name.n != b->headers[i].name.n ||
+            a->headers[i].value.p != b->headers[i].value.p ||
+            a->headers[i].value.n != b->headers[i].value.n)
+            return 0;
+    return 1;
+}
+
+/* Returns the answer for the whole buffer. */
+static long fuzz_response(const char *buf, size_t len, size_t max, size_t split, int head_request)
+{
+    static struct httpmsg_response res, res2;
+    char err[96], err2[96], tiny[5];
+    long r, r2;
+
+    r = httpmsg_parse_response(buf, len, max, head_request, &res, err, sizeof(err));
+    if (r == -1) {
+        check_err(err, sizeof(err));
+        if (err[0] == '\0')
+            abort();
+    } else if (r == 0) {
+        if (len >= max)
+            abort();
+    } else {
+        if (r < 0 || (size_t)r > len || (size_t)r > max || (size_t)r < 13)
+            abort(); /* "HTTP/1.1 200\n\n" at least, one byte aside */
+        if (memcmp(buf, "HTTP/1.", 7) != 0 || buf[8] != ' ')
+            abort();
+        if (res.minor != buf[7] - '0' || (res.minor != 0 && res.minor != 1))
+            abort();
+        if (res.status < 100 || res.status > 999)
+            abort();
+        if (res.reason.p == NULL || res.reason.p < buf + 12 || res.reason.p > buf + r ||
+            (res.reason.n > 0 && !inside(buf, (size_t)r, res.reason)))
+            abort();
+        if (memchr(res.reason.p, '\r', res.reason.n) || memchr(res.reason.p, '\n', res.reason.n) ||
+            memchr(res.reason.p, '\0', res.reason.n))
+            abort();
+        if (res.nheaders > HTTPMSG_MAX_HEADERS)
+            abort();
+        for (size_t i = 0; i < res.nheaders; i++) {
+            const struct httpmsg_header *h = &res.headers[i];
+            if (!inside(buf, (size_t)r, h->name) || h->name.n == 0)
+                abort();
+            if (h->value.n > 0 && !inside(buf, (size_t)r, h->value))
+                abort();
+            if (h->value.n > 0 && (is_ws(h->value.p[0]) || is_ws(h->value.p[h->value.n - 1])))
+                abort();
+            if (memchr(h->value.p, '\r', h->value.n) || memchr(h->value.p, '\0', h->value.n))
+                abort();
+        }
+        switch (res.body) {
+        case HTTPMSG_BODY_NONE:
+            if (res.length != 0)
+                abort();
+            break;
+        case HTTPMSG_BODY_LENGTH:
+            if (res.length == 0 || res.length > INT64_MAX)
+                abort();
+            break;
+        case HTTPMSG_BODY_CHUNKED:
+            if (res.length != 0)
+                abort();
+            break;
+        case HTTPMSG_BODY_CLOSE:
+            if (res.length != 0 || res.keep_alive)
+                abort();
+            break;
+        default:
+            abort();
+        }
+        if ((head_request || res.status < 200 || res.status == 204 || res.status == 304) &&
+            res.body != HTTPMSG_BODY_NONE)
+            abort();
+        if (res.keep_alive != 0 && res.keep_alive != 1)
+            abort();
+        /* The head alone gives the same answer, one byte less is "not yet". */
+        if (httpmsg_parse_response(buf, (size_t)r, max, head_request, &res2, err2, sizeof(err2)) !=
+                r ||
+            !same_response(&res, &res2))
+            abort();
+        if (httpmsg_parse_response(buf, (size_t)r - 1, max, head_request, &res2, err2,
+                                   sizeof(err2)) != 0)
+            abort();
+    }
+
+    /* A prefix: "not yet", or the same answer (refused alike: the same words). */
+    if (split > len)
+        split = len;
+    r2 = httpmsg_parse_response(buf, split, max, head_request, &res2, err2, sizeof(err2));
+    if (r > 0) {
+        if (r2 != (split >= (size_t)r ? r : 0))
+            abort();
+    } else if (r == 0) {
+        if (r2 != 0)
+            abort();
+    } else if (r2 != 0 && (r2 != -1 || strcmp(err, err2) != 0)) {
+        abort();
+    }
+
+    /* A tiny err buffer, and none. */
+    memset(tiny, 'x', sizeof(tiny));
+    r2 = httpmsg_parse_response(buf, len, max, head_request, &res2, tiny, 4);
+    if (r2 != r || tiny[4] != 'x' || memchr(tiny, '\0', 4) == NULL)
+        abort();
+    if (httpmsg_parse_response(buf, len, max, head_request, &res2, NULL, 0) != r)
+        abort();
+    return r;
+}
+
+static void fuzz_responses(const char *buf, size_t len, size_t max, size_t split)
+{
+    long get = fuzz_response(buf, len, max, split, 0);
+    long head = fuzz_response(buf, len, max, split, 1);
+
+    /* The request's method changes the body only: a head read for one is read alike for the
+     * other, bar the framing fields refused for a body that a HEAD response does not have. */
+    if (get > 0 && head != get)
+        abort();
+    if (get == 0 && head != 0)
+        abort();
+    if (head >= 0 && get != head && get != -1)
+        abort();
+    if (head == -1 && get != -1)
         abort();
 }
 
@@ -188,6 +326,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_head(buf, size, 64, split);
     fuzz_head(buf, size, size > 1 ? size - 1 : 0, split);
     fuzz_head(buf, size, 1 + split, size / 2);
+    fuzz_responses(buf, size, 8192, split);
+    fuzz_responses(buf, size, 64, split);
+    fuzz_responses(buf, size, size > 1 ? size - 1 : 0, split);
+    fuzz_responses(buf, size, 1 + split, size / 2);
     fuzz_chunked(buf, size, split);
     free(copy);
     return 0;
