@@ -15,18 +15,14 @@
 #include "appcheck.h"
 #include "clock.h"
 #include "config.h"
+#include "httpd.h"
 #include "httpevents.h"
-#include "httpwatch.h"
 #include "json.h"
 #include "lock.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
 #include "upstream.h"
-
-#define HTTP_MAX_HEADERS 16384
-#define HTTP_MAX_BODY    (1024 * 1024)
-#define HTTP_TIMEOUT_S   30
 
 #define HTTP_LOCKS_PREFIX  "/v1/locks"
 #define HTTP_STORES_PREFIX "/v1/stores/"
@@ -48,9 +44,8 @@ struct http_grant {
 struct http_acquire {
     struct http_api *h;
     struct http_acquire *prev, *next;
-    struct evhttp_request *req;
-    struct httpwatch watch; /* of req's client going away */
-    struct event *retry;    /* the lock is held by this very sidecar: poll until it is free */
+    struct httpd_req *req;
+    struct event *retry; /* the lock is held by this very sidecar: poll until it is free */
     long long ttl_ms, wait_ms;
     uint64_t deadline_ms;
     uint64_t token; /* a release: the token being given back */
@@ -60,7 +55,7 @@ struct http_acquire {
 };
 
 struct http_api {
-    struct evhttp *http;
+    struct httpd *srv;
     struct upstream *up;
     const struct cfg *cfg;
     struct event_base *base;
@@ -76,6 +71,7 @@ struct http_api {
         char verb[16];
         http_store_handler fn;
         void *arg;
+        int streams; /* the handler takes request bodies as they arrive */
     } route[HTTP_MAX_ROUTES];
     int nroutes;
     struct {
@@ -86,18 +82,18 @@ struct http_api {
 };
 
 /* Sends a JSON body with the given status. body must be a complete JSON document. */
-static void http_json(struct evhttp_request *req, int code, const char *reason, const char *body)
+static void http_json(struct httpd_req *req, int code, const char *reason, const char *body)
 {
     struct evbuffer *b = evbuffer_new();
 
     if (!b) {
-        evhttp_send_error(req, 500, "out of memory");
+        httpd_reply(req, 500, NULL, NULL);
         return;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_add_header(httpd_req_output_headers(req), "Content-Type", "application/json");
     evbuffer_add(b, body, strlen(body));
     evbuffer_add(b, "\n", 1);
-    evhttp_send_reply(req, code, reason, b);
+    httpd_reply(req, code, reason, b);
     evbuffer_free(b);
 }
 
@@ -122,7 +118,7 @@ void http_json_escape(char *out, size_t cap, const char *s)
 
 /* Ready when the store (the upstream) answered its last probe and the lock backend is
  * connected; not ready while shutting down. */
-static void http_readyz(struct http_api *h, struct evhttp_request *req)
+static void http_readyz(struct http_api *h, struct httpd_req *req)
 {
     char body[1024], why[512];
 
@@ -157,7 +153,7 @@ static void http_readyz(struct http_api *h, struct evhttp_request *req)
     http_json(req, 200, "OK", body);
 }
 
-static void http_metrics(struct http_api *h, struct evhttp_request *req)
+static void http_metrics(struct http_api *h, struct httpd_req *req)
 {
     size_t cap = 16384, need;
     char *text = NULL;
@@ -176,7 +172,7 @@ static void http_metrics(struct http_api *h, struct evhttp_request *req)
         char *p = realloc(text, cap);
         if (!p) {
             free(text);
-            evhttp_send_error(req, 500, "out of memory");
+            httpd_reply(req, 500, NULL, NULL);
             return;
         }
         text = p;
@@ -188,19 +184,18 @@ static void http_metrics(struct http_api *h, struct evhttp_request *req)
     b = evbuffer_new();
     if (!b) {
         free(text);
-        evhttp_send_error(req, 500, "out of memory");
+        httpd_reply(req, 500, NULL, NULL);
         return;
     }
     evbuffer_add(b, text, need);
     free(text);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4");
-    evhttp_send_reply(req, 200, "OK", b);
+    evhttp_add_header(httpd_req_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+    httpd_reply(req, 200, "OK", b);
     evbuffer_free(b);
 }
 
 /* Sends {"error": code, "message": msg} with status. */
-static void http_error(struct evhttp_request *req, int status, const char *reason, const char *code,
+static void http_error(struct httpd_req *req, int status, const char *reason, const char *code,
                        const char *msg)
 {
     char body[1200], esc[1024];
@@ -279,8 +274,7 @@ static void http_acquire_free(struct http_acquire *a)
         a->next->prev = a->prev;
     if (a->retry)
         event_free(a->retry);
-    httpwatch_stop(&a->watch);
-    free(a);
+    free(a); /* a->req, if any, is answered (which freed it) */
 }
 
 /* The client of a waiting request went away. A release goes on; an acquisition ends at its next
@@ -294,7 +288,7 @@ static void http_on_client_gone(void *arg)
 
 /* A request that waits for the lock backend, tracked so that its connection closing early is
  * noticed (req becomes NULL). Returns NULL when out of memory. */
-static struct http_acquire *http_pending_new(struct http_api *h, struct evhttp_request *req,
+static struct http_acquire *http_pending_new(struct http_api *h, struct httpd_req *req,
                                              const char *name, size_t len)
 {
     struct http_acquire *a = calloc(1, sizeof(*a) + len + 1);
@@ -309,7 +303,7 @@ static struct http_acquire *http_pending_new(struct http_api *h, struct evhttp_r
     if (h->pending)
         h->pending->prev = a;
     h->pending = a;
-    httpwatch_start(&a->watch, req, http_on_client_gone, a);
+    httpd_req_on_gone(req, http_on_client_gone, a);
     return a;
 }
 
@@ -319,15 +313,11 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
     struct http_api *h = a->h;
     char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME], text[600];
     long long ttl = a->ttl_ms > 0 ? a->ttl_ms : h->cfg->session_ttl_ms;
-    int gone = a->req && httpwatch_peer_closed(a->req);
 
-    if (status == LOCK_OK && (!a->req || gone || !appcheck_healthy(h->app))) {
+    if (status == LOCK_OK && (!a->req || !appcheck_healthy(h->app))) {
         /* Nobody is there to learn the token, or nobody to be trusted with it: give it back. */
         (void)lock_release(h->sess, a->name, a->len, NULL, NULL);
-        if (gone) /* answered all the same, so that libevent finds the connection closed */
-            http_error(a->req, 503, "Service Unavailable", "client_gone",
-                       "the client closed its connection while waiting; the lock was given back");
-        else if (a->req)
+        if (a->req)
             http_error(a->req, 503, "Service Unavailable", "app_unhealthy", appcheck_why(h->app));
         http_acquire_free(a);
         return;
@@ -388,10 +378,7 @@ static void http_acquire_start(struct http_acquire *a)
     uint64_t token, now = clock_now_ms();
     long long rem, wait;
 
-    if (!a->req || httpwatch_peer_closed(a->req)) { /* nobody waits any more: stop waiting */
-        if (a->req)
-            http_error(a->req, 503, "Service Unavailable", "client_gone",
-                       "the client closed its connection while waiting");
+    if (!a->req) { /* nobody waits any more: stop waiting */
         http_acquire_free(a);
         return;
     }
@@ -415,10 +402,9 @@ static void http_acquire_start(struct http_acquire *a)
         http_on_acquired(a, LOCK_UNAVAILABLE, 0, "cannot queue the request");
 }
 
-static void http_lock_post(struct http_api *h, struct evhttp_request *req, const char *name,
-                           size_t len)
+static void http_lock_post(struct http_api *h, struct httpd_req *req, const char *name, size_t len)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    struct evbuffer *in = httpd_req_body(req);
     size_t blen = evbuffer_get_length(in);
     long long ttl = -1, wait = -1;
     char err[512];
@@ -501,7 +487,7 @@ static void http_on_deleted(void *arg, int status, const char *msg)
 /* Answers once the backend has let go, so 200 means another holder can take the lock now. A
  * "Fencing-Token" header (fencectl sends one) must match: a client whose lock was lost must not
  * release the lock a newer holder took under the same name. */
-static void http_lock_delete(struct http_api *h, struct evhttp_request *req, const char *name,
+static void http_lock_delete(struct http_api *h, struct httpd_req *req, const char *name,
                              size_t len)
 {
     uint64_t token;
@@ -558,27 +544,27 @@ static void http_list_one(void *arg, const char *name, size_t len, int state, ui
                         state == 1 ? remaining_ms : 0LL, state == 1 ? "held" : "lost");
 }
 
-static void http_lock_list(struct http_api *h, struct evhttp_request *req)
+static void http_lock_list(struct http_api *h, struct httpd_req *req)
 {
     struct http_list l = {h, evbuffer_new(), 0};
 
     if (!l.b) {
-        evhttp_send_error(req, 500, "out of memory");
+        httpd_reply(req, 500, NULL, NULL);
         return;
     }
     evbuffer_add_printf(l.b, "{\"locks\":[");
     if (h->sess)
         lock_foreach(h->sess, http_list_one, &l);
     evbuffer_add_printf(l.b, "]}\n");
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, 200, "OK", l.b);
+    evhttp_add_header(httpd_req_output_headers(req), "Content-Type", "application/json");
+    httpd_reply(req, 200, "OK", l.b);
     evbuffer_free(l.b);
 }
 
 /* /v1/locks and /v1/locks/{name}. */
-static void http_locks(struct http_api *h, struct evhttp_request *req, const char *path)
+static void http_locks(struct http_api *h, struct httpd_req *req, const char *path)
 {
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    enum evhttp_cmd_type m = httpd_req_method(req);
     const char *rest = path + strlen(HTTP_LOCKS_PREFIX);
     size_t len = 0;
     char *name;
@@ -625,9 +611,9 @@ void http_release_all(struct http_api *h)
     h->sess = NULL;
 }
 
-int http_token_claim_ok(struct evhttp_request *req, const char *lock, uint64_t held)
+int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
 {
-    const char *want = evhttp_find_header(evhttp_request_get_input_headers(req), "Fencing-Token");
+    const char *want = evhttp_find_header(httpd_req_input_headers(req), "Fencing-Token");
     char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME];
     uint64_t v = 0;
     size_t i;
@@ -658,18 +644,18 @@ int http_token_claim_ok(struct evhttp_request *req, const char *lock, uint64_t h
     return 0;
 }
 
-void http_reply_error(struct evhttp_request *req, int status, const char *code, const char *msg)
+void http_reply_error(struct httpd_req *req, int status, const char *code, const char *msg)
 {
     http_error(req, status, NULL, code, msg);
 }
 
-void http_reply_json(struct evhttp_request *req, int status, const char *body)
+void http_reply_json(struct httpd_req *req, int status, const char *body)
 {
     http_json(req, status, NULL, body);
 }
 
 int http_route_stores(struct http_api *h, int url_kind, const char *verb, http_store_handler fn,
-                      void *arg)
+                      void *arg, int streams)
 {
     if (h->nroutes >= HTTP_MAX_ROUTES || strlen(verb) >= sizeof(h->route[0].verb))
         return -1;
@@ -677,6 +663,7 @@ int http_route_stores(struct http_api *h, int url_kind, const char *verb, http_s
     snprintf(h->route[h->nroutes].verb, sizeof(h->route[0].verb), "%s", verb);
     h->route[h->nroutes].fn = fn;
     h->route[h->nroutes].arg = arg;
+    h->route[h->nroutes].streams = streams;
     h->nroutes++;
     return 0;
 }
@@ -691,36 +678,70 @@ int http_add_ready_check(struct http_api *h, http_ready_check fn, void *arg)
     return 0;
 }
 
-/* /v1/stores/{store}/{verb}[/...]: finds the store and the handler of its kind. */
-static void http_stores(struct http_api *h, struct evhttp_request *req, const char *path)
+/* The store of /v1/stores/{store}/{verb}[/rest] (path) and the route of its kind for verb.
+ * Returns the route's index, -1 (*st NULL) when there is no such store, -2 when it has no such
+ * endpoint; *verb and *vlen are the verb, *rest what follows it ("" or "/..."). */
+static int http_store_route(const struct http_api *h, const char *path, const struct cfg_store **st,
+                            const char **verb, size_t *vlen, const char **rest)
 {
     const char *name = path + strlen(HTTP_STORES_PREFIX), *slash = strchr(name, '/');
-    const char *verb = slash ? slash + 1 : "", *rest;
-    size_t nlen = slash ? (size_t)(slash - name) : strlen(name), vlen;
-    const struct cfg_store *st = NULL;
-    char msg[768];
+    size_t nlen = slash ? (size_t)(slash - name) : strlen(name);
+    const char *r;
 
+    *st = NULL;
+    *verb = slash ? slash + 1 : "";
     for (int i = 0; i < h->cfg->nstores; i++)
         if (strlen(h->cfg->stores[i].name) == nlen && !memcmp(h->cfg->stores[i].name, name, nlen))
-            st = &h->cfg->stores[i];
+            *st = &h->cfg->stores[i];
+    if (!*st)
+        return -1;
+    r = strchr(*verb, '/');
+    *vlen = r ? (size_t)(r - *verb) : strlen(*verb);
+    *rest = r ? r : "";
+    for (int i = 0; i < h->nroutes; i++)
+        if (h->route[i].kind == (int)(*st)->url.kind && strlen(h->route[i].verb) == *vlen &&
+            !memcmp(h->route[i].verb, *verb, *vlen))
+            return i;
+    return -2;
+}
+
+/* Whether req's handler takes its body as it arrives (httpd_stream_cb). */
+static int http_streams(struct httpd_req *req, void *arg)
+{
+    const struct http_api *h = arg;
+    const char *path = evhttp_uri_get_path(httpd_req_uri(req)), *verb, *rest;
+    const struct cfg_store *st;
+    size_t vlen;
+    int i;
+
+    if (!path || strncmp(path, HTTP_STORES_PREFIX, strlen(HTTP_STORES_PREFIX)) != 0 || h->stopping)
+        return 0;
+    i = http_store_route(h, path, &st, &verb, &vlen, &rest);
+    return i >= 0 && h->route[i].streams;
+}
+
+/* /v1/stores/{store}/{verb}[/rest]: finds the store and the handler of its kind. */
+static void http_stores(struct http_api *h, struct httpd_req *req, const char *path)
+{
+    const char *name = path + strlen(HTTP_STORES_PREFIX), *verb, *rest;
+    const struct cfg_store *st;
+    size_t vlen;
+    char msg[768];
+    int i = http_store_route(h, path, &st, &verb, &vlen, &rest);
+
     if (!st) {
+        size_t nlen = strcspn(name, "/");
         snprintf(msg, sizeof(msg), "no store named '%.*s' is configured",
                  (int)(nlen > 200 ? 200 : nlen), name);
         http_reply_error(req, 404, "unknown_store", msg);
         return;
     }
-    rest = strchr(verb, '/');
-    vlen = rest ? (size_t)(rest - verb) : strlen(verb);
     /* The session exists before the first lock, so that "no lock held" is not "shutting down". */
     if (!h->stopping && !h->sess)
         h->sess = lock_session_new(h->locks, h->cfg->session_ttl_ms, http_on_lost, h);
-    for (int i = 0; i < h->nroutes; i++) {
-        if (h->route[i].kind == (int)st->url.kind && strlen(h->route[i].verb) == vlen &&
-            !memcmp(h->route[i].verb, verb, vlen)) {
-            h->route[i].fn(h->route[i].arg, st, rest ? rest : "", req,
-                           h->stopping ? NULL : h->sess);
-            return;
-        }
+    if (i >= 0) {
+        h->route[i].fn(h->route[i].arg, st, rest, req, h->stopping ? NULL : h->sess);
+        return;
     }
     snprintf(msg, sizeof(msg), "store '%s' (%.200s) has no endpoint '%.*s'%s", st->name,
              st->url.raw, (int)(vlen > 64 ? 64 : vlen), verb,
@@ -731,11 +752,11 @@ static void http_stores(struct http_api *h, struct evhttp_request *req, const ch
     http_reply_error(req, 404, "not_found", msg);
 }
 
-static void http_dispatch(struct evhttp_request *req, void *arg)
+static void http_dispatch(struct httpd_req *req, void *arg)
 {
     struct http_api *h = arg;
-    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    const char *path = evhttp_uri_get_path(httpd_req_uri(req));
+    enum evhttp_cmd_type m = httpd_req_method(req);
 
     metrics_inc(&fg_metrics, M_HTTP_REQUESTS, 1);
     if (!path)
@@ -765,7 +786,7 @@ static void http_dispatch(struct evhttp_request *req, void *arg)
         return;
     }
     if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+        evhttp_add_header(httpd_req_output_headers(req), "Allow", "GET, HEAD");
         http_json(req, 405, "Method Not Allowed",
                   "{\"error\":\"method_not_allowed\",\"message\":\"use GET\"}");
         return;
@@ -801,9 +822,8 @@ struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct
     struct http_api *h = calloc(1, sizeof(*h));
     int fd;
 
-    if (!h || !(h->http = evhttp_new(base))) {
+    if (!h) {
         snprintf(err, errlen, "out of memory");
-        free(h);
         return NULL;
     }
     h->up = up;
@@ -811,21 +831,16 @@ struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct
     h->base = base;
     h->locks = locks;
     fd = net_listen(cfg->listen_http.host, cfg->listen_http.port, 128, err, errlen);
-    if (fd < 0 || !evhttp_accept_socket_with_handle(h->http, fd)) {
+    if (fd < 0 || !(h->srv = httpd_new(base, fd, http_dispatch, h))) {
         if (fd >= 0) {
-            snprintf(err, errlen, "cannot serve HTTP on %s:%d", cfg->listen_http.host,
-                     cfg->listen_http.port);
+            snprintf(err, errlen, "cannot serve HTTP on %s:%d: out of memory",
+                     cfg->listen_http.host, cfg->listen_http.port);
             close(fd);
         }
         http_free(h);
         return NULL;
     }
-    evhttp_set_max_headers_size(h->http, HTTP_MAX_HEADERS);
-    evhttp_set_max_body_size(h->http, HTTP_MAX_BODY);
-    evhttp_set_timeout(h->http, HTTP_TIMEOUT_S);
-    evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(h->http, http_dispatch, h);
+    httpd_set_stream(h->srv, http_streams);
     if (!(h->events = http_events_new(base))) {
         snprintf(err, errlen, "out of memory");
         http_free(h);
@@ -853,7 +868,6 @@ void http_free(struct http_api *h)
     }
     appcheck_free(h->app);
     http_events_free(h->events);
-    if (h->http)
-        evhttp_free(h->http);
+    httpd_free(h->srv);
     free(h);
 }

@@ -10,7 +10,7 @@ struct cfg;
 struct upstream;
 struct lock_client;
 struct http_api;
-struct evhttp_request;
+struct httpd_req;
 struct cfg_store;
 struct lock_session;
 
@@ -23,11 +23,13 @@ struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct
  * session whose locks fence the request (NULL while shutting down). It must answer req, now or
  * later (see http_reply_error()). */
 typedef void (*http_store_handler)(void *arg, const struct cfg_store *store, const char *rest,
-                                   struct evhttp_request *req, struct lock_session *sess);
+                                   struct httpd_req *req, struct lock_session *sess);
 /* Routes /v1/stores/{store}/{verb}... of every store of this URL kind (enum cfg_url_kind) to fn.
- * Returns 0, or -1 when the routing table is full. */
+ * streams: fn takes the request's body as it arrives (httpd_req_body_start()), with no size
+ * limit, rather than whole within HTTPD_MAX_BODY. Returns 0, or -1 when the routing table is
+ * full. */
 int http_route_stores(struct http_api *h, int url_kind, const char *verb, http_store_handler fn,
-                      void *arg);
+                      void *arg, int streams);
 /* A readiness check: returns NULL when ready, else why not (shown by /readyz). */
 typedef const char *(*http_ready_check)(void *arg);
 int http_add_ready_check(struct http_api *h, http_ready_check fn, void *arg);
@@ -36,12 +38,12 @@ int http_add_ready_check(struct http_api *h, http_ready_check fn, void *arg);
  * one sidecar share its session, so this is how a client whose lock was lost (and then taken
  * again by another client of the same sidecar) is told apart. Returns 1 when there is no such
  * header or it names `held`; else answers req (400 malformed, 409 token_mismatch) and returns 0. */
-int http_token_claim_ok(struct evhttp_request *req, const char *lock, uint64_t held);
+int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held);
 
 /* Answers req with {"error": code, "message": msg} and the given status. */
-void http_reply_error(struct evhttp_request *req, int status, const char *code, const char *msg);
+void http_reply_error(struct httpd_req *req, int status, const char *code, const char *msg);
 /* Answers req with a complete JSON document and the given status. */
-void http_reply_json(struct evhttp_request *req, int status, const char *body);
+void http_reply_json(struct httpd_req *req, int status, const char *body);
 /* Writes s into out as the inside of a JSON string (quotes, backslashes, control bytes escaped;
  * truncated to fit). */
 void http_json_escape(char *out, size_t cap, const char *s);

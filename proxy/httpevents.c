@@ -6,7 +6,6 @@
 #include "httpevents.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -18,16 +17,15 @@
 #include <string.h>
 
 #include "http.h"
+#include "httpd.h"
 #include "json.h"
-#include "httpwatch.h"
 #include "lock.h"
 
 struct hev_stream {
     struct hev_stream *prev, *next;
     struct http_events *ev;
-    struct evhttp_request *req;
-    struct httpwatch watch; /* of the client going away */
-    size_t lock_len;        /* 0: every lock */
+    struct httpd_req *req; /* NULL once its client is gone */
+    size_t lock_len;       /* 0: every lock */
     char lock[LOCK_MAX_NAME + 1];
 };
 
@@ -43,7 +41,8 @@ static void hev_forget(struct hev_stream *s)
 {
     struct http_events *ev = s->ev;
 
-    httpwatch_stop(&s->watch);
+    if (s->req)
+        httpd_req_on_gone(s->req, NULL, NULL);
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -63,29 +62,22 @@ static void hev_on_gone(void *arg)
     hev_forget(s);
 }
 
-/* Ends a stream cleanly: the last chunk, then libevent closes or keeps the connection. */
+/* Ends a stream cleanly: the last chunk, then the connection serves the next request or closes. */
 static void hev_end(struct hev_stream *s)
 {
-    struct evhttp_request *req = s->req;
+    struct httpd_req *req = s->req;
 
-    hev_forget(s); /* the watch stops before evhttp_send_reply_end(), which may free req */
-    evhttp_send_reply_end(req);
+    hev_forget(s);
+    httpd_reply_end(req);
 }
 
 /* A client that does not read: its connection is closed, and the request with it. */
 static void hev_cut(struct hev_stream *s)
 {
-    struct evhttp_connection *conn = s->watch.conn;
+    struct httpd_req *req = s->req;
 
     hev_forget(s);
-    evhttp_connection_free(conn);
-}
-
-static size_t hev_unread(const struct hev_stream *s)
-{
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(s->watch.conn);
-
-    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+    httpd_reply_abort(req);
 }
 
 /* Sends text (n bytes) to s as one chunk. Returns 0, or -1 when s was cut (and freed). */
@@ -93,7 +85,7 @@ static int hev_send(struct hev_stream *s, const char *text, size_t n)
 {
     struct evbuffer *b;
 
-    if (hev_unread(s) + n > HTTPEVENTS_MAX_PENDING) {
+    if (httpd_req_unsent(s->req) + n > HTTPEVENTS_MAX_PENDING) {
         hev_cut(s);
         return -1;
     }
@@ -103,17 +95,9 @@ static int hev_send(struct hev_stream *s, const char *text, size_t n)
         hev_cut(s);
         return -1;
     }
-    evhttp_send_reply_chunk(s->req, b);
+    httpd_reply_chunk(s->req, b);
     evbuffer_free(b);
     return 0;
-}
-
-/* The socket of s, or -1. */
-static evutil_socket_t hev_fd(const struct hev_stream *s)
-{
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(s->watch.conn);
-
-    return bev ? bufferevent_getfd(bev) : -1;
 }
 
 static void hev_on_keepalive(evutil_socket_t fd, short what, void *arg)
@@ -149,9 +133,9 @@ struct http_events *http_events_new(struct event_base *base)
 /* Reads ?lock=NAME into s. NAME is percent-decoded as the lock path /v1/locks/{name} is ('+' is
  * a plus sign, not a space) and must be a name that path accepts. Returns NULL, or why the query
  * is refused. */
-static const char *hev_query(struct evhttp_request *req, struct hev_stream *s)
+static const char *hev_query(struct httpd_req *req, struct hev_stream *s)
 {
-    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    const char *q = evhttp_uri_get_query(httpd_req_uri(req));
     const char *why = NULL;
 
     while (q && *q && !why) {
@@ -180,10 +164,10 @@ static const char *hev_query(struct evhttp_request *req, struct hev_stream *s)
     return why;
 }
 
-void http_events_serve(struct http_events *ev, struct evhttp_request *req)
+void http_events_serve(struct http_events *ev, struct httpd_req *req)
 {
     static const char hello[] = "retry: 1000\n: fencegate lock events\n\n";
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    struct evkeyvalq *h = httpd_req_output_headers(req);
     struct hev_stream *s;
     const char *why;
     evutil_socket_t fd;
@@ -213,9 +197,9 @@ void http_events_serve(struct http_events *ev, struct evhttp_request *req)
     ev->nstreams++;
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
-    evhttp_send_reply_start(req, 200, "OK");
-    httpwatch_start(&s->watch, req, hev_on_gone, s);
-    if ((fd = hev_fd(s)) >= 0) /* the kernel's share of a stalled stream stays small too */
+    httpd_reply_start(req, 200, "OK");
+    httpd_req_on_gone(req, hev_on_gone, s);
+    if ((fd = httpd_req_fd(req)) >= 0) /* the kernel's share of a stalled stream stays small too */
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     (void)hev_send(s, hello, sizeof(hello) - 1);
 }

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 struct event_base;
-struct evhttp_request;
+struct httpd_req;
 struct http_events;
 
 #define HTTPEVENTS_MAX_STREAMS 64          /* open streams; more are answered 503 */
@@ -20,7 +20,7 @@ struct http_events;
 struct http_events *http_events_new(struct event_base *base);
 /* Serves GET /v1/events[?lock=NAME] on req: answers 400 (bad query) or 503 (too many streams),
  * or starts the stream, which stays open until the client goes away or http_events_end(). */
-void http_events_serve(struct http_events *ev, struct evhttp_request *req);
+void http_events_serve(struct http_events *ev, struct httpd_req *req);
 /* Streams open now (0 for NULL): callers skip building events nobody would get. */
 int http_events_open(const struct http_events *ev);
 /* Sends one event to every stream that wants it: type is the SSE event name, data a complete

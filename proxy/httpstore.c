@@ -1,21 +1,23 @@
 /* httpstore.c — HTTP stores: a request under lock L is forwarded to the store with L's fencing
  * token, after the mark of (store, L) in the lock backend was checked and raised to the token.
  *
- * One forward is a small state machine (enum hs_state). The client's request body is already
- * buffered by evhttp (up to the HTTP endpoint's body limit); the store's response is streamed
- * back chunk by chunk, and reading from the store pauses while the client's output is above
- * HS_WATERMARK. Every teardown goes through hs_fwd_finish(), which defers the frees to the loop so
- * that no evhttp object is freed inside its own callback.
+ * One forward is a small state machine (enum hs_state). Both bodies stream: the client's request
+ * body is read only once the forward is cleared (lock, mark, a connection to the store; a client
+ * that sent "Expect: 100-continue" is told to go on then) and is passed on as it arrives, reading
+ * from the client pausing while more than HS_WATERMARK waits to be written to the store; the
+ * store's response is passed back the same way, reading from the store pausing while the client's
+ * output is above HS_WATERMARK. The wire protocol on the store's side is httpup.c's. Every
+ * teardown goes through hs_fwd_finish(), which defers the frees to the loop.
  *
  * Store connections are kept alive: a forward whose response was read whole gives its connection
  * back to its store's idle list (at most HS_POOL_MAX, each for at most HS_POOL_IDLE_MS), and the
  * next forward to that store takes the newest. Without that, every forward would leave a socket
  * in TIME_WAIT, and a few hundred forwards a second would run out of local ports. A connection
- * the store closed while idle is reopened by evhttp on its next request.
+ * the store closed while idle is dropped when it is next taken.
  *
- * evhttp would look the store's host name up with a blocking getaddrinfo() when it connects, on
- * the loop. So a new connection is made to the address looked up off the loop (resolve.h), while
- * the Host header keeps the name; a pooled connection stays bound to its address. */
+ * A new connection is made to the address of the store's host name looked up off the loop
+ * (resolve.h), while the Host header keeps the name; a pooled connection stays bound to its
+ * address. */
 #include "httpstore.h"
 
 #include <event2/buffer.h>
@@ -23,6 +25,8 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <netdb.h>
+#include <sys/queue.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,16 +39,18 @@
 #include "fence.h"
 #include "http.h"
 #include "httphdr.h"
-#include "httpwatch.h"
+#include "httpup.h"
+#include "httpd.h"
 #include "log.h"
 #include "metrics.h"
 #include "resolve.h"
 
-#define HS_WATERMARK            (256 * 1024) /* client output bytes above which the store is not read */
-#define HS_MAX_RESPONSE_HEADERS (64 * 1024) /* the store's status line and headers, bytes */
-#define HS_MAX_KEY              (CFG_MAX_STR + LOCK_MAX_NAME + 2)
-#define HS_POOL_MAX             32   /* idle connections kept per store */
-#define HS_POOL_IDLE_MS         2000 /* an idle connection is closed after this long */
+#define HS_WATERMARK                                                                               \
+    (256 * 1024) /* bytes waiting for the slower side above which the other                        \
+                  * side is not read */
+#define HS_MAX_KEY      (CFG_MAX_STR + LOCK_MAX_NAME + 2)
+#define HS_POOL_MAX     32   /* idle connections kept per store */
+#define HS_POOL_IDLE_MS 2000 /* an idle connection is closed after this long */
 
 enum hs_state {
     HS_RAISING,   /* waiting for the mark */
@@ -58,27 +64,23 @@ struct hs_fwd {
     struct httpstore *hs;
     struct hs_fwd *prev, *next;
     const struct cfg_store *st;
-    struct evhttp_request *req;     /* the client's; NULL once answered or its connection went */
-    struct httpwatch watch;         /* of the client going away; watch.conn is the client's
-                                     * connection while req is set */
-    struct evhttp_connection *conn; /* to the store */
-    struct evhttp_request *ureq;    /* to the store; NULL once evhttp is done with it */
-    struct resolve_req *resolving;  /* HS_RESOLVING */
-    struct event *timer;            /* lookup, connect, then response deadline */
-    struct event *fin;              /* deferred teardown */
+    struct httpd_req *req;         /* the client's; NULL once answered or its connection went */
+    struct httpup *conn;           /* to the store */
+    struct resolve_req *resolving; /* HS_RESOLVING */
+    struct event *timer;           /* lookup, connect, then response deadline */
+    struct event *fin;             /* deferred teardown */
     enum hs_state state;
-    int connected; /* the connect deadline passed with a connection */
-    int sent;      /* the store connection was up: the request may have reached the store */
-    int started;   /* the reply to the client has started */
-    int refused;   /* the store's answer cannot be relayed (a 1xx, an unknown transfer coding) */
-    int uerr;      /* 1 + enum evhttp_request_error of a failed store request, else 0 */
-    int paused;    /* reading from the store is off: the client is slow */
-    int reusable;  /* the store's response was read whole: conn can serve another forward */
-    size_t unsent; /* paused: the client's pending output when the idle timer was last armed */
+    int connected;    /* the connect deadline passed with a connection */
+    int started;      /* the reply to the client has started */
+    int paused;       /* reading from the store is off: the client is slow */
+    int body_paused;  /* reading the client's body is off: the store is slow */
+    int body_done;    /* the client's body is passed on whole */
+    int head_request; /* the request is HEAD */
+    int reusable;     /* the store's response was read whole: conn can serve another forward */
+    size_t unsent;    /* paused: the client's pending output when the idle timer was last armed */
     long long timeout_ms;
     uint64_t token;
     struct lock_session_ref owner; /* the session that holds lock with token */
-    char why[96];                  /* refused: what was wrong with the store's answer */
     char lock[LOCK_MAX_NAME + 1];
     char target[]; /* path and query sent to the store */
 };
@@ -98,7 +100,7 @@ struct hs_hook {
 /* An idle store connection; a store's list is newest first. */
 struct hs_idle {
     struct hs_idle *next;
-    struct evhttp_connection *conn;
+    struct httpup *conn;
     long long since_ms; /* monotonic */
 };
 
@@ -144,7 +146,7 @@ static void hs_pool_trim(struct httpstore *hs, int i, long long before)
     while (*pp) {
         struct hs_idle *e = *pp;
         *pp = e->next;
-        evhttp_connection_free(e->conn);
+        httpup_free(e->conn);
         free(e);
         hs->nidle[i]--;
     }
@@ -163,33 +165,32 @@ static void hs_on_sweep(evutil_socket_t fd, short what, void *arg)
         hs_arm(hs->sweep, HS_POOL_IDLE_MS / 2);
 }
 
-/* The newest idle connection to store i, or NULL. */
-static struct evhttp_connection *hs_pool_take(struct httpstore *hs, int i)
+/* The newest idle connection to store i that the store has not closed, or NULL. */
+static struct httpup *hs_pool_take(struct httpstore *hs, int i)
 {
-    struct hs_idle *e;
-    struct evhttp_connection *conn;
-
     hs_pool_trim(hs, i, clock_now_ms() - HS_POOL_IDLE_MS);
-    e = hs->idle[i];
-    if (!e)
-        return NULL;
-    hs->idle[i] = e->next;
-    hs->nidle[i]--;
-    conn = e->conn;
-    free(e);
-    return conn;
+    while (hs->idle[i]) {
+        struct hs_idle *e = hs->idle[i];
+        struct httpup *conn = e->conn;
+        hs->idle[i] = e->next;
+        hs->nidle[i]--;
+        free(e);
+        if (httpup_reusable(conn))
+            return conn;
+        httpup_free(conn);
+    }
+    return NULL;
 }
 
 /* Keeps conn for store i's next forward, or frees it when the list is full. */
-static void hs_pool_put(struct httpstore *hs, int i, struct evhttp_connection *conn)
+static void hs_pool_put(struct httpstore *hs, int i, struct httpup *conn)
 {
     struct hs_idle *e = hs->nidle[i] < HS_POOL_MAX && hs->sweep ? malloc(sizeof(*e)) : NULL;
 
     if (!e) {
-        evhttp_connection_free(conn);
+        httpup_free(conn);
         return;
     }
-    evhttp_connection_set_closecb(conn, NULL, NULL); /* its forward is gone */
     e->conn = conn;
     e->since_ms = clock_now_ms();
     e->next = hs->idle[i];
@@ -201,23 +202,28 @@ static void hs_pool_put(struct httpstore *hs, int i, struct evhttp_connection *c
 
 /* ---- forwards ---- */
 
-/* f has no client's request to answer any more: it answered it, or gave it back to evhttp. */
-static void hs_req_done(struct hs_fwd *f)
+/* Takes the client's request off f, to answer it: f no longer hears of its client leaving.
+ * Returns NULL when there is none (answered already, or the client left). */
+static struct httpd_req *hs_req_take(struct hs_fwd *f)
 {
+    struct httpd_req *r = f->req;
+
+    if (r)
+        httpd_req_on_gone(r, NULL, NULL);
     f->req = NULL;
-    httpwatch_stop(&f->watch);
+    return r;
 }
 
 static void hs_fwd_free(struct hs_fwd *f)
 {
     struct httpstore *hs = f->hs;
 
-    httpwatch_stop(&f->watch);
+    (void)hs_req_take(f); /* unanswered here only if its client is gone (hs_on_fin answers) */
     resolve_cancel(f->resolving);
-    if (f->conn && f->reusable && !f->ureq)
+    if (f->conn && f->reusable && httpup_reusable(f->conn))
         hs_pool_put(hs, (int)(f->st - hs->cfg->stores), f->conn);
-    else if (f->conn)
-        evhttp_connection_free(f->conn); /* frees a store request still pending, silently */
+    else
+        httpup_free(f->conn); /* drops a store request still pending, silently */
     if (f->prev)
         f->prev->next = f->next;
     else
@@ -233,6 +239,12 @@ static void hs_fwd_free(struct hs_fwd *f)
 
 static void hs_abort_client(struct hs_fwd *f);
 
+/* 1 when the request may have reached the store: its connection was made. */
+static int hs_sent(const struct hs_fwd *f)
+{
+    return f->conn && httpup_sent(f->conn);
+}
+
 static void hs_on_fin(evutil_socket_t fd, short what, void *arg)
 {
     struct hs_fwd *f = arg;
@@ -241,9 +253,8 @@ static void hs_on_fin(evutil_socket_t fd, short what, void *arg)
     if (f->req && f->started) {
         hs_abort_client(f); /* a started reply cannot be ended cleanly */
     } else if (f->req) {
-        http_reply_error(f->req, 502, f->sent ? "outcome_unknown" : "store_unavailable",
+        http_reply_error(hs_req_take(f), 502, hs_sent(f) ? "outcome_unknown" : "store_unavailable",
                          "the forward ended without an answer");
-        hs_req_done(f);
     }
     hs_fwd_free(f);
 }
@@ -265,8 +276,7 @@ static void hs_fwd_finish(struct hs_fwd *f)
 static void hs_fwd_fail(struct hs_fwd *f, int status, const char *code, const char *msg)
 {
     if (f->req)
-        http_reply_error(f->req, status, code, msg);
-    hs_req_done(f);
+        http_reply_error(hs_req_take(f), status, code, msg);
     hs_fwd_finish(f);
 }
 
@@ -274,12 +284,10 @@ static void hs_fwd_fail(struct hs_fwd *f, int status, const char *code, const ch
  * one, so its connection is closed. */
 static void hs_abort_client(struct hs_fwd *f)
 {
-    struct evhttp_connection *cconn = f->watch.conn;
+    struct httpd_req *r = hs_req_take(f);
 
-    if (!f->req)
-        return;
-    hs_req_done(f);                /* first: freeing the connection runs its close callback */
-    evhttp_connection_free(cconn); /* frees the request with it */
+    if (r)
+        httpd_reply_abort(r);
 }
 
 /* The client went away (its request is freed or left to libevent). */
@@ -292,166 +300,158 @@ static void hs_on_client_gone(void *arg)
         hs_fwd_finish(f); /* the mark's answer ends a raising one */
 }
 
-/* The store connection closed or is freed after it was up (libevent calls this only for a
- * connection that was connected): from then on the request may have reached the store. */
-static void hs_on_store_close(struct evhttp_connection *conn, void *arg)
+/* The client's request body as it arrives: passed on to the store. */
+static void hs_on_client_body(void *arg, int done)
 {
     struct hs_fwd *f = arg;
 
-    f->sent = 1;
+    if (f->state != HS_SENT && f->state != HS_STREAMING)
+        return;
+    httpup_send_body(f->conn, httpd_req_body(f->req));
+    if (done) {
+        f->body_done = 1;
+        httpup_end_body(f->conn);
+    }
+    if (f->connected)
+        hs_arm(f->timer, f->timeout_ms); /* the upload made progress */
+    if (!done && !f->body_paused && httpup_unsent(f->conn) > HS_WATERMARK) {
+        f->body_paused = 1; /* the store takes it slower than the client sends it */
+        httpd_req_body_pause(f->req, 1);
+    }
 }
 
-static void hs_on_error(enum evhttp_request_error err, void *arg)
+/* What waited to be written to the store is written: read the client's body again. */
+static void hs_on_store_drained(void *arg)
 {
     struct hs_fwd *f = arg;
 
-    f->uerr = 1 + (int)err;
+    if (f->body_paused && f->req && !f->body_done) {
+        f->body_paused = 0;
+        httpd_req_body_pause(f->req, 0);
+    }
 }
 
-static int hs_on_headers(struct evhttp_request *ureq, void *arg)
+/* The store's final answer: its status and headers go to the client, the reply starts. */
+static int hs_on_head(void *arg, int code, const char *reason, const struct evkeyvalq *in,
+                      int64_t length)
 {
     struct hs_fwd *f = arg;
-    struct evkeyvalq *in = evhttp_request_get_input_headers(ureq), *out;
+    struct evkeyvalq *out;
     const char *conn = evhttp_find_header(in, "Connection");
-    const char *te = evhttp_find_header(in, "Transfer-Encoding");
-    int code = evhttp_request_get_response_code(ureq), cl = 0;
+    char num[32];
 
     if (!f->req || f->state != HS_SENT)
         return -1; /* nobody to answer: stop reading */
-    if (code < 200) {
-        /* An interim answer (100 Continue, 103 Early Hints, ...): libevent 2.1 would take it for
-         * the final one (or stall after a 100), so it is neither relayed nor waited past. */
-        f->refused = 1;
-        snprintf(f->why, sizeof(f->why), "an interim %d response, which is not relayed", code);
+    if (evhttp_find_header(in, "Transfer-Encoding") && evhttp_find_header(in, "Content-Length")) {
+        /* RFC 9112 §6.3: a response splitting vector; relayed, one of the two would be a lie. */
+        char msg[600];
+        snprintf(msg, sizeof(msg),
+                 "store '%s' (%.200s) answered with both Transfer-Encoding and Content-Length, "
+                 "which is not relayed; the request may or may not have been applied",
+                 f->st->name, f->st->url.raw);
+        hs_fwd_fail(f, 502, "outcome_unknown", msg);
         return -1;
     }
-    if (te && strcasecmp(te, "chunked") != 0) {
-        f->refused = 1;
-        snprintf(f->why, sizeof(f->why), "Transfer-Encoding '%.40s', which cannot be decoded", te);
-        return -1;
-    }
-    out = evhttp_request_get_output_headers(f->req);
-    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+    out = httpd_req_output_headers(f->req);
+    for (const struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
         if (httphdr_is_hop_by_hop(kv->key, conn))
             continue;
-        if (strcasecmp(kv->key, "Content-Length") == 0) {
-            /* libevent de-chunks a chunked body and frames it anew (RFC 9112 §6.3: the
-             * Transfer-Encoding wins), and reads a plain one by the first Content-Length: pass
-             * on only that one, so the client's framing is the one libevent read. */
-            if (te || cl++)
-                continue;
-        }
+        /* The body is framed anew for the client: by its length when the store gave one, else
+         * chunked. A bodiless answer (HEAD, 304) keeps the store's, which describes the
+         * resource, not this message. */
+        if (strcasecmp(kv->key, "Content-Length") == 0 && length != 0)
+            continue;
         evhttp_add_header(out, kv->key, kv->value);
+    }
+    if (length > 0) {
+        snprintf(num, sizeof(num), "%" PRId64, length);
+        evhttp_add_header(out, "Content-Length", num);
     }
     f->state = HS_STREAMING;
     f->started = 1;
     hs_arm(f->timer, f->timeout_ms); /* from now on: the idle limit of the stream */
-    evhttp_send_reply_start(f->req, code, evhttp_request_get_response_code_line(ureq));
+    httpd_reply_start(f->req, code, reason && *reason ? reason : NULL);
     return 0;
 }
 
 /* The client's connection wrote out everything it had: read from the store again. */
-static void hs_on_drained(struct evhttp_connection *conn, void *arg)
+static void hs_on_drained(void *arg)
 {
     struct hs_fwd *f = arg;
 
-    if (f->paused && f->state == HS_STREAMING && f->ureq) {
+    if (f->paused && f->state == HS_STREAMING) {
         f->paused = 0;
         hs_arm(f->timer, f->timeout_ms); /* the client made progress */
-        bufferevent_enable(evhttp_connection_get_bufferevent(f->conn), EV_READ);
+        httpup_pause(f->conn, 0);
     }
 }
 
-static void hs_on_chunk(struct evhttp_request *ureq, void *arg)
+static void hs_on_body(void *arg, struct evbuffer *b)
 {
     struct hs_fwd *f = arg;
-    struct evbuffer *b = evhttp_request_get_input_buffer(ureq), *pending;
 
     if (f->state != HS_STREAMING || !f->req) {
+        evbuffer_drain(b, evbuffer_get_length(b));
+        httpup_pause(f->conn, 1);
         hs_fwd_finish(f); /* the client left: the store connection is dropped */
         return;
     }
     hs_arm(f->timer, f->timeout_ms); /* the store made progress */
-    evhttp_send_reply_chunk_with_cb(f->req, b, hs_on_drained, f);
-    pending = bufferevent_get_output(evhttp_connection_get_bufferevent(f->watch.conn));
-    f->unsent = evbuffer_get_length(pending);
+    httpd_reply_chunk(f->req, b);
+    f->unsent = httpd_req_unsent(f->req);
     if (!f->paused && f->unsent > HS_WATERMARK) {
         f->paused = 1;
-        bufferevent_disable(evhttp_connection_get_bufferevent(f->conn), EV_READ);
+        httpd_req_on_drained(f->req, hs_on_drained, f);
+        httpup_pause(f->conn, 1);
     }
 }
 
-static void hs_on_done(struct evhttp_request *ureq, void *arg)
+static void hs_on_done(void *arg, enum httpup_end end, const char *why)
 {
     struct hs_fwd *f = arg;
     char msg[600];
 
-    f->ureq = NULL; /* evhttp frees it after this returns */
     if (f->state == HS_DONE)
         return;
-    if (!ureq || evhttp_request_get_response_code(ureq) == 0) {
+    if (end != HTTPUP_OK) {
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
         if (f->state == HS_STREAMING) {
             log_warn("http store %s: the response to %s broke off (%s); closing the client's "
                      "connection",
-                     f->st->name, f->target,
-                     f->uerr == 1 + EVREQ_HTTP_TIMEOUT ? "timeout" : "connection lost");
+                     f->st->name, f->target, why);
             hs_abort_client(f);
             hs_fwd_finish(f);
-        } else if (!f->sent) {
+        } else if (end == HTTPUP_CONNECT) {
             snprintf(msg, sizeof(msg),
-                     "store '%s' (%.200s) is unreachable or refused the connection; nothing was "
-                     "sent",
-                     f->st->name, f->st->url.raw);
+                     "store '%s' (%.200s) is unreachable or refused the connection (%s); nothing "
+                     "was sent",
+                     f->st->name, f->st->url.raw, why);
             hs_fwd_fail(f, 502, "store_unavailable", msg);
-        } else if (f->uerr == 1 + EVREQ_HTTP_TIMEOUT) {
-            snprintf(msg, sizeof(msg),
-                     "store '%s' (%.200s) did not answer within %lld ms; the request may or may "
-                     "not have been applied",
-                     f->st->name, f->st->url.raw, f->timeout_ms);
-            hs_fwd_fail(f, 504, "store_timeout", msg);
         } else {
-            const char *what = f->refused ? f->why
-                               : f->uerr == 1 + EVREQ_HTTP_INVALID_HEADER
-                                   ? "sent a response that could not be read (malformed, or "
-                                     "headers above 64 KiB)"
-                                   : "closed the connection before answering";
             snprintf(msg, sizeof(msg),
                      "store '%s' (%.200s) %s%s; the request may or may not have been applied",
-                     f->st->name, f->st->url.raw, f->refused ? "answered with " : "", what);
+                     f->st->name, f->st->url.raw,
+                     end == HTTPUP_MALFORMED ? "answered with something that cannot be relayed: "
+                                             : "",
+                     why);
             hs_fwd_fail(f, 502, "outcome_unknown", msg);
         }
         return;
     }
-    if (f->state == HS_SENT && hs_on_headers(ureq, f) < 0) {
-        snprintf(msg, sizeof(msg),
-                 "store '%s' (%.200s) answered with %s; the request may or may not have been "
-                 "applied",
-                 f->st->name, f->st->url.raw, f->refused ? f->why : "nothing usable");
-        hs_fwd_fail(f, 502, "outcome_unknown", msg);
-        return;
-    }
     if (f->req) {
-        struct evhttp_request *r = f->req;
-        struct evbuffer *b = evhttp_request_get_input_buffer(ureq);
-        if (evbuffer_get_length(b) > 0)
-            evhttp_send_reply_chunk(r, b);
-        hs_req_done(f); /* first: the end may free r and its connection at once */
-        evhttp_send_reply_end(r);
+        struct httpd_req *r = hs_req_take(f);
+        httpd_reply_end(r);
     }
-    f->reusable = !f->paused; /* evhttp keeps it open, or reopens it, for the next request */
+    f->reusable = 1; /* if the store keeps the connection open (httpup_reusable()) */
     hs_fwd_finish(f);
 }
 
-/* 1 when the store connection's socket is connected. */
-static int hs_connected(struct hs_fwd *f)
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(f->conn));
-
-    return fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &sl) == 0;
-}
+static const struct httpup_handler hs_up_handler = {
+    .head = hs_on_head,
+    .body = hs_on_body,
+    .done = hs_on_done,
+    .drained = hs_on_store_drained,
+};
 
 static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -460,8 +460,7 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
     char msg[600];
 
     if (f->state == HS_STREAMING && f->paused && f->req) {
-        size_t left = evbuffer_get_length(
-            bufferevent_get_output(evhttp_connection_get_bufferevent(f->watch.conn)));
+        size_t left = httpd_req_unsent(f->req);
         if (left < f->unsent) { /* the client is reading, slowly: not idle */
             f->unsent = left;
             hs_arm(f->timer, f->timeout_ms);
@@ -492,7 +491,7 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
     }
     if (f->state != HS_SENT)
         return;
-    if (!f->connected && !hs_connected(f)) {
+    if (!f->connected && !httpup_connected(f->conn)) {
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
         snprintf(msg, sizeof(msg),
                  "store '%s' (%.200s) did not accept a connection within %lld ms; nothing was "
@@ -508,81 +507,79 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
     }
     metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
     snprintf(msg, sizeof(msg),
-             "store '%s' (%.200s) did not answer within %lld ms; the request may or may not have "
-             "been applied",
-             f->st->name, f->st->url.raw, f->timeout_ms);
+             "store '%s' (%.200s) did not answer within %lld ms%s; the request may or may not "
+             "have been applied",
+             f->st->name, f->st->url.raw, f->timeout_ms,
+             f->body_done || !f->req || httpd_req_body_length(f->req) == 0
+                 ? ""
+                 : " (or the request body stopped arriving)");
     hs_fwd_fail(f, 504, "store_timeout", msg);
 }
 
-/* Sends the client's request to the store on f->conn, stamped with the token. */
+/* Sends the client's request to the store on f->conn, stamped with the token, then its body as it
+ * arrives. */
 static void hs_send(struct hs_fwd *f)
 {
     struct httpstore *hs = f->hs;
-    struct evhttp_request *req = f->req;
-    struct evkeyvalq *in = evhttp_request_get_input_headers(req), *out;
+    struct httpd_req *req = f->req;
+    struct evkeyvalq *in = httpd_req_input_headers(req), out;
     const char *conn = evhttp_find_header(in, "Connection");
-    struct evbuffer *body = evhttp_request_get_input_buffer(req);
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    enum evhttp_cmd_type cmd = httpd_req_method(req);
     const struct cfg_addr *a = &f->st->url.hosts[0];
-    struct timeval tv = {(time_t)(f->timeout_ms / 1000),
-                         (suseconds_t)(f->timeout_ms % 1000) * 1000};
+    int64_t blen = httpd_req_body_length(req);
     char num[32], host[300];
-    size_t blen = evbuffer_get_length(body);
+    const char *method = cmd == EVHTTP_REQ_GET      ? "GET"
+                         : cmd == EVHTTP_REQ_HEAD   ? "HEAD"
+                         : cmd == EVHTTP_REQ_POST   ? "POST"
+                         : cmd == EVHTTP_REQ_PUT    ? "PUT"
+                         : cmd == EVHTTP_REQ_DELETE ? "DELETE"
+                         : cmd == EVHTTP_REQ_PATCH  ? "PATCH"
+                                                    : "OPTIONS";
+    int rc;
 
-    f->ureq = f->conn ? evhttp_request_new(hs_on_done, f) : NULL;
-    if (!f->ureq) {
-        hs_fwd_fail(f, 503, "unavailable", "out of memory");
-        return;
-    }
-    evhttp_connection_set_timeout_tv(f->conn, &tv); /* idle limit while the body streams */
-    evhttp_connection_set_max_headers_size(f->conn, HS_MAX_RESPONSE_HEADERS);
-    evhttp_connection_set_closecb(f->conn, hs_on_store_close, f);
-    evhttp_request_set_header_cb(f->ureq, hs_on_headers);
-    evhttp_request_set_chunked_cb(f->ureq, hs_on_chunk);
-    evhttp_request_set_error_cb(f->ureq, hs_on_error);
-    out = evhttp_request_get_output_headers(f->ureq);
+    TAILQ_INIT(&out);
     for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
         if (!httphdr_drop_request(kv->key, conn))
-            evhttp_add_header(out, kv->key, kv->value);
+            evhttp_add_header(&out, kv->key, kv->value);
     httphdr_host(host, sizeof(host), a->host, a->port);
-    evhttp_add_header(out, "Host", host);
+    evhttp_add_header(&out, "Host", host);
     snprintf(num, sizeof(num), "%" PRIu64, f->token);
-    if (evhttp_add_header(out, "Fence-Lock", f->lock) != 0 ||
-        evhttp_add_header(out, "Fencing-Token", num) != 0) { /* never unstamped */
-        evhttp_request_free(f->ureq);
-        f->ureq = NULL;
+    if (evhttp_add_header(&out, "Fence-Lock", f->lock) != 0 ||
+        evhttp_add_header(&out, "Fencing-Token", num) != 0) { /* never unstamped */
+        evhttp_clear_headers(&out);
         hs_fwd_fail(f, 400, "bad_request",
                     "the lock name cannot be sent in a Fence-Lock header; nothing was forwarded");
         return;
     }
-    if (blen > 0 || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT || cmd == EVHTTP_REQ_PATCH) {
-        snprintf(num, sizeof(num), "%zu", blen);
-        evhttp_add_header(out, "Content-Length", num);
-    }
-    evbuffer_add_buffer(evhttp_request_get_output_buffer(f->ureq), body);
-    f->state = HS_SENT;
-    if (evhttp_make_request(f->conn, f->ureq, cmd, f->target) != 0) {
-        f->ureq = NULL; /* freed by evhttp */
-        if (f->state == HS_SENT) {
-            metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
-            hs_fwd_fail(f, 502, "store_unavailable", "cannot connect to the store");
-        }
+    if (blen == 0 && (cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT || cmd == EVHTTP_REQ_PATCH))
+        evhttp_add_header(&out, "Content-Length", "0");
+    f->head_request = cmd == EVHTTP_REQ_HEAD;
+    f->body_done = blen == 0;
+    rc = httpup_request(f->conn, method, f->target, &out, blen, f->head_request, &hs_up_handler, f);
+    evhttp_clear_headers(&out);
+    if (rc != 0) {
+        metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+        hs_fwd_fail(f, 502, "store_unavailable", "cannot send to the store; nothing was sent");
         return;
     }
+    f->state = HS_SENT;
     metrics_inc(&fg_metrics, M_HSTORE_FORWARDED, 1);
     hs_arm(f->timer, f->timeout_ms < hs->connect_ms ? f->timeout_ms : hs->connect_ms);
+    if (!f->body_done)
+        httpd_req_body_start(req, hs_on_client_body, f);
 }
 
 static void hs_on_resolved(const struct addrinfo *res, const char *err, void *arg)
 {
     struct hs_fwd *f = arg;
-    char addr[64], msg[800];
+    const struct addrinfo *ai = res ? resolve_pick(res) : NULL;
+    char msg[800];
 
     f->resolving = NULL;
-    if (resolve_pick_host(res, addr, sizeof(addr)) < 0) {
+    if (!ai) {
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
         snprintf(msg, sizeof(msg), "store '%s' (%.200s): %.300s; nothing was sent", f->st->name,
-                 f->st->url.raw, err);
+                 f->st->url.raw, err ? err : "no address");
         hs_fwd_fail(f, 502, "store_unavailable", msg);
         return;
     }
@@ -596,8 +593,14 @@ static void hs_on_resolved(const struct addrinfo *res, const char *err, void *ar
         hs_fwd_fail(f, 409, "lock_lost", msg);
         return;
     }
-    f->conn = evhttp_connection_base_new(f->hs->base, NULL, addr,
-                                         (unsigned short)f->st->url.hosts[0].port);
+    f->conn = httpup_connect(f->hs->base, ai->ai_addr, ai->ai_addrlen);
+    if (!f->conn) {
+        metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
+        snprintf(msg, sizeof(msg), "store '%s' (%.200s): cannot connect: %s; nothing was sent",
+                 f->st->name, f->st->url.raw, strerror(errno));
+        hs_fwd_fail(f, 502, "store_unavailable", msg);
+        return;
+    }
     hs_send(f);
 }
 
@@ -662,8 +665,7 @@ static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
                  "{\"error\":\"stale_token\",\"token\":%" PRIu64 ",\"mark\":%" PRIu64
                  ",\"message\":\"%s\"}",
                  f->token, mark, esc);
-        http_reply_json(f->req, 409, body);
-        hs_req_done(f);
+        http_reply_json(hs_req_take(f), 409, body);
         hs_fwd_finish(f);
         return;
     }
@@ -686,10 +688,10 @@ static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
 }
 
 void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
-                      struct evhttp_request *req, struct lock_session *sess)
+                      struct httpd_req *req, struct lock_session *sess)
 {
     struct httpstore *hs = arg;
-    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    struct evkeyvalq *in = httpd_req_input_headers(req);
     const char *lock = NULL, *query, *tmo;
     int nlock = 0, tlen, klen, held;
     long long timeout = hs->response_ms, rem;
@@ -713,7 +715,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         }
     }
     /* A path that could leave the store's prefix is refused before anything else is judged. */
-    query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    query = evhttp_uri_get_query(httpd_req_uri(req));
     tlen = httphdr_target(target, sizeof(target), st->url.path, rest, query);
     if (tlen == -1) {
         http_reply_error(req, 400, "bad_request",
@@ -840,7 +842,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     if (hs->fwds)
         hs->fwds->prev = f;
     hs->fwds = f;
-    httpwatch_start(&f->watch, req, hs_on_client_gone, f);
+    httpd_req_on_gone(req, hs_on_client_gone, f);
     if (lock_mark_raise_held(sess, lock, key, (size_t)klen, token, hs_on_marked, f) != 0)
         hs_fwd_fail(f, 503, "unavailable", "the lock backend took no more calls");
 }

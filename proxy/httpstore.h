@@ -10,7 +10,7 @@
 struct event_base;
 struct cfg;
 struct cfg_store;
-struct evhttp_request;
+struct httpd_req;
 struct lock_session;
 struct httpstore;
 
@@ -36,7 +36,7 @@ void httpstore_free(struct httpstore *hs);
 
 /* An http_store_handler (http.h) for /v1/stores/{store}/http/...; arg is the struct httpstore. */
 void httpstore_handle(void *arg, const struct cfg_store *store, const char *rest,
-                      struct evhttp_request *req, struct lock_session *sess);
+                      struct httpd_req *req, struct lock_session *sess);
 
 /* A lock_fence_hook (lock.h), arg the struct httpstore: raises the mark of (store, name) to token
  * for every HTTP store. done(ctx, 0) when all were raised; done(ctx, 1, mark) when a mark is above

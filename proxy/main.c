@@ -390,9 +390,9 @@ int main(int argc, char **argv)
     }
     m.http = http;
     if ((pgstores_count(pg) > 0 &&
-         (http_route_stores(http, CFG_URL_POSTGRES, "sql", pgstore_handle, pg) != 0 ||
+         (http_route_stores(http, CFG_URL_POSTGRES, "sql", pgstore_handle, pg, 0) != 0 ||
           http_add_ready_check(http, pgstore_ready, pg) != 0)) ||
-        http_route_stores(http, CFG_URL_HTTP, "http", httpstore_handle, hstores) != 0) {
+        http_route_stores(http, CFG_URL_HTTP, "http", httpstore_handle, hstores, 1) != 0) {
         fprintf(stderr, "fencegate: HTTP listener: too many store routes\n");
         return 1;
     }

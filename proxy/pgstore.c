@@ -46,7 +46,6 @@
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <inttypes.h>
@@ -59,7 +58,7 @@
 
 #include "config.h"
 #include "http.h"
-#include "httpwatch.h"
+#include "httpd.h"
 #include "log.h"
 #include "metrics.h"
 #include "pgjson.h"
@@ -203,10 +202,8 @@ struct pg_job {
     struct pg_job *prev, *next; /* every live job of the store */
     struct pg_job *qnext;       /* the wait queue */
     int queued;
-    int fence; /* a fence-on-acquire job, not an HTTP one */
-    struct evhttp_request *req;
-    struct httpwatch watch; /* of req's client going away */
-    struct event *gone_ev;  /* while queued: the client's socket closing (EV_CLOSED) */
+    int fence;             /* a fence-on-acquire job, not an HTTP one */
+    struct httpd_req *req; /* NULL once its client is gone */
     struct pgjson_request rq;
     uint64_t token;
     char tokstr[24];
@@ -260,18 +257,11 @@ static void pg_job_done(struct pg_job *j);
 
 /* ---- jobs ---------------------------------------------------------------------------------- */
 
-static void pg_gone_stop(struct pg_job *j)
-{
-    if (j->gone_ev)
-        event_free(j->gone_ev);
-    j->gone_ev = NULL;
-}
-
+/* Frees j, whose client is answered (which freed its request) or gone. */
 static void pg_job_free(struct pg_job *j)
 {
     struct pgstore *s = j->s;
 
-    pg_gone_stop(j);
     if (j->prev)
         j->prev->next = j->next;
     else
@@ -280,7 +270,6 @@ static void pg_job_free(struct pg_job *j)
         j->next->prev = j->prev;
     if (j->timer)
         event_free(j->timer);
-    httpwatch_stop(&j->watch);
     pgjson_request_free(&j->rq);
     pgjson_buf_free(&j->out);
     free(j->errmsg);
@@ -293,7 +282,6 @@ static void pg_unqueue(struct pg_job *j)
     struct pgstore *s = j->s;
     struct pg_job **pp, *prev = NULL;
 
-    pg_gone_stop(j);
     if (!j->queued)
         return;
     for (pp = &s->qhead; *pp; prev = *pp, pp = &(*pp)->qnext) {
@@ -343,39 +331,19 @@ static void pg_on_job_timer(evutil_socket_t fd, short what, void *arg)
     pg_job_fail(j, 503, "pool_exhausted", msg);
 }
 
-/* The client went away: the job carries on without one, its outcome unanswered; a queued batch
- * is dropped before it runs. libevent seldom reports it (see pg_next_job()). */
+/* The client went away (closed its connection, or it broke): a running batch carries on, its
+ * outcome unanswered; a queued one leaves the queue at once, unsent, instead of holding its place
+ * until its turn or its timeout (a client that gave up may send the batch again, and this one
+ * must not run as well). */
 static void pg_on_client_gone(void *arg)
 {
     struct pg_job *j = arg;
 
-    pg_gone_stop(j); /* before libevent closes the socket */
     j->req = NULL;
-}
-
-/* The client of a queued batch closed its connection: libevent reads nothing from a connection
- * while its request is being answered, so only this event sees it. The batch leaves the queue at
- * once instead of holding its place until its turn or its timeout. */
-static void pg_on_queued_gone(evutil_socket_t fd, short what, void *arg)
-{
-    pg_job_fail(arg, 503, "client_gone",
-                "the client closed its connection while the batch waited for a connection; "
-                "nothing was sent");
-}
-
-/* Watches a queued batch's client socket for its closing, where the event backend can (epoll's
- * EPOLLRDHUP); elsewhere the batch is dropped when its turn comes (pg_next_job). */
-static void pg_gone_watch(struct pg_job *j)
-{
-    struct evhttp_connection *conn = j->req ? evhttp_request_get_connection(j->req) : NULL;
-    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
-    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-
-    if (fd < 0 || !(event_base_get_features(j->s->base) & EV_FEATURE_EARLY_CLOSE))
-        return;
-    j->gone_ev = event_new(j->s->base, fd, EV_CLOSED, pg_on_queued_gone, j);
-    if (j->gone_ev && event_add(j->gone_ev, NULL) < 0)
-        pg_gone_stop(j);
+    if (j->queued) {
+        pg_unqueue(j);
+        pg_job_free(j);
+    }
 }
 
 /* ---- connections --------------------------------------------------------------------------- */
@@ -1298,20 +1266,6 @@ static void pg_next_job(struct pgstore *s, struct pg_conn *c)
         struct pg_job *j = s->qhead;
         pg_unqueue(j);
         evtimer_del(j->timer);
-        if (!j->fence && !j->req) {
-            pg_job_free(j); /* its client went away while it waited */
-            continue;
-        }
-        if (!j->fence && httpwatch_peer_closed(j->req)) {
-            /* libevent reads nothing from a connection while its request is being answered, so
-             * the watch has not seen the client leave: ask the socket. A client that gave up (its
-             * own timeout) may send the batch again; this one must not run as well. Answered all
-             * the same, so that libevent finds the connection closed. */
-            pg_job_fail(j, 503, "client_gone",
-                        "the client closed its connection while the batch waited for a "
-                        "connection; nothing was sent");
-            continue;
-        }
         if (!j->fence && !lock_still_held(j->owner, j->rq.lock, j->rq.lock_len, j->token)) {
             /* Checked again now that it would be sent, as a new request would be: a lock
              * released or lost (renewal refused, lease over) while the batch waited must not
@@ -1379,8 +1333,6 @@ static void pg_submit(struct pgstore *s, struct pg_job *j)
     else
         s->qlen++;
     evtimer_add(j->timer, &tv);
-    if (!j->fence)
-        pg_gone_watch(j);
 }
 
 static struct pg_job *pg_job_new(struct pgstore *s, uint64_t token)
@@ -1423,11 +1375,11 @@ void pgstore_fence_hook(void *arg, const char *name, uint64_t token, lock_fence_
 /* ---- HTTP ---------------------------------------------------------------------------------- */
 
 void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
-                    struct evhttp_request *req, struct lock_session *sess)
+                    struct httpd_req *req, struct lock_session *sess)
 {
     struct pgstores *p = arg;
     struct pgstore *s = NULL;
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    struct evbuffer *in = httpd_req_body(req);
     size_t blen = evbuffer_get_length(in);
     char *body = blen ? (char *)evbuffer_pullup(in, (ev_ssize_t)blen) : NULL;
     char err[600], text[400];
@@ -1448,8 +1400,8 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
         http_reply_error(req, 404, "not_found", "use POST /v1/stores/{store}/sql");
         return;
     }
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
+    if (httpd_req_method(req) != EVHTTP_REQ_POST) {
+        evhttp_add_header(httpd_req_output_headers(req), "Allow", "POST");
         http_reply_error(req, 405, "method_not_allowed", "use POST /v1/stores/{store}/sql");
         return;
     }
@@ -1496,7 +1448,7 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
     j->rq = rq;
     j->req = req;
     j->owner = lock_session_ref(sess);
-    httpwatch_start(&j->watch, req, pg_on_client_gone, j);
+    httpd_req_on_gone(req, pg_on_client_gone, j);
     pg_submit(s, j);
 }
 

@@ -16,7 +16,7 @@
 struct event_base;
 struct cfg;
 struct cfg_store;
-struct evhttp_request;
+struct httpd_req;
 struct lock_session;
 struct pgstores;
 struct pgstore;
@@ -45,7 +45,7 @@ void pgstore_fence_hook(void *arg, const char *name, uint64_t token, lock_fence_
                         void *ctx);
 /* http_store_handler (arg: struct pgstores) for /v1/stores/{store}/sql. */
 void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
-                    struct evhttp_request *req, struct lock_session *sess);
+                    struct httpd_req *req, struct lock_session *sess);
 /* http_ready_check (arg: struct pgstores): NULL when every store has a live connection. */
 const char *pgstore_ready(void *arg);
 

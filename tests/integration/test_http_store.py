@@ -22,7 +22,8 @@ class Upstream:
     """An HTTP/1.1 server on a free loopback port, in a thread, recording every request it gets
     (method, path, query, headers, body, the client's port) and the ports of the connections that
     ended. Paths: /slow sleeps 3 s; /big sends BIG bytes with a Content-Length; /chunked answers
-    with Transfer-Encoding: chunked; /close answers and closes; anything else echoes. With
+    with Transfer-Encoding: chunked; /close answers and closes; /tillclose sends 4 MiB that end
+    with the connection; anything else echoes (the body is read by Content-Length or chunked). With
     idle_timeout, a connection idle that long is closed by the server."""
 
     def __init__(self, idle_timeout=None):
@@ -43,13 +44,42 @@ class Upstream:
                 with up.lock:
                     up.closed.append(self.client_address[1])
 
+            def read_body(self):
+                """The request body (Content-Length or chunked): (length, sha256 hex, the
+                bytes when under 1 MiB)."""
+                h, n, keep = hashlib.sha256(), 0, []
+
+                def take(k):
+                    nonlocal n
+                    while k > 0:
+                        d = self.rfile.read(min(k, 1 << 16))
+                        if not d:
+                            raise ConnectionError("the request body was cut off")
+                        h.update(d)
+                        n += len(d)
+                        k -= len(d)
+                        if n <= 1 << 20:
+                            keep.append(d)
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            break
+                        take(size)
+                        self.rfile.readline()
+                else:
+                    take(int(self.headers.get("Content-Length") or 0))
+                return n, h.hexdigest(), b"".join(keep) if n <= 1 << 20 else None
+
             def handle_any(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
+                n, sha, body = self.read_body()
                 path, _, query = self.path.partition("?")
                 with up.lock:
                     up.requests.append({
                         "method": self.command, "path": path, "query": query, "body": body,
+                        "len": n, "sha": sha,
                         "headers": [(k.lower(), v) for k, v in self.headers.items()],
                         "port": self.client_address[1]})
                 if path.endswith("/slow"):
@@ -62,6 +92,15 @@ class Upstream:
                     block = bytes(range(256)) * 256  # 64 KiB
                     for _ in range(BIG // len(block)):
                         self.wfile.write(block)
+                    return
+                if path.endswith("/tillclose"):  # no framing: the body ends with the connection
+                    self.send_response(200)
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    block = bytes(range(256)) * 256
+                    for _ in range(64):
+                        self.wfile.write(block)
+                    self.close_connection = True
                     return
                 if path.endswith("/cut"):
                     self.send_response(200)
@@ -87,7 +126,7 @@ class Upstream:
                     self.wfile.write(b"0\r\n\r\n")
                     return
                 out = json.dumps({"method": self.command, "path": path, "query": query,
-                                  "len": len(body)}).encode()
+                                  "len": n}).encode()
                 self.send_response(201 if self.command == "PUT" else 200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(out)))
@@ -102,8 +141,8 @@ class Upstream:
             def handle_one_request(self):
                 try:
                     super().handle_one_request()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # fencegate gave up on a slow answer
+                except ConnectionError:  # fencegate gave up on a slow answer, or its client
+                    self.close_connection = True  # on its body
 
             do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = handle_any
 
@@ -429,6 +468,116 @@ class HttpStore(HttpStoreCase):
         # Back-pressure: the sidecar did not buffer the whole 20 MiB for the slow reader.
         self.assertLess(rss, 200 * 1024, "RSS %d KiB" % rss)
 
+    def peak_rss_kib(self, fg):
+        with open("/proc/%d/status" % fg.pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmHWM")
+
+    def test_large_upload_streams_intact(self):
+        """A request body of 3 * BIG bytes is passed on as it arrives, with its Content-Length:
+        the store gets every byte, and the sidecar's peak memory grows by well under the body's
+        size (under ASan its allocator's quarantine, 16 MiB in CI, counts too)."""
+        fg = self.sidecar()
+        self.acquire(fg, "up")
+        before = self.peak_rss_kib(fg)
+        block = bytes(range(256)) * 256
+        n = 3 * BIG // len(block)
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=60)
+        self.addCleanup(c.close)
+        c.putrequest("PUT", "/v1/stores/blobs/http/upload")
+        c.putheader("Fence-Lock", "up")
+        c.putheader("Content-Length", str(n * len(block)))
+        c.endheaders()
+        for _ in range(n):
+            c.send(block)
+        r = c.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())["len"]), (201, n * len(block)))
+        rec = self.up.seen()[-1]
+        self.assertEqual((rec["len"], rec["sha"]),
+                         (n * len(block), hashlib.sha256(block * n).hexdigest()))
+        self.assertEqual(Upstream.header(rec, "Content-Length"), [str(n * len(block))])
+        grown = self.peak_rss_kib(fg) - before
+        self.assertLess(grown, 24 * 1024, "peak RSS grew by %d KiB for a %d-byte body"
+                        % (grown, n * len(block)))
+
+    def test_chunked_upload_is_passed_on_chunked(self):
+        fg = self.sidecar()
+        self.acquire(fg, "ch")
+        parts = [b"x" * 1000, b"y" * 70000, b"z"]
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=20)
+        self.addCleanup(c.close)
+        c.request("POST", "/v1/stores/blobs/http/chunks", body=iter(parts),
+                  headers={"Fence-Lock": "ch"}, encode_chunked=True)
+        r = c.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())["len"]), (200, 71001))
+        rec = self.up.seen()[-1]
+        self.assertEqual(rec["body"], b"".join(parts))
+        self.assertEqual(Upstream.header(rec, "Transfer-Encoding"), ["chunked"])
+        self.assertEqual(Upstream.header(rec, "Content-Length"), [])
+        # The connection serves the next request (the body was read to its end).
+        c.request("GET", "/v1/stores/blobs/http/after", headers={"Fence-Lock": "ch"})
+        self.assertEqual(c.getresponse().status, 200)
+
+    def test_expect_100_continue_waits_until_the_request_is_cleared(self):
+        """A client that asks before sending its body hears 100 Continue only once the lock is
+        checked and the store connected; a refused request gets its refusal instead, and its
+        body is never sent anywhere."""
+        fg = self.sidecar()
+        self.acquire(fg, "e")
+        head = (b"PUT /v1/stores/blobs/http/exp HTTP/1.1\r\nHost: x\r\nFence-Lock: %s\r\n"
+                b"Content-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=10)
+        self.addCleanup(s.close)
+        s.sendall(head % b"nobody")
+        data = s.recv(65536)
+        self.assertTrue(data.startswith(b"HTTP/1.1 409"), data[:100])
+        self.assertNotIn(b"100 Continue", data)
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=10)
+        self.addCleanup(s.close)
+        s.sendall(head % b"e")
+        data = s.recv(65536)
+        self.assertEqual(data, b"HTTP/1.1 100 Continue\r\n\r\n")
+        s.sendall(b"hello")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(65536)
+        self.assertTrue(data.startswith(b"HTTP/1.1 201"), data[:100])
+        self.assertEqual([r["path"] for r in self.up.seen()], ["/prefix/exp"])
+        self.assertEqual(self.up.seen()[-1]["body"], b"hello")
+        self.assertEqual(Upstream.header(self.up.seen()[-1], "Expect"), [])
+
+    def test_an_upload_cut_off_does_not_reach_the_store_whole(self):
+        """The client goes away halfway through its body: the store sees the connection end
+        before the body did (no request is applied), and the sidecar carries on."""
+        fg = self.sidecar()
+        self.acquire(fg, "cut")
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=10)
+        s.sendall(b"PUT /v1/stores/blobs/http/half HTTP/1.1\r\nHost: x\r\nFence-Lock: cut\r\n"
+                  b"Content-Length: 100000\r\n\r\n" + b"h" * 50000)
+        time.sleep(0.5)
+        s.close()
+        time.sleep(0.5)
+        self.assertNotIn("/prefix/half", [r["path"] for r in self.up.seen()])
+        self.assertEqual(self.store(fg, "PUT", "/whole", "cut", b"w")[0], 201)
+
+    def test_a_body_that_ends_with_the_connection_reaches_a_slow_client_whole(self):
+        """A store that frames its body by closing the connection: the client (HTTP/1.1) gets
+        it chunked and whole, although it reads slowly, so that the store's close arrives while
+        the sidecar still holds the body's last bytes."""
+        fg = self.sidecar()
+        self.acquire(fg, "tc")
+        c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=30)
+        self.addCleanup(c.close)
+        c.request("GET", "/v1/stores/blobs/http/tillclose", headers={"Fence-Lock": "tc"})
+        r = c.getresponse()
+        self.assertEqual((r.status, r.getheader("Transfer-Encoding")), (200, "chunked"))
+        first = r.read(64 * 1024)
+        time.sleep(1.0)  # the store writes the rest, closes; the sidecar is paused meanwhile
+        data = first + r.read()
+        self.assertEqual(data, bytes(range(256)) * 256 * 64)
+
     def test_chunked_response_and_head(self):
         fg = self.sidecar()
         self.acquire(fg, "ch")
@@ -558,13 +707,15 @@ class HttpStore(HttpStoreCase):
     def test_outcome_unknown_is_not_store_unavailable(self):
         """A store that took the request and closed without answering, or answered with
         something that cannot be relayed, may have applied it: 502 outcome_unknown; a store that
-        never took the connection: 502 store_unavailable (nothing sent)."""
+        never took the connection: 502 store_unavailable (nothing sent). Interim answers (100,
+        103) are skipped and the final one relayed."""
         big = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (100 * 1024) + b"\r\n\r\n"
         raw = RawUpstream({
             "/early": b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
                       b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/continue": b"HTTP/1.1 100 Continue\r\n\r\n"
                          b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "/upgrade": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
             "/gzipped": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxxxx",
             "/bighead": big})
         self.addCleanup(raw.stop)
@@ -574,17 +725,22 @@ class HttpStore(HttpStoreCase):
                                 "outcome_unknown")
         self.assertIn("may or may not have been applied", doc["message"])
         self.assertIn("closed the connection", doc["message"])
-        for path, says in (("/early", "103"), ("/continue", "100"), ("/gzipped", "gzip"),
-                           ("/bighead", "64 KiB")):
+        for path in ("/early", "/continue"):
+            st, headers, data = self.store(fg, "GET", path, "u")
+            self.assertEqual((st, data), (200, b"ok"), path)
+            self.assertNotIn("link", headers)  # the interim answer's fields are not the final's
+        for path, says in (("/upgrade", "101"), ("/gzipped", "gzip"),
+                           ("/bighead", "65536 bytes")):
             doc = self.assert_error(self.store(fg, "GET", path, "u"), 502, "outcome_unknown")
             self.assertIn(says, doc["message"])
             self.assertIn("may or may not have been applied", doc["message"])
-        self.assertEqual(raw.paths, ["/vanish", "/early", "/continue", "/gzipped", "/bighead"])
+        self.assertEqual(raw.paths, ["/vanish", "/early", "/continue", "/upgrade", "/gzipped",
+                                     "/bighead"])
         self.assertEqual(harness.http_get(fg.http_port, "/healthz")[0], 200)
 
     def test_content_length_with_chunked_never_reaches_the_client(self):
         """A store sending both Content-Length and Transfer-Encoding: chunked (a response
-        splitting vector, RFC 9112 §6.3): libevent refuses to read it, so the client gets 502
+        splitting vector, RFC 9112 §6.3): the sidecar refuses to relay it, so the client gets 502
         outcome_unknown, never the store's Content-Length over a re-framed body, and its
         keep-alive connection keeps its framing. Duplicate equal Content-Lengths pass as one."""
         body = b"0123456789abcdef"

@@ -814,6 +814,31 @@ class Descriptors(FgTestCase):
         self.assertLess(cpu, 0.3, "fencegate spins while descriptors are exhausted")
         self.assertLess(logged, 64 * 1024, "fencegate floods its log")
 
+    def test_the_http_listener_pauses_too(self):
+        """Connections waiting on the HTTP listener while descriptors are exhausted neither spin
+        the loop nor flood the log, and are served once descriptors are free."""
+        fg, early, crowd = self.exhaust()
+        waiting = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=5)
+            self.addCleanup(s.close)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            waiting.append(s)
+        time.sleep(0.3)
+        log0 = os.path.getsize(fg.stderr_path)
+        cpu0 = cpu_seconds(fg.pid)
+        time.sleep(1.0)
+        cpu = cpu_seconds(fg.pid) - cpu0
+        logged = os.path.getsize(fg.stderr_path) - log0
+        for s in crowd:
+            s.close()
+        print("\nHTTP connections waiting, descriptors exhausted for 1 s: %.2f s CPU, %d bytes "
+              "of log" % (cpu, logged))
+        self.assertLess(cpu, 0.3, "fencegate spins on the HTTP listener")
+        self.assertLess(logged, 64 * 1024, "fencegate floods its log")
+        for s in waiting:
+            s.settimeout(15)
+            self.assertTrue(s.recv(65536).startswith(b"HTTP/1.1 200"))
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,271 @@
+"""The HTTP endpoint's server (proxy/httpd.c): keep-alive and pipelining, request bodies by
+Content-Length and chunked, Expect: 100-continue, HEAD, and bad input: each refusal is a JSON
+error naming what was wrong, that connection closes, and other clients carry on."""
+
+import http.client
+import json
+import socket
+import time
+
+import harness
+from harness import FgTestCase
+
+MAX_BODY = 1024 * 1024
+
+
+class Reader:
+    """Reads HTTP/1.1 responses from a socket, keeping what it read past one for the next."""
+
+    def __init__(self, sock, timeout=5.0):
+        self.sock = sock
+        self.buf = b""
+        sock.settimeout(timeout)
+
+    def _more(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the connection closed in the middle of a response")
+        self.buf += data
+
+    def line(self):
+        while b"\n" not in self.buf:
+            self._more()
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line + b"\n"
+
+    def exact(self, n):
+        while len(self.buf) < n:
+            self._more()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def response(self, head=False):
+        """(status, headers dict lower-cased, body bytes). Understands Content-Length and
+        chunked framing; a body with neither is read to the end of the stream; head: the
+        response to a HEAD request, which has no body."""
+        status = int(self.line().split()[1])
+        headers = {}
+        while True:
+            h = self.line()
+            if h in (b"\r\n", b"\n"):
+                break
+            k, v = h.decode("latin-1").split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+        if head or status < 200 or status in (204, 304):
+            return status, headers, b""
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.line().split(b";")[0], 16)
+                if size == 0:
+                    while self.line() not in (b"\r\n", b"\n"):
+                        pass
+                    return status, headers, body
+                body += self.exact(size)
+                self.line()
+        if "content-length" in headers:
+            return status, headers, self.exact(int(headers["content-length"]))
+        try:
+            while True:
+                self._more()
+        except ConnectionError:
+            body, self.buf = self.buf, b""
+            return status, headers, body
+
+
+def read_response(sock, head=False):
+    """One response on sock, which carries no pipelined response after it."""
+    return Reader(sock).response(head)
+
+
+def closed_by_peer(sock, timeout=3.0):
+    """True when the peer closes sock (end of stream or reset) within timeout."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+class HttpServer(FgTestCase):
+
+    def setUp(self):
+        self.redis = self.start_redis()
+        self.fg = self.start_fencegate(self.redis)
+
+    def connect(self):
+        s = socket.create_connection(("127.0.0.1", self.fg.http_port), timeout=5)
+        self.addCleanup(s.close)
+        return s
+
+    def assert_refused(self, raw, status, code, words):
+        """Sends raw bytes on a new connection: the answer is status with a JSON error `code`
+        whose message contains each of words, and the connection is closed after it."""
+        s = self.connect()
+        s.sendall(raw)
+        st, headers, body = read_response(s)
+        doc = json.loads(body)
+        self.assertEqual((st, doc.get("error")), (status, code), doc)
+        for w in words:
+            self.assertIn(w, doc["message"], doc)
+        self.assertTrue(headers.get("content-type", "").startswith("application/json"))
+        self.assertTrue(closed_by_peer(s), "the connection stayed open after %r" % raw[:60])
+        self.assertEqual(harness.http_get(self.fg.http_port, "/healthz")[0], 200)
+
+    def test_keep_alive_serves_many_requests_on_one_connection(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.fg.http_port, timeout=5)
+        self.addCleanup(c.close)
+        for i in range(20):
+            c.request("POST" if i % 2 else "GET", "/v1/locks/k%d" % i if i % 2 else "/healthz",
+                      body=b"{}" if i % 2 else None)
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200, i)
+        local = c.sock.getsockname()
+        c.request("GET", "/v1/locks")
+        r = c.getresponse()
+        names = {lk["name"] for lk in json.loads(r.read())["locks"]}
+        self.assertEqual(names, {"k%d" % i for i in range(1, 20, 2)})
+        self.assertEqual(c.sock.getsockname(), local, "a new connection was opened")
+
+    def test_pipelined_requests_are_answered_in_order(self):
+        s = self.connect()
+        reqs = b"".join(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % p
+                        for p in (b"/healthz", b"/nope", b"/v1/locks", b"/readyz"))
+        s.sendall(reqs)
+        r = Reader(s)
+        got = [r.response()[0] for _ in range(4)]
+        self.assertEqual(got, [200, 404, 200, 200])
+
+    def test_http10_closes_unless_keep_alive_is_asked(self):
+        s = self.connect()
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        st, headers, _ = read_response(s)
+        self.assertEqual(st, 200)
+        self.assertTrue(closed_by_peer(s))
+        s = self.connect()
+        s.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        r = Reader(s)
+        st, headers, _ = r.response()
+        self.assertEqual((st, headers.get("connection", "").lower()), (200, "keep-alive"))
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        self.assertEqual(r.response()[0], 200)
+        self.assertTrue(closed_by_peer(s))
+
+    def test_connection_close_is_honoured(self):
+        s = self.connect()
+        s.sendall(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
+                  b"GET /healthz HTTP/1.1\r\n\r\n")
+        st, headers, _ = read_response(s)
+        self.assertEqual((st, headers.get("connection")), (200, "close"))
+        self.assertTrue(closed_by_peer(s), "a request after Connection: close was served")
+
+    def test_chunked_request_body(self):
+        s = self.connect()
+        body = json.dumps({"ttl_ms": 5000}).encode()
+        chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(body[i:i + 3]), body[i:i + 3])
+                          for i in range(0, len(body), 3))
+        s.sendall(b"POST /v1/locks/chunky HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"\r\n" + chunks + b"0\r\nX-Trailer: 1\r\n\r\n")
+        st, _, data = read_response(s)
+        doc = json.loads(data)
+        self.assertEqual((st, doc["name"], doc["ttl_ms"]), (200, "chunky", 5000), doc)
+
+    def test_expect_100_continue(self):
+        s = self.connect()
+        s.sendall(b"POST /v1/locks/cont HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                  b"Expect: 100-continue\r\n\r\n")
+        r = Reader(s)
+        st, _, _ = r.response()
+        self.assertEqual(st, 100)
+        s.sendall(b"{}")
+        st, _, data = r.response()
+        self.assertEqual((st, json.loads(data)["name"]), (200, "cont"))
+        # Too large: refused at once, before the client sends the body.
+        s = self.connect()
+        s.sendall(b"POST /v1/locks/cont HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                  b"Expect: 100-continue\r\n\r\n" % (MAX_BODY + 1))
+        st, _, data = read_response(s)
+        self.assertEqual((st, json.loads(data)["error"]), (413, "request_too_large"))
+
+    def test_head_has_the_headers_and_no_body(self):
+        s = self.connect()
+        s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n")
+        r = Reader(s)
+        st, headers, body = r.response(head=True)
+        self.assertEqual(st, 200)
+        self.assertGreater(int(headers["content-length"]), 0)
+        st, _, body = r.response()  # the next response starts right after the head
+        self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}))
+
+    def test_bodies_over_the_limit_are_refused_and_nothing_is_done(self):
+        self.assert_refused(b"POST /v1/locks/big HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+                            % (MAX_BODY + 1), 413, "request_too_large", ["over the limit"])
+        s = self.connect()
+        s.sendall(b"POST /v1/locks/big HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        block = b"x" * 65536
+        try:
+            for _ in range(MAX_BODY // len(block) + 2):
+                s.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        st, _, data = read_response(s)
+        self.assertEqual((st, json.loads(data)["error"]), (413, "request_too_large"))
+        st, doc = harness.http_get(self.fg.http_port, "/v1/locks")
+        self.assertEqual(json.loads(doc)["locks"], [])
+
+    def test_malformed_requests_are_refused_by_name(self):
+        cases = [
+            (b"GET /healthz HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "bad_request", []),
+            (b"GET /healthz HTTP/1.1\r\n folded: x\r\n\r\n", 400, "bad_request", []),
+            (b"GET /healthz HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400, "bad_request",
+             ["Content-Length"]),
+            (b"GET /healthz HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400,
+             "bad_request", ["Content-Length"]),
+            (b"POST /v1/locks/a HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked"
+             b"\r\n\r\n", 400, "bad_request", []),
+            (b"POST /v1/locks/a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
+             "not_implemented", ["gzip"]),
+            (b"GET /healthz HTTP/2.0\r\n\r\n", 505, "version_not_supported", []),
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "version_not_supported", []),
+            (b"BREW /healthz HTTP/1.1\r\n\r\n", 501, "not_implemented", ["BREW"]),
+            (b"GET /healthz\r\n\r\n", 400, "bad_request", []),
+            (b"GET /healthz HTTP/1.1\r\nX: a\rb\r\n\r\n", 400, "bad_request", []),
+            (b"POST /v1/locks/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
+             "bad_request", []),
+        ]
+        for raw, status, code, words in cases:
+            with self.subTest(raw=raw):
+                self.assert_refused(raw, status, code, words)
+
+    def test_oversized_head_is_431(self):
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
+                            431, "headers_too_large", [])
+        many = b"".join(b"X-%d: 1\r\n" % i for i in range(150))
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\n" + many + b"\r\n", 431,
+                            "headers_too_large", [])
+
+    def test_a_slow_or_silent_client_does_not_hold_up_others(self):
+        stuck = [self.connect() for _ in range(20)]
+        for i, s in enumerate(stuck):
+            s.sendall(b"POST /v1/locks/a HTTP/1.1\r\nContent-Length: 100\r\n\r\n"[:10 + i])
+        t0 = time.monotonic()
+        for _ in range(20):
+            self.assertEqual(harness.http_get(self.fg.http_port, "/healthz")[0], 200)
+        self.assertLess(time.monotonic() - t0, 2.0)
+
+    def test_many_connections_declaring_huge_bodies_use_no_memory(self):
+        before = harness.rss_kib(self.fg.pid)
+        socks = []
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", self.fg.http_port), timeout=5)
+            self.addCleanup(s.close)
+            s.sendall(b"POST /v1/locks/a HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 100)
+            socks.append(s)
+        self.assertEqual(harness.http_get(self.fg.http_port, "/healthz")[0], 200)
+        grown = harness.rss_kib(self.fg.pid) - before
+        self.assertLess(grown, 32 * 1024, "RSS grew by %d KiB" % grown)
