@@ -97,25 +97,6 @@ static void http_json(struct httpd_req *req, int code, const char *reason, const
     evbuffer_free(b);
 }
 
-/* Writes s into out as a JSON string body (quotes and control bytes escaped). */
-void http_json_escape(char *out, size_t cap, const char *s)
-{
-    size_t o = 0;
-
-    for (; *s && o + 7 < cap; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)ch;
-        } else if (ch < 0x20) {
-            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", ch);
-        } else {
-            out[o++] = (char)ch;
-        }
-    }
-    out[o] = '\0';
-}
-
 /* Ready when the store (the upstream) answered its last probe and the lock backend is
  * connected; not ready while shutting down. */
 static void http_readyz(struct http_api *h, struct httpd_req *req)
@@ -128,7 +109,7 @@ static void http_readyz(struct http_api *h, struct httpd_req *req)
         return;
     }
     if (!upstream_is_up(h->up)) {
-        http_json_escape(why, sizeof(why), upstream_error(h->up));
+        json_escape(why, sizeof(why), upstream_error(h->up));
         snprintf(body, sizeof(body),
                  "{\"error\":\"unavailable\",\"message\":\"upstream %s is unreachable: %s\"}",
                  upstream_name(h->up), why);
@@ -200,7 +181,7 @@ static void http_error(struct httpd_req *req, int status, const char *reason, co
 {
     char body[1200], esc[1024];
 
-    http_json_escape(esc, sizeof(esc), msg);
+    json_escape(esc, sizeof(esc), msg);
     snprintf(body, sizeof(body), "{\"error\":\"%s\",\"message\":\"%s\"}", code, esc);
     http_json(req, status, reason, body);
 }
@@ -216,12 +197,12 @@ static void http_event_lock(struct http_api *h, const char *type, const char *na
     if (!http_events_open(h->events))
         return;
     snprintf(nm, sizeof(nm), "%.*s", (int)len, name);
-    http_json_escape(esc, sizeof(esc), nm);
+    json_escape(esc, sizeof(esc), nm);
     if (ttl_ms > 0)
         snprintf(ttl, sizeof(ttl), ",\"ttl_ms\":%lld", ttl_ms);
     if (reason) {
         char r[1024];
-        http_json_escape(r, sizeof(r), reason);
+        json_escape(r, sizeof(r), reason);
         snprintf(why, sizeof(why), ",\"reason\":\"%s\"", r);
     }
     snprintf(data, sizeof(data), "{\"name\":\"%s\",\"token\":%" PRIu64 "%s%s}", esc, token, ttl,
@@ -334,7 +315,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
             g->next = h->grants;
             h->grants = g;
         }
-        http_json_escape(esc, sizeof(esc), a->name);
+        json_escape(esc, sizeof(esc), a->name);
         snprintf(body, sizeof(body), "{\"name\":\"%s\",\"token\":%" PRIu64 ",\"ttl_ms\":%lld}", esc,
                  token, ttl);
         http_json(a->req, 200, "OK", body);
@@ -462,7 +443,7 @@ static void http_on_deleted(void *arg, int status, const char *msg)
                  "lease runs out)",
                  a->name, msg ? msg : "backend error");
     if (a->req && status == LOCK_OK) {
-        http_json_escape(esc, sizeof(esc), a->name);
+        json_escape(esc, sizeof(esc), a->name);
         snprintf(body, sizeof(body), "{\"name\":\"%s\",\"released\":true,\"token\":%" PRIu64 "}",
                  esc, a->token);
         http_json(a->req, 200, "OK", body);
@@ -496,7 +477,7 @@ static void http_lock_delete(struct http_api *h, struct httpd_req *req, const ch
     int st = h->sess ? lock_state(h->sess, name, len, &token, &rem) : 0;
     struct http_acquire *a;
 
-    http_json_escape(esc, sizeof(esc), name);
+    json_escape(esc, sizeof(esc), name);
     if (st == 1 && !http_token_claim_ok(req, name, token))
         return;
     if (st != 1) {
@@ -536,7 +517,7 @@ static void http_list_one(void *arg, const char *name, size_t len, int state, ui
     char esc[HTTP_ESC_NAME], nm[LOCK_MAX_NAME + 1];
 
     snprintf(nm, sizeof(nm), "%.*s", (int)len, name);
-    http_json_escape(esc, sizeof(esc), nm);
+    json_escape(esc, sizeof(esc), nm);
     evbuffer_add_printf(l->b,
                         "%s{\"name\":\"%s\",\"token\":%" PRIu64
                         ",\"ttl_ms\":%lld,\"remaining_ms\":%lld,\"state\":\"%s\"}",
@@ -634,7 +615,7 @@ int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
     }
     if (v == held)
         return 1;
-    http_json_escape(esc, sizeof(esc), lock);
+    json_escape(esc, sizeof(esc), lock);
     snprintf(body, sizeof(body),
              "{\"error\":\"token_mismatch\",\"token\":%" PRIu64 ",\"held\":%" PRIu64
              ",\"message\":\"lock %s is held by this sidecar under token %" PRIu64 ", not %" PRIu64
@@ -810,7 +791,7 @@ static void http_on_app_health(void *arg, int healthy, const char *why)
         http_events_emit(h->events, "app_healthy", NULL, 0, "{}");
         return;
     }
-    http_json_escape(esc, sizeof(esc), why);
+    json_escape(esc, sizeof(esc), why);
     snprintf(data, sizeof(data), "{\"reason\":\"%s\"}", esc);
     http_events_emit(h->events, "app_unhealthy", NULL, 0, data);
     lock_session_lose_all(h->sess, why);

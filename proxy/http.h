@@ -44,9 +44,6 @@ int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held);
 void http_reply_error(struct httpd_req *req, int status, const char *code, const char *msg);
 /* Answers req with a complete JSON document and the given status. */
 void http_reply_json(struct httpd_req *req, int status, const char *body);
-/* Writes s into out as the inside of a JSON string (quotes, backslashes, control bytes escaped;
- * truncated to fit). */
-void http_json_escape(char *out, size_t cap, const char *s);
 
 /* Releases every lock held over HTTP and refuses new ones from now on (on SIGTERM). */
 void http_release_all(struct http_api *h);

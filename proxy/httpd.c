@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "httpmsg.h"
+#include "json.h"
 #include "log.h"
 
 enum httpd_state {
@@ -479,22 +480,13 @@ void httpd_reply_abort(struct httpd_req *r)
 static void httpd_refuse(struct httpd_conn *c, int code, const char *error, const char *msg)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    char body[700];
-    size_t o = 0;
+    char body[800], esc[600];
     int n;
+    size_t o;
 
-    n = snprintf(body, sizeof(body), "{\"error\":\"%s\",\"message\":\"", error);
-    o = n > 0 ? (size_t)n : 0;
-    for (const char *s = msg; *s && o + 8 < sizeof(body); s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            o += (size_t)snprintf(body + o, sizeof(body) - o, "\\%c", ch);
-        else if (ch < 0x20 || ch >= 0x7f)
-            o += (size_t)snprintf(body + o, sizeof(body) - o, "\\u%04x", ch);
-        else
-            body[o++] = (char)ch;
-    }
-    o += (size_t)snprintf(body + o, sizeof(body) - o, "\"}\n");
+    json_escape(esc, sizeof(esc), msg);
+    n = snprintf(body, sizeof(body), "{\"error\":\"%s\",\"message\":\"%s\"}\n", error, esc);
+    o = n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1;
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", code, httpd_reason(code));
     httpd_add_date(out);
     evbuffer_add_printf(out,

@@ -39,6 +39,7 @@
 #include "fence.h"
 #include "http.h"
 #include "httphdr.h"
+#include "json.h"
 #include "httpup.h"
 #include "httpd.h"
 #include "log.h"
@@ -660,7 +661,7 @@ static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
                  "STALE lock %.300s: token %" PRIu64 " < high-water mark %" PRIu64
                  " for store '%s' (a newer holder exists; re-acquire); nothing was forwarded",
                  f->lock, f->token, mark, f->st->name);
-        http_json_escape(esc, sizeof(esc), text);
+        json_escape(esc, sizeof(esc), text);
         snprintf(body, sizeof(body),
                  "{\"error\":\"stale_token\",\"token\":%" PRIu64 ",\"mark\":%" PRIu64
                  ",\"message\":\"%s\"}",

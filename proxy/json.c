@@ -817,3 +817,21 @@ int json_parse_lock_request(const char *body, size_t len, long long *ttl_ms, lon
     *wait_ms = vals[1];
     return FG_OK;
 }
+
+void json_escape(char *out, size_t cap, const char *s)
+{
+    size_t o = 0;
+
+    for (; *s && o + 7 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)ch;
+        } else if (ch < 0x20) {
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", ch);
+        } else {
+            out[o++] = (char)ch;
+        }
+    }
+    out[o] = '\0';
+}

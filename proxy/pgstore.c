@@ -59,6 +59,7 @@
 #include "config.h"
 #include "http.h"
 #include "httpd.h"
+#include "json.h"
 #include "log.h"
 #include "metrics.h"
 #include "pgjson.h"
@@ -942,7 +943,7 @@ static void pg_job_done(struct pg_job *j)
         pg_job_free(j);
         return;
     }
-    http_json_escape(esc, sizeof(esc), j->rq.lock);
+    json_escape(esc, sizeof(esc), j->rq.lock);
     if (pg_job_ok(j) && j->committed) {
         metrics_inc(&fg_metrics, M_PG_COMMITTED, 1);
         pgjson_puts(&b, "{\"lock\":\"");

@@ -898,6 +898,29 @@ static void test_lock_request_long_value(void **state)
                              "\"0000000000000000000000000000000000000000...\"");
 }
 
+/* json_escape(): what a JSON parser reads back is the text, and a cut never splits an escape. */
+static void test_escape(void **state)
+{
+    char out[64], back[64];
+    size_t n;
+    const char *text = "say \"hi\"\\ \x01\ttab";
+
+    (void)state;
+    json_escape(out, sizeof(out), text);
+    assert_string_equal(out, "say \\\"hi\\\"\\\\ \\u0001\\u0009tab");
+    assert_int_equal(json_unescape(out, strlen(out), back, sizeof(back), &n), FG_OK);
+    assert_int_equal(n, strlen(text));
+    assert_memory_equal(back, text, n);
+    for (size_t cap = 1; cap < 40; cap++) { /* every cut is whole escapes, NUL-terminated */
+        char small[40];
+        memset(small, 'x', sizeof(small));
+        json_escape(small, cap, text);
+        assert_true(strlen(small) < cap);
+        assert_int_equal(strncmp(small, out, strlen(small)), 0);
+        assert_int_equal(json_unescape(small, strlen(small), back, sizeof(back), &n), FG_OK);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -919,6 +942,7 @@ int main(void)
         cmocka_unit_test(test_lock_request_size_limit),
         cmocka_unit_test(test_lock_request_small_err_buffer),
         cmocka_unit_test(test_lock_request_long_value),
+        cmocka_unit_test(test_escape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
