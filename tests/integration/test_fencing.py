@@ -1319,6 +1319,9 @@ class LostGrant(FencingCase):
         except (EOFError, OSError):
             pass  # the connection closed: nothing applied either
         self.assertEqual(self.direct.get("wallet:10"), b"before")
+        # B's lock backend connection may be back before its upstream probe (its own backoff):
+        # B writes once its upstream is up again.
+        harness.wait_until(lambda: b.http("/readyz")[0] == 200, 10, 0.1, "B's upstream back")
         self.assertEqual(cb.call("SET", "wallet:10", "B-1"), "OK")
         self.assertEqual(self.direct.get("wallet:10"), b"B-1")
 
