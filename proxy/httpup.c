@@ -77,10 +77,16 @@ static void up_finish(struct httpup *up, enum httpup_end end, const char *why)
 {
     const struct httpup_handler *h = up->h;
 
-    if (end != HTTPUP_OK || !up->keep_alive || !up->req_done || up->framing == HTTPMSG_BODY_CLOSE)
+    if (end != HTTPUP_OK || !up->keep_alive || !up->req_done || up->framing == HTTPMSG_BODY_CLOSE) {
         up->state = HU_STOPPED;
-    else
+    } else {
+        /* Idle, it reads again whatever its last reader did (paused on the last piece): to notice
+         * the store closing it, and so that the next request's response is read. */
         up->state = HU_IDLE;
+        up->paused = 0;
+        if (!up->closed && !up->freeing)
+            bufferevent_enable(up->bev, EV_READ);
+    }
     up->h = NULL;
     if (!h)
         return;
@@ -406,6 +412,7 @@ int httpup_request(struct httpup *up, const char *method, const char *target,
     up->req_chunked = body_length < 0;
     up->req_done = body_length == 0;
     up->keep_alive = 0;
+    up->paused = 0; /* a new response: read it whatever the last reader did */
     up->framing = HTTPMSG_BODY_NONE;
     evbuffer_add_printf(out, "%s %s HTTP/1.1\r\n", method, target);
     for (const struct evkeyval *kv = headers->tqh_first; kv; kv = kv->next.tqe_next)

@@ -1,0 +1,205 @@
+/* test_httpup.c — the HTTP store client connection (httpup.c) against a loopback "store" that the
+ * test drives byte by byte: a connection kept alive after a response must carry the next request,
+ * whatever its reader did with the last one (paused on its last piece). */
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/keyvalq_struct.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "httpup.h"
+
+struct seen {
+    struct httpup *up;
+    int heads, status, dones, end;
+    size_t body;
+    int pause_on_body; /* the reader is slow: it pauses on every piece, the last one too */
+};
+
+static int on_head(void *arg, int status, const char *reason, const struct evkeyvalq *headers,
+                   int64_t length)
+{
+    struct seen *s = arg;
+
+    (void)reason;
+    (void)headers;
+    (void)length;
+    s->heads++;
+    s->status = status;
+    return 0;
+}
+
+static void on_body(void *arg, struct evbuffer *buf)
+{
+    struct seen *s = arg;
+
+    s->body += evbuffer_get_length(buf);
+    evbuffer_drain(buf, evbuffer_get_length(buf));
+    if (s->pause_on_body)
+        httpup_pause(s->up, 1);
+}
+
+static void on_done(void *arg, enum httpup_end end, const char *why)
+{
+    struct seen *s = arg;
+
+    (void)why;
+    s->dones++;
+    s->end = (int)end;
+}
+
+static const struct httpup_handler handler = {on_head, on_body, on_done, NULL};
+
+/* Runs the loop until *flag is set or about 2 s pass. */
+static void run_until(struct event_base *base, const int *flag)
+{
+    for (int i = 0; i < 200 && !*flag; i++) {
+        struct timeval tv = {0, 10000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    }
+}
+
+/* Reads one request head from the store's side of the connection (the loop runs meanwhile). */
+static void store_read_head(struct event_base *base, int fd)
+{
+    char buf[4096];
+    size_t n = 0;
+
+    for (int i = 0; i < 200; i++) {
+        ssize_t k = recv(fd, buf + n, sizeof(buf) - 1 - n, MSG_DONTWAIT);
+        if (k > 0) {
+            n += (size_t)k;
+            buf[n] = '\0';
+            if (strstr(buf, "\r\n\r\n"))
+                return;
+        }
+        struct timeval tv = {0, 10000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    }
+    fail_msg("no request head reached the store");
+}
+
+static void store_send(int fd, const char *s)
+{
+    assert_int_equal(send(fd, s, strlen(s), 0), (ssize_t)strlen(s));
+}
+
+/* A response's last piece paused by its reader (a slow client at the time): the connection goes
+ * back idle and the next request on it is answered. */
+static void test_paused_on_last_piece_then_reused(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct sockaddr_in sa;
+    socklen_t salen = sizeof(sa);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, one = 1;
+    struct evkeyvalq headers;
+    struct seen s1, s2;
+    struct httpup *up;
+
+    (void)state;
+    TAILQ_INIT(&headers);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
+
+    up = httpup_connect(base, (struct sockaddr *)&sa, salen);
+    assert_non_null(up);
+    fd = accept(lfd, NULL, NULL);
+    assert_true(fd >= 0);
+
+    memset(&s1, 0, sizeof(s1));
+    s1.up = up;
+    s1.pause_on_body = 1;
+    assert_int_equal(httpup_request(up, "GET", "/first", &headers, 0, 0, &handler, &s1), 0);
+    store_read_head(base, fd);
+    store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789");
+    run_until(base, &s1.dones);
+    assert_int_equal(s1.dones, 1);
+    assert_int_equal(s1.end, HTTPUP_OK);
+    assert_int_equal(s1.body, 10);
+    assert_true(httpup_reusable(up));
+
+    memset(&s2, 0, sizeof(s2));
+    s2.up = up;
+    assert_int_equal(httpup_request(up, "GET", "/second", &headers, 0, 0, &handler, &s2), 0);
+    store_read_head(base, fd);
+    store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    run_until(base, &s2.dones);
+    assert_int_equal(s2.heads, 1); /* was 0: the response was never read (paused) */
+    assert_int_equal(s2.dones, 1);
+    assert_int_equal(s2.end, HTTPUP_OK);
+    assert_int_equal(s2.body, 2);
+
+    httpup_free(up);
+    close(fd);
+    close(lfd);
+    event_base_free(base);
+}
+
+/* The same, and the store closes the idle connection meanwhile: httpup_reusable() sees it. */
+static void test_paused_on_last_piece_then_store_closes(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct sockaddr_in sa;
+    socklen_t salen = sizeof(sa);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, gone = 0;
+    struct evkeyvalq headers;
+    struct seen s1;
+    struct httpup *up;
+
+    (void)state;
+    TAILQ_INIT(&headers);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
+
+    up = httpup_connect(base, (struct sockaddr *)&sa, salen);
+    assert_non_null(up);
+    fd = accept(lfd, NULL, NULL);
+    assert_true(fd >= 0);
+    memset(&s1, 0, sizeof(s1));
+    s1.up = up;
+    s1.pause_on_body = 1;
+    assert_int_equal(httpup_request(up, "GET", "/first", &headers, 0, 0, &handler, &s1), 0);
+    store_read_head(base, fd);
+    store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc");
+    run_until(base, &s1.dones);
+    assert_int_equal(s1.dones, 1);
+    close(fd);
+    run_until(base, &gone); /* about 2 s of loop: the close is read */
+    assert_false(httpup_reusable(up));
+
+    httpup_free(up);
+    close(lfd);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paused_on_last_piece_then_reused),
+        cmocka_unit_test(test_paused_on_last_piece_then_store_closes),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
