@@ -10,7 +10,13 @@
  *
  * Every request the server refuses before a handler sees it (malformed, too large, a method or
  * version it does not serve) is answered with a JSON error naming what was wrong, and its
- * connection is closed: the bytes after a refused head cannot be trusted to start a request. */
+ * connection is closed: the bytes after a refused head cannot be trusted to start a request.
+ *
+ * A connection closed while its client may still be sending (a refusal, or a reply sent before
+ * the request's body was read) lingers: its sending side is shut once the reply is written, and
+ * what still arrives is read and dropped for up to HTTPD_LINGER_MS. Closed at once, the unread
+ * bytes would make the kernel reset the connection, and a client busy sending its body would get
+ * the reset instead of the answer. */
 #include "httpd.h"
 
 #include <event2/buffer.h>
@@ -40,6 +46,7 @@ enum httpd_state {
     HC_BODY,    /* reading its body */
     HC_HANDLER, /* the handler has the request */
     HC_CLOSING, /* the last reply is being written; then the connection closes */
+    HC_LINGER,  /* written and shut for sending: dropping what the client still sends */
 };
 
 struct httpd_conn {
@@ -54,6 +61,7 @@ struct httpd_conn {
     uint64_t left; /* Content-Length body bytes still to read */
     int body_done; /* the current request's body is read whole */
     int streaming; /* its handler takes its body as it arrives */
+    int linger;    /* close by lingering: the client may still be sending */
 };
 
 struct httpd_req {
@@ -81,6 +89,8 @@ struct httpd_req {
 enum { HR_LENGTH, HR_CHUNKED, HR_CLOSE };
 
 #define HTTPD_ACCEPT_PAUSE_MS 100
+#define HTTPD_LINGER_MS       5000 /* at most, reading and dropping before closing */
+#define HTTPD_LINGER_IDLE_MS  1000 /* ... or once the client sends nothing for this long */
 
 struct httpd {
     struct event_base *base;
@@ -354,8 +364,10 @@ static void httpd_write_head(struct httpd_req *r, int code, const char *reason, 
 {
     struct evbuffer *out = bufferevent_get_output(r->conn->bev);
 
-    if (!r->conn->body_done)
+    if (!r->conn->body_done) {
         r->keep_alive = 0; /* answered before its body was read: the rest cannot be skipped */
+        r->conn->linger = 1;
+    }
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", code, reason ? reason : httpd_reason(code));
     if (!evhttp_find_header(&r->out, "Date"))
         httpd_add_date(out);
@@ -497,6 +509,7 @@ static void httpd_refuse(struct httpd_conn *c, int code, const char *error, cons
     httpd_req_free(c->req);
     c->req = NULL;
     c->state = HC_CLOSING;
+    c->linger = 1;
     bufferevent_disable(c->bev, EV_READ);
 }
 
@@ -712,11 +725,35 @@ static void httpd_serve(struct httpd_conn *c)
         httpd_stream_body(c);
 }
 
+/* The last reply is written: closes c, or lets it linger (see the top of the file). */
+static void httpd_close(struct httpd_conn *c)
+{
+    struct timeval idle = {HTTPD_LINGER_IDLE_MS / 1000, (HTTPD_LINGER_IDLE_MS % 1000) * 1000};
+    struct timeval most = {HTTPD_LINGER_MS / 1000, (HTTPD_LINGER_MS % 1000) * 1000};
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+    if (!c->linger || fd < 0 || shutdown(fd, SHUT_WR) != 0) {
+        httpd_conn_free(c);
+        return;
+    }
+    c->state = HC_LINGER;
+    evbuffer_drain(bufferevent_get_input(c->bev),
+                   evbuffer_get_length(bufferevent_get_input(c->bev)));
+    bufferevent_set_timeouts(c->bev, &idle, NULL);
+    bufferevent_enable(c->bev, EV_READ);
+    event_add(c->resume, &most); /* the whole of it: httpd_on_resume() closes */
+}
+
 static void httpd_on_read(struct bufferevent *bev, void *arg)
 {
     struct httpd_conn *c = arg;
 
     (void)bev;
+    if (c->state == HC_LINGER) {
+        struct evbuffer *in = bufferevent_get_input(c->bev);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
     httpd_serve(c);
 }
 
@@ -727,7 +764,7 @@ static void httpd_on_write(struct bufferevent *bev, void *arg)
 
     (void)bev;
     if (c->state == HC_CLOSING) {
-        httpd_conn_free(c);
+        httpd_close(c);
         return;
     }
     if (r && r->drained) {
@@ -756,9 +793,13 @@ static void httpd_on_resume(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (c->state == HC_LINGER) {
+        httpd_conn_free(c); /* lingered long enough */
+        return;
+    }
     if (c->state == HC_CLOSING) {
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-            httpd_conn_free(c);
+            httpd_close(c);
         return;
     }
     httpd_serve(c);

@@ -605,6 +605,25 @@ class HttpStore(HttpStoreCase):
         metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
         self.assertEqual(metrics.get("fencegate_http_store_locklost_refused_total"), 1)
 
+    def test_a_refused_upload_gets_its_answer_although_its_body_was_not_read(self):
+        """A client that sends its whole body before reading (no Expect: 100-continue), refused
+        before the body was read (409: no lock; 413: over the limit of a buffered body): it gets
+        the JSON answer, not a broken pipe or a reset from a close with its body unread."""
+        fg = self.sidecar()
+        for method, path, size, status, code in (
+                ("PUT", "/v1/stores/blobs/http/x", 4 << 20, 409, "lock_lost"),
+                ("PUT", "/v1/stores/blobs/http/x", 16 << 20, 409, "lock_lost"),
+                ("POST", "/v1/locks/big", 4 << 20, 413, "request_too_large")):
+            c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+            try:
+                c.request(method, path, body=b"x" * size, headers={"Fence-Lock": "nobody"})
+                r = c.getresponse()
+                doc = json.loads(r.read())
+            finally:
+                c.close()
+            self.assertEqual((r.status, doc["error"]), (status, code), (path, size, doc))
+        self.assertEqual(self.up.seen(), [])
+
     def test_store_failing_mid_response_is_not_passed_off_as_whole(self):
         fg = self.sidecar()
         self.acquire(fg, "cut")
