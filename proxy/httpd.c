@@ -783,7 +783,20 @@ static void httpd_on_event(struct bufferevent *bev, short what, void *arg)
         httpd_refuse(c, 408, "request_timeout", "the request body stopped arriving");
         return;
     }
-    httpd_conn_free(c); /* end of stream, an error, or a timeout: the client is gone */
+    if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && c->state != HC_HANDLER &&
+        evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
+        /* The client shut its sending side (a half-close) with answers still on their way to
+         * it: they go out whole, then the connection closes. A request it had begun cannot be
+         * completed. */
+        httpd_req_free(c->req);
+        c->req = NULL;
+        c->state = HC_CLOSING;
+        c->linger = 0;
+        bufferevent_disable(c->bev, EV_READ);
+        return;
+    }
+    httpd_conn_free(c); /* end of stream, an error, or a timeout: the client is gone (one waiting
+                         * for an answer to a request being handled is taken to have given up) */
 }
 
 /* From the loop: the next request after a reply, or closing after the last one. */

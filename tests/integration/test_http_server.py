@@ -156,6 +156,43 @@ class HttpServer(FgTestCase):
         self.assertEqual(r.response()[0], 200)
         self.assertTrue(closed_by_peer(s))
 
+    def test_a_client_that_half_closes_after_its_requests_gets_every_answer(self):
+        """A client may shut its sending side once its requests are out (nc -N, some HTTP/1.0
+        clients): the requests already sent are answered, in order, then the connection
+        closes; a refusal is delivered too."""
+        for _ in range(20):  # the end of stream arrives with the requests, before or after
+            s = self.connect()
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"GET /v1/locks HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)
+            r = Reader(s)
+            self.assertEqual([r.response()[0] for _ in range(3)], [200, 404, 200])
+            self.assertTrue(closed_by_peer(s))
+            s = self.connect()
+            s.sendall(b"GET /healthz HTTP/9.9\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)
+            st, _, body = read_response(s)
+            self.assertEqual((st, json.loads(body)["error"]), (505, "version_not_supported"))
+
+    def test_a_large_answer_to_a_half_closed_connection_goes_out_whole(self):
+        """GET /v1/locks answering about 1.3 MB to a client that shut its sending side and
+        reads only later: the whole body arrives (it was cut at the first 16 KiB)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.fg.http_port, timeout=10)
+        self.addCleanup(c.close)
+        for i in range(3000):
+            c.request("POST", "/v1/locks/n%05d%s" % (i, "x" * 400), body=b"{}")
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+        s = self.connect()
+        s.sendall(b"GET /v1/locks HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(1.0)
+        st, headers, body = read_response(s)
+        self.assertEqual((st, len(body)), (200, int(headers["content-length"])))
+        self.assertEqual(len(json.loads(body)["locks"]), 3000)
+
     def test_connection_close_is_honoured(self):
         s = self.connect()
         s.sendall(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
