@@ -25,7 +25,8 @@ struct httpd_req;
 /* A request whose head and body arrived: the handler owns r until it answers it (httpd_reply(),
  * httpd_reply_end() or httpd_reply_abort()), which frees r. */
 typedef void (*httpd_handler)(struct httpd_req *r, void *arg);
-/* r's client went away before r was answered; r is freed once this returns. */
+/* r's client went away before r was answered; r is freed once this returns, so the callback
+ * must neither answer nor keep it. */
 typedef void (*httpd_gone_cb)(void *arg);
 /* Everything sent to r's client so far has been written to its socket. */
 typedef void (*httpd_drained_cb)(void *arg);
@@ -56,10 +57,11 @@ struct evbuffer *httpd_req_body(struct httpd_req *r);
 /* The body's length as the client declared it: -1 when chunked (unknown), 0 when none. */
 int64_t httpd_req_body_length(const struct httpd_req *r);
 
-/* A streamed request: starts reading its body (telling a client that sent "Expect: 100-continue"
- * to go on), calling cb(arg, done) from the loop as it arrives. A body that stops arriving for
- * HTTPD_TIMEOUT_MS, or is malformed, closes the connection (the gone callback runs). A reply
- * sent before the body is read whole closes the connection after it. */
+/* A streamed request (httpd_stream_cb said so; for any other, cb is never called): starts reading
+ * its body (telling a client that sent "Expect: 100-continue" to go on), calling cb(arg, done)
+ * from the loop as it arrives. A body that stops arriving for HTTPD_TIMEOUT_MS, or is malformed,
+ * closes the connection (the gone callback runs). A reply sent before the body is read whole
+ * closes the connection after it. */
 void httpd_req_body_start(struct httpd_req *r, httpd_body_cb cb, void *arg);
 /* Stops (pause 1) or resumes (0) reading a streamed body: back-pressure from its reader. */
 void httpd_req_body_pause(struct httpd_req *r, int pause);
