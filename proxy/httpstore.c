@@ -20,28 +20,27 @@
  * address. */
 #include "httpstore.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <netdb.h>
-#include <sys/queue.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
+#include <sys/queue.h>
 
 #include "clock.h"
 #include "config.h"
 #include "fence.h"
 #include "http.h"
-#include "httphdr.h"
-#include "json.h"
-#include "httpup.h"
 #include "httpd.h"
+#include "httphdr.h"
+#include "httpup.h"
+#include "json.h"
 #include "log.h"
 #include "metrics.h"
 #include "resolve.h"
