@@ -230,6 +230,11 @@ enum evhttp_cmd_type httpd_req_method(const struct httpd_req *r)
     return r->method;
 }
 
+const char *httpd_req_method_name(const struct httpd_req *r)
+{
+    return httpd_method_name(r->method);
+}
+
 const struct evhttp_uri *httpd_req_uri(const struct httpd_req *r)
 {
     return r->uri;

@@ -51,6 +51,8 @@ void httpd_set_stream(struct httpd *srv, httpd_stream_cb stream);
 /* The request's method (EVHTTP_REQ_*), target (parsed; path and query are raw, as sent), header
  * fields and body. */
 enum evhttp_cmd_type httpd_req_method(const struct httpd_req *r);
+/* The method as sent ("GET", ...). */
+const char *httpd_req_method_name(const struct httpd_req *r);
 const struct evhttp_uri *httpd_req_uri(const struct httpd_req *r);
 struct evkeyvalq *httpd_req_input_headers(struct httpd_req *r);
 struct evbuffer *httpd_req_body(struct httpd_req *r);

@@ -528,13 +528,6 @@ static void hs_send(struct hs_fwd *f)
     const struct cfg_addr *a = &f->st->url.hosts[0];
     int64_t blen = httpd_req_body_length(req);
     char num[32], host[300];
-    const char *method = cmd == EVHTTP_REQ_GET      ? "GET"
-                         : cmd == EVHTTP_REQ_HEAD   ? "HEAD"
-                         : cmd == EVHTTP_REQ_POST   ? "POST"
-                         : cmd == EVHTTP_REQ_PUT    ? "PUT"
-                         : cmd == EVHTTP_REQ_DELETE ? "DELETE"
-                         : cmd == EVHTTP_REQ_PATCH  ? "PATCH"
-                                                    : "OPTIONS";
     int rc;
 
     TAILQ_INIT(&out);
@@ -555,7 +548,8 @@ static void hs_send(struct hs_fwd *f)
         evhttp_add_header(&out, "Content-Length", "0");
     f->head_request = cmd == EVHTTP_REQ_HEAD;
     f->body_done = blen == 0;
-    rc = httpup_request(f->conn, method, f->target, &out, blen, f->head_request, &hs_up_handler, f);
+    rc = httpup_request(f->conn, httpd_req_method_name(req), f->target, &out, blen, f->head_request,
+                        &hs_up_handler, f);
     evhttp_clear_headers(&out);
     if (rc != 0) {
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
