@@ -19,6 +19,25 @@ static int is_ws(char ch)
     return ch == ' ' || ch == '\t';
 }
 
+/* The fields of a parsed head of len bytes at buf: inside it, names not empty, values trimmed and
+ * free of CR and NUL. */
+static void check_fields(const char *buf, size_t len, const struct httpmsg_header *hs, size_t n)
+{
+    if (n > HTTPMSG_MAX_HEADERS)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        const struct httpmsg_header *h = &hs[i];
+        if (!inside(buf, len, h->name) || h->name.n == 0)
+            abort();
+        if (h->value.n > 0 && !inside(buf, len, h->value))
+            abort();
+        if (h->value.n > 0 && (is_ws(h->value.p[0]) || is_ws(h->value.p[h->value.n - 1])))
+            abort();
+        if (memchr(h->value.p, '\r', h->value.n) || memchr(h->value.p, '\0', h->value.n))
+            abort();
+    }
+}
+
 static void check_err(const char *err, size_t cap)
 {
     if (memchr(err, '\0', cap) == NULL)
@@ -54,19 +73,7 @@ static void fuzz_head(const char *buf, size_t len, size_t max, size_t split)
             abort();
         if (req.minor != 0 && req.minor != 1)
             abort();
-        if (req.nheaders > HTTPMSG_MAX_HEADERS)
-            abort();
-        for (size_t i = 0; i < req.nheaders; i++) {
-            const struct httpmsg_header *h = &req.headers[i];
-            if (!inside(buf, (size_t)r, h->name) || h->name.n == 0)
-                abort();
-            if (h->value.n > 0 && !inside(buf, (size_t)r, h->value))
-                abort();
-            if (h->value.n > 0 && (is_ws(h->value.p[0]) || is_ws(h->value.p[h->value.n - 1])))
-                abort();
-            if (memchr(h->value.p, '\r', h->value.n) || memchr(h->value.p, '\0', h->value.n))
-                abort();
-        }
+        check_fields(buf, (size_t)r, req.headers, req.nheaders);
         if (req.body == HTTPMSG_BODY_LENGTH && (req.length == 0 || req.length > INT64_MAX))
             abort();
         if (req.body == HTTPMSG_BODY_CHUNKED && !httpmsg_find(&req, "transfer-encoding", NULL))
@@ -154,19 +161,7 @@ static long fuzz_response(const char *buf, size_t len, size_t max, size_t split,
         if (memchr(res.reason.p, '\r', res.reason.n) || memchr(res.reason.p, '\n', res.reason.n) ||
             memchr(res.reason.p, '\0', res.reason.n))
             abort();
-        if (res.nheaders > HTTPMSG_MAX_HEADERS)
-            abort();
-        for (size_t i = 0; i < res.nheaders; i++) {
-            const struct httpmsg_header *h = &res.headers[i];
-            if (!inside(buf, (size_t)r, h->name) || h->name.n == 0)
-                abort();
-            if (h->value.n > 0 && !inside(buf, (size_t)r, h->value))
-                abort();
-            if (h->value.n > 0 && (is_ws(h->value.p[0]) || is_ws(h->value.p[h->value.n - 1])))
-                abort();
-            if (memchr(h->value.p, '\r', h->value.n) || memchr(h->value.p, '\0', h->value.n))
-                abort();
-        }
+        check_fields(buf, (size_t)r, res.headers, res.nheaders);
         switch (res.body) {
         case HTTPMSG_BODY_NONE:
             if (res.length != 0)
