@@ -707,9 +707,11 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
     unsigned sdb = (unsigned)c->srv->cfg->upstream.db, cdb = (unsigned)c->db;
     int other_db = sdb != cdb; /* sent with its script's body: rare, and needs no script cache */
     struct fence_layout lay;
+    char first[512]; /* most writes fit: encoded once, then copied (twice when they do not) */
     size_t need = other_db
-                      ? fence_encode_write_db(sdb, cdb, d, argv, lens, argc, NULL, 0)
-                      : fence_encode_write(c->srv->write_sha, d, argv, lens, argc, NULL, 0, NULL);
+                      ? fence_encode_write_db(sdb, cdb, d, argv, lens, argc, first, sizeof(first))
+                      : fence_encode_write(c->srv->write_sha, d, argv, lens, argc, first,
+                                           sizeof(first), &lay);
     char *out = malloc(need + 1);
     struct op *o;
 
@@ -717,7 +719,9 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         c->dead = 1;
         return;
     }
-    if (other_db)
+    if (need < sizeof(first))
+        memcpy(out, first, need);
+    else if (other_db)
         fence_encode_write_db(sdb, cdb, d, argv, lens, argc, out, need + 1);
     else
         fence_encode_write(c->srv->write_sha, d, argv, lens, argc, out, need + 1, &lay);

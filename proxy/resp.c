@@ -532,10 +532,15 @@ static int resp_reply_header(const char *buf, size_t len, size_t *seen, struct r
     return 1;
 }
 
-/* Readies an embedded scanner for the first byte of a reply; it owns no memory. */
+/* Readies an embedded scanner for the first byte of a reply; it owns no memory. remaining[] is
+ * left as it is: a level is set when it opens (replies are scanned one by one, and clearing the
+ * whole stack each time showed in profiles). */
 void resp_scanner_init(struct resp_scanner *s)
 {
-    memset(s, 0, sizeof(*s));
+    s->depth = 0;
+    s->bulk_left = 0;
+    s->top_type = 0;
+    s->line_seen = 0;
 }
 
 /* Counts one finished element against the open aggregates, closing those it completes. Returns 1
