@@ -23,7 +23,10 @@
 #include <string.h>
 #include <sys/queue.h>
 
+#include "bevread.h"
 #include "httpmsg.h"
+
+#define HTTPUP_READ_WM (HTTPUP_MAX_HEAD + 256 * 1024) /* response bytes held at most */
 
 enum httpup_state {
     HU_IDLE,    /* no request */
@@ -285,7 +288,7 @@ static void up_read(struct httpup *up)
 
 static void up_on_read(struct bufferevent *bev, void *arg)
 {
-    (void)bev;
+    bevread_ready(bev, HTTPUP_READ_WM);
     up_read(arg);
 }
 
@@ -358,7 +361,8 @@ struct httpup *httpup_connect(struct event_base *base, const struct sockaddr *sa
         return NULL;
     }
     bufferevent_setcb(up->bev, up_on_read, up_on_write, up_on_event, up);
-    bufferevent_setwatermark(up->bev, EV_READ, 0, HTTPUP_MAX_HEAD + 256 * 1024);
+    bufferevent_setwatermark(up->bev, EV_READ, 0, HTTPUP_READ_WM);
+    bufferevent_set_max_single_write(up->bev, BEVREAD_MAX_WRITE);
     if (bufferevent_socket_connect(up->bev, sa, (int)salen) != 0) {
         int e = errno;
         up_destroy(up);
