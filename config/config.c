@@ -1895,9 +1895,14 @@ static void cfg_local_redis(struct cfg_url *u)
  * can tell "not given" from "given" and pick the first redis store. */
 void cfg_defaults(struct cfg *cfg)
 {
+    memset(cfg, 0, sizeof *cfg);
+    cfg_defaults_zeroed(cfg);
+}
+
+void cfg_defaults_zeroed(struct cfg *cfg)
+{
     static const char prefix[] = "/fencegate/locks/";
 
-    memset(cfg, 0, sizeof *cfg);
     cfg_copy(cfg->listen_resp.host, sizeof cfg->listen_resp.host, "127.0.0.1", 9);
     cfg->listen_resp.port = 6380;
     cfg_copy(cfg->listen_http.host, sizeof cfg->listen_http.host, "127.0.0.1", 9);

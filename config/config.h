@@ -125,6 +125,11 @@ enum cfg_action { CFG_RUN = 0, CFG_HELP, CFG_VERSION };
 /* Fills cfg with the embedded defaults. */
 void cfg_defaults(struct cfg *cfg);
 
+/* The same for a cfg that is all zero bytes already (static storage, calloc()): only the fields
+ * with a default are written, so the tables' unused room (most of a struct cfg's 1 MB) is never
+ * touched and takes no memory. */
+void cfg_defaults_zeroed(struct cfg *cfg);
+
 /* Applies a YAML document (text, len bytes) to cfg. `source` names it in errors (a file path).
  * Unknown keys, wrong types, bad addresses/URLs and out-of-range numbers are errors that name
  * source:line:column, the key and the offending value. Returns FG_OK or FG_ERR_CONFIG. */

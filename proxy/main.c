@@ -111,7 +111,7 @@ static int main_configure(struct cfg *cfg, int argc, char **argv)
             return 1;
         }
     }
-    cfg_defaults(cfg);
+    cfg_defaults_zeroed(cfg); /* main()'s static cfg */
     path = cfg_config_path(argc, argv, environ);
     if (path) {
         size_t len = 0;
