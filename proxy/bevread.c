@@ -4,6 +4,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 size_t bevread_ready(struct bufferevent *bev, size_t limit)
@@ -46,7 +47,13 @@ size_t bevread_ready(struct bufferevent *bev, size_t limit)
             v[used].iov_len = iov[used].iov_len < left ? iov[used].iov_len : left;
             left -= v[used++].iov_len;
         }
-        evbuffer_commit_space(in, v, used);
+        if (evbuffer_commit_space(in, v, used) != 0) {
+            /* Cannot happen with the reservation just made; if it did, bytes taken off the
+             * socket would be lost: end the connection rather than go on without them. */
+            evbuffer_freeze(in, 0);
+            shutdown(fd, SHUT_RDWR);
+            return moved;
+        }
         evbuffer_freeze(in, 0);
         moved += (size_t)got;
     }

@@ -12,7 +12,9 @@ struct bufferevent;
 /* Largest piece bufferevents of the HTTP endpoint write at once (libevent's default: 16 KiB). */
 #define BEVREAD_MAX_WRITE (256 * 1024)
 
-/* Moves what bev's socket holds ready into bev's input buffer, until that buffer holds `limit`
+/* For socket bufferevents (bufferevent_socket_new()) only: reads the descriptor itself, and
+ * leaves the input's end frozen as such a bufferevent keeps it outside its own reads.
+ * Moves what bev's socket holds ready into bev's input buffer, until that buffer holds `limit`
  * bytes (a read high-water mark). Reads only bytes the socket reports queued (FIONREAD), so an
  * end of stream or an error stays for the bufferevent's own next read to report. For a read
  * callback, before it looks at the input. Returns the bytes moved. */
