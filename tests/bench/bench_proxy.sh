@@ -7,7 +7,8 @@
 # Redis, all on 127.0.0.1 free ports inside a temp dir, then runs redis-benchmark
 # (-c 50, GET and SET, unpipelined and -P 16) against each target. Targets are
 # interleaved (rotating order) and every measurement is repeated 3 times; the median is
-# reported. Also reports fencegate's idle RSS before and after the load.
+# reported, with the median p50 latency of each cell. Also reports fencegate's idle RSS before
+# and after the load.
 #
 # Exit status: 0 when the measurement completed (even if a performance target FAILs);
 # non-zero when a process fails to start, dies, or a benchmark run errors out.
@@ -138,9 +139,9 @@ all_alive() {
   done
 }
 
-# bench TARGET CMD PIPELINE N -> prints ops/s
+# bench TARGET CMD PIPELINE N -> prints "ops/s p50-latency-ms"
 bench() {
-  local target=$1 cmd=$2 pipe=$3 n=$4 out before after rps
+  local target=$1 cmd=$2 pipe=$3 n=$4 out before after rps p50
   local -a pargs=()
   [ "$pipe" -gt 1 ] && pargs=(-P "$pipe")
   before=$(redis_calls "$cmd")
@@ -152,15 +153,16 @@ bench() {
   fi
   all_alive
   after=$(redis_calls "$cmd")
-  # CSV: header line, then "GET","43554.01",...
+  # CSV: header line, then "GET","43554.01","avg","min","p50",... (ops/s, then ms)
   rps=$(printf '%s\n' "$out" | awk -F'"' -v c="${cmd^^}" '$2 == c {print $4; exit}')
-  case "$rps" in ''|*[!0-9.]*)
+  p50=$(printf '%s\n' "$out" | awk -F'"' -v c="${cmd^^}" '$2 == c {print $10; exit}')
+  case "$rps$p50" in ''|*[!0-9.]*)
     printf '%s\n' "$out" >&2; die "could not parse redis-benchmark output for $target" ;;
   esac
   if [ $((after - before)) -lt "$n" ]; then
     echo "$target ${cmd^^} P=$pipe: Redis counted $((after - before)) of $n requests" >>"$CHECK_FILE"
   fi
-  printf '%s\n' "$rps"
+  printf '%s %s\n' "$rps" "$p50"
 }
 
 median() {  # median of the arguments (numeric)
@@ -192,26 +194,30 @@ done
 # ---------------------------------------------------------------- measurements
 WORKLOADS=("get 1" "set 1" "get $PIPELINE" "set $PIPELINE")
 TARGETS=(direct fencegate twemproxy)
-declare -A MED
+declare -A MED LAT
 start_time=$SECONDS
 for w in "${WORKLOADS[@]}"; do
   read -r cmd pipe <<<"$w"
-  declare -A samples=([direct]="" [fencegate]="" [twemproxy]="")
+  declare -A samples=([direct]="" [fencegate]="" [twemproxy]="") lats=()
   for ((r = 0; r < REPS; r++)); do
     # rotate the order each repetition so slow drift (thermal, page cache, other
     # tenants) does not always hit the same target
     for ((i = 0; i < ${#TARGETS[@]}; i++)); do
       t=${TARGETS[$(( (i + r) % ${#TARGETS[@]} ))]}
-      v=$(bench "$t" "$cmd" "$pipe" "$REQUESTS")
-      log "$(printf '%-4s P=%-2s run %d/%d %-9s %12s ops/s' "${cmd^^}" "$pipe" $((r + 1)) "$REPS" "$t" "$v")"
+      read -r v l <<<"$(bench "$t" "$cmd" "$pipe" "$REQUESTS")"
+      log "$(printf '%-4s P=%-2s run %d/%d %-9s %12s ops/s  p50 %s ms' "${cmd^^}" "$pipe" \
+        $((r + 1)) "$REPS" "$t" "$v" "$l")"
       samples[$t]+="$v "
+      lats[$t]+="$l "
     done
   done
   for t in "${TARGETS[@]}"; do
     # shellcheck disable=SC2086
     MED["$w/$t"]=$(median ${samples[$t]})
+    # shellcheck disable=SC2086
+    LAT["$w/$t"]=$(median ${lats[$t]})
   done
-  unset samples
+  unset samples lats
 done
 elapsed=$((SECONDS - start_time))
 
@@ -242,6 +248,15 @@ for w in "${WORKLOADS[@]}"; do
     ge "$rf" 0.90 || pass_unpiped=FAIL
   fi
   printf '%-22s | %12.0f | %15.0f | %8s | %15.0f | %8s | %s\n' "$label" "$d" "$f" "$rf" "$n" "$rn" "$beat"
+done
+echo
+echo "p50 latency in ms (median of the runs' p50s; informational, no target):"
+for w in "${WORKLOADS[@]}"; do
+  read -r cmd pipe <<<"$w"
+  label="${cmd^^} -c$CLIENTS unpipelined"
+  [ "$pipe" -gt 1 ] && label="${cmd^^} -c$CLIENTS -P $pipe"
+  printf '  %-22s direct %6s   fencegate %6s   twemproxy %6s\n' "$label" \
+    "${LAT["$w/direct"]}" "${LAT["$w/fencegate"]}" "${LAT["$w/twemproxy"]}"
 done
 echo
 echo "targets:"
