@@ -1,6 +1,6 @@
 /* test_httpup.c — the HTTP store client connection (httpup.c) against a loopback "store" that the
  * test drives byte by byte: a connection kept alive after a response must carry the next request,
- * whatever its reader did with the last one (paused on its last piece). */
+ * whatever its reader did with the last one (paused on its last piece); a reset is not an end. */
 #include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@ struct seen {
     int heads, status, dones, end;
     size_t body;
     int pause_on_body; /* the reader is slow: it pauses on every piece, the last one too */
+    int pause_on_head; /* the reader pauses once the head is in */
 };
 
 static int on_head(void *arg, int status, const char *reason, const struct evkeyvalq *headers,
@@ -37,6 +40,8 @@ static int on_head(void *arg, int status, const char *reason, const struct evkey
     (void)length;
     s->heads++;
     s->status = status;
+    if (s->pause_on_head)
+        httpup_pause(s->up, 1);
     return 0;
 }
 
@@ -194,11 +199,69 @@ static void test_paused_on_last_piece_then_store_closes(void **state)
     event_base_free(base);
 }
 
+/* A body that runs to the close, all of it queued in the client's socket when the store resets
+ * the connection: every byte is delivered, and the response is not taken as whole (a reset is not
+ * an end of stream). Reading ahead of libevent (bevread.c) must leave the reset for the
+ * bufferevent to see. */
+static void test_body_to_close_cut_by_reset_is_not_whole(void **state)
+{
+    static char body[48 * 1024]; /* more than libevent's 4 KiB read; within the receive window */
+    static const char head[] = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+    struct event_base *base = event_base_new();
+    struct sockaddr_in sa;
+    socklen_t salen = sizeof(sa);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, unacked = -1;
+    struct linger abort_close = {1, 0};
+    struct evkeyvalq headers;
+    struct seen s1;
+    struct httpup *up;
+
+    (void)state;
+    memset(body, 'b', sizeof(body));
+    TAILQ_INIT(&headers);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
+
+    up = httpup_connect(base, (struct sockaddr *)&sa, salen);
+    assert_non_null(up);
+    fd = accept(lfd, NULL, NULL);
+    assert_true(fd >= 0);
+    memset(&s1, 0, sizeof(s1));
+    s1.up = up;
+    s1.pause_on_head = 1;
+    assert_int_equal(httpup_request(up, "GET", "/big", &headers, 0, 0, &handler, &s1), 0);
+    store_read_head(base, fd);
+    store_send(fd, head);
+    run_until(base, &s1.heads); /* the reader is paused now */
+    assert_int_equal(send(fd, body, sizeof(body), MSG_DONTWAIT), (ssize_t)sizeof(body));
+    for (int i = 0; i < 200 && unacked != 0; i++) { /* all of it in the client's socket */
+        assert_int_equal(ioctl(fd, SIOCOUTQ, &unacked), 0);
+        usleep(10000);
+    }
+    assert_int_equal(unacked, 0);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close)), 0);
+    close(fd); /* with a zero linger: a reset */
+    httpup_pause(up, 0);
+    run_until(base, &s1.dones);
+    assert_int_equal(s1.dones, 1);
+    assert_int_equal(s1.body, sizeof(body));
+    assert_int_equal(s1.end, HTTPUP_CLOSED); /* not HTTPUP_OK: the body was cut */
+
+    httpup_free(up);
+    close(lfd);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paused_on_last_piece_then_reused),
         cmocka_unit_test(test_paused_on_last_piece_then_store_closes),
+        cmocka_unit_test(test_body_to_close_cut_by_reset_is_not_whole),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
