@@ -102,32 +102,42 @@ static void store_send(int fd, const char *s)
     assert_int_equal(send(fd, s, strlen(s), 0), (ssize_t)strlen(s));
 }
 
+/* A loopback "store": a listening socket (*lfd), an httpup connected to it, and the store's side
+ * of that connection (*fd). */
+static struct httpup *store_pair(struct event_base *base, int *lfd, int *fd)
+{
+    struct sockaddr_in sa;
+    socklen_t salen = sizeof(sa);
+    struct httpup *up;
+    int one = 1;
+
+    *lfd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(setsockopt(*lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+    assert_int_equal(bind(*lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(*lfd, 4), 0);
+    assert_int_equal(getsockname(*lfd, (struct sockaddr *)&sa, &salen), 0);
+    up = httpup_connect(base, (struct sockaddr *)&sa, salen);
+    assert_non_null(up);
+    *fd = accept(*lfd, NULL, NULL);
+    assert_true(*fd >= 0);
+    return up;
+}
+
 /* A response's last piece paused by its reader (a slow client at the time): the connection goes
  * back idle and the next request on it is answered. */
 static void test_paused_on_last_piece_then_reused(void **state)
 {
     struct event_base *base = event_base_new();
-    struct sockaddr_in sa;
-    socklen_t salen = sizeof(sa);
-    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, one = 1;
+    int lfd, fd;
     struct evkeyvalq headers;
     struct seen s1, s2;
-    struct httpup *up;
+    struct httpup *up = store_pair(base, &lfd, &fd);
 
     (void)state;
     TAILQ_INIT(&headers);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
-    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(lfd, 4), 0);
-    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
-
-    up = httpup_connect(base, (struct sockaddr *)&sa, salen);
-    assert_non_null(up);
-    fd = accept(lfd, NULL, NULL);
-    assert_true(fd >= 0);
 
     memset(&s1, 0, sizeof(s1));
     s1.up = up;
@@ -162,26 +172,13 @@ static void test_paused_on_last_piece_then_reused(void **state)
 static void test_paused_on_last_piece_then_store_closes(void **state)
 {
     struct event_base *base = event_base_new();
-    struct sockaddr_in sa;
-    socklen_t salen = sizeof(sa);
-    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, gone = 0;
+    int lfd, fd, gone = 0;
     struct evkeyvalq headers;
     struct seen s1;
-    struct httpup *up;
+    struct httpup *up = store_pair(base, &lfd, &fd);
 
     (void)state;
     TAILQ_INIT(&headers);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(lfd, 4), 0);
-    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
-
-    up = httpup_connect(base, (struct sockaddr *)&sa, salen);
-    assert_non_null(up);
-    fd = accept(lfd, NULL, NULL);
-    assert_true(fd >= 0);
     memset(&s1, 0, sizeof(s1));
     s1.up = up;
     s1.pause_on_body = 1;
@@ -208,28 +205,15 @@ static void test_body_to_close_cut_by_reset_is_not_whole(void **state)
     static char body[48 * 1024]; /* more than libevent's 4 KiB read; within the receive window */
     static const char head[] = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
     struct event_base *base = event_base_new();
-    struct sockaddr_in sa;
-    socklen_t salen = sizeof(sa);
-    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, unacked = -1;
+    int lfd, fd, unacked = -1;
     struct linger abort_close = {1, 0};
     struct evkeyvalq headers;
     struct seen s1;
-    struct httpup *up;
+    struct httpup *up = store_pair(base, &lfd, &fd);
 
     (void)state;
     memset(body, 'b', sizeof(body));
     TAILQ_INIT(&headers);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(lfd, 4), 0);
-    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
-
-    up = httpup_connect(base, (struct sockaddr *)&sa, salen);
-    assert_non_null(up);
-    fd = accept(lfd, NULL, NULL);
-    assert_true(fd >= 0);
     memset(&s1, 0, sizeof(s1));
     s1.up = up;
     s1.pause_on_head = 1;
