@@ -3,15 +3,26 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-size_t bevread_ready(struct bufferevent *bev, size_t limit)
+#define BEVREAD_MAX_WRITE (256 * 1024)
+
+void bevread_setup(struct bufferevent *bev, size_t read_high)
+{
+    bufferevent_setwatermark(bev, EV_READ, 0, read_high);
+    bufferevent_set_max_single_write(bev, BEVREAD_MAX_WRITE);
+}
+
+size_t bevread_ready(struct bufferevent *bev)
 {
     evutil_socket_t fd = bufferevent_getfd(bev);
     struct evbuffer *in = bufferevent_get_input(bev);
-    size_t moved = 0;
+    size_t moved = 0, limit = 0;
+
+    bufferevent_getwatermark(bev, EV_READ, NULL, &limit);
 
     for (;;) {
         size_t have = evbuffer_get_length(in), want, left;

@@ -9,15 +9,16 @@
 
 struct bufferevent;
 
-/* Largest piece bufferevents of the HTTP endpoint write at once (libevent's default: 16 KiB). */
-#define BEVREAD_MAX_WRITE (256 * 1024)
+/* Sets bev's read high-water mark (the most its input holds; bevread_ready() fills up to it) and
+ * lets it write up to 256 KiB at once (libevent's default: 16 KiB). */
+void bevread_setup(struct bufferevent *bev, size_t read_high);
 
-/* For socket bufferevents (bufferevent_socket_new()) only: reads the descriptor itself, and
- * leaves the input's end frozen as such a bufferevent keeps it outside its own reads.
- * Moves what bev's socket holds ready into bev's input buffer, until that buffer holds `limit`
- * bytes (a read high-water mark). Reads only bytes the socket reports queued (FIONREAD), so an
- * end of stream or an error stays for the bufferevent's own next read to report. For a read
- * callback, before it looks at the input. Returns the bytes moved. */
-size_t bevread_ready(struct bufferevent *bev, size_t limit);
+/* For socket bufferevents (bufferevent_socket_new()) set up by bevread_setup(): reads the
+ * descriptor itself, and leaves the input's end frozen as such a bufferevent keeps it outside its
+ * own reads. Moves what bev's socket holds ready into bev's input buffer, until that buffer holds
+ * its read high-water mark. Reads only bytes the socket reports queued (FIONREAD), so an end of
+ * stream or an error stays for the bufferevent's own next read to report. For a read callback,
+ * before it looks at the input. Returns the bytes moved. */
+size_t bevread_ready(struct bufferevent *bev);
 
 #endif

@@ -760,7 +760,7 @@ static void httpd_on_read(struct bufferevent *bev, void *arg)
         evbuffer_drain(in, evbuffer_get_length(in));
         return;
     }
-    bevread_ready(c->bev, HTTPD_READ_WM);
+    bevread_ready(c->bev);
     httpd_serve(c);
 }
 
@@ -858,8 +858,7 @@ static void httpd_on_accept(struct evconnlistener *lev, evutil_socket_t fd, stru
         srv->conns->prev = c;
     srv->conns = c;
     bufferevent_setcb(c->bev, httpd_on_read, httpd_on_write, httpd_on_event, c);
-    bufferevent_setwatermark(c->bev, EV_READ, 0, HTTPD_READ_WM);
-    bufferevent_set_max_single_write(c->bev, BEVREAD_MAX_WRITE);
+    bevread_setup(c->bev, HTTPD_MAX_HEAD + HTTPD_MAX_PIPELINED);
     httpd_set_read_timeout(c, 1);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }

@@ -21,7 +21,6 @@ struct httpd_req;
 #define HTTPD_MAX_BODY      (1024 * 1024) /* bytes of a request body */
 #define HTTPD_TIMEOUT_MS    30000         /* reading a request, or writing, without progress */
 #define HTTPD_MAX_PIPELINED (64 * 1024)   /* bytes read ahead while a request is answered */
-#define HTTPD_READ_WM       (HTTPD_MAX_HEAD + HTTPD_MAX_PIPELINED) /* input held at most */
 
 /* A request whose head and body arrived: the handler owns r until it answers it (httpd_reply(),
  * httpd_reply_end() or httpd_reply_abort()), which frees r. */

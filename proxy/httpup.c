@@ -26,8 +26,6 @@
 #include "bevread.h"
 #include "httpmsg.h"
 
-#define HTTPUP_READ_WM (HTTPUP_MAX_HEAD + 256 * 1024) /* response bytes held at most */
-
 enum httpup_state {
     HU_IDLE,    /* no request */
     HU_HEAD,    /* a request is out; waiting for the response's head */
@@ -288,7 +286,7 @@ static void up_read(struct httpup *up)
 
 static void up_on_read(struct bufferevent *bev, void *arg)
 {
-    bevread_ready(bev, HTTPUP_READ_WM);
+    bevread_ready(bev);
     up_read(arg);
 }
 
@@ -361,8 +359,7 @@ struct httpup *httpup_connect(struct event_base *base, const struct sockaddr *sa
         return NULL;
     }
     bufferevent_setcb(up->bev, up_on_read, up_on_write, up_on_event, up);
-    bufferevent_setwatermark(up->bev, EV_READ, 0, HTTPUP_READ_WM);
-    bufferevent_set_max_single_write(up->bev, BEVREAD_MAX_WRITE);
+    bevread_setup(up->bev, HTTPUP_MAX_HEAD + 256 * 1024);
     if (bufferevent_socket_connect(up->bev, sa, (int)salen) != 0) {
         int e = errno;
         up_destroy(up);
