@@ -126,24 +126,28 @@ static struct httpup *store_pair(struct event_base *base, int *lfd, int *fd)
     return up;
 }
 
+/* Sends a GET for target on up, read by s, and waits until its head reached the store. */
+static void send_request(struct event_base *base, struct httpup *up, int fd, struct seen *s,
+                         const char *target)
+{
+    struct evkeyvalq headers;
+
+    TAILQ_INIT(&headers);
+    assert_int_equal(httpup_request(up, "GET", target, &headers, 0, 0, &handler, s), 0);
+    store_read_head(base, fd);
+}
+
 /* A response's last piece paused by its reader (a slow client at the time): the connection goes
  * back idle and the next request on it is answered. */
 static void test_paused_on_last_piece_then_reused(void **state)
 {
     struct event_base *base = event_base_new();
     int lfd, fd;
-    struct evkeyvalq headers;
-    struct seen s1, s2;
     struct httpup *up = store_pair(base, &lfd, &fd);
+    struct seen s1 = {.up = up, .pause_on_body = 1}, s2 = {.up = up};
 
     (void)state;
-    TAILQ_INIT(&headers);
-
-    memset(&s1, 0, sizeof(s1));
-    s1.up = up;
-    s1.pause_on_body = 1;
-    assert_int_equal(httpup_request(up, "GET", "/first", &headers, 0, 0, &handler, &s1), 0);
-    store_read_head(base, fd);
+    send_request(base, up, fd, &s1, "/first");
     store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789");
     run_until(base, &s1.dones);
     assert_int_equal(s1.dones, 1);
@@ -151,10 +155,7 @@ static void test_paused_on_last_piece_then_reused(void **state)
     assert_int_equal(s1.body, 10);
     assert_true(httpup_reusable(up));
 
-    memset(&s2, 0, sizeof(s2));
-    s2.up = up;
-    assert_int_equal(httpup_request(up, "GET", "/second", &headers, 0, 0, &handler, &s2), 0);
-    store_read_head(base, fd);
+    send_request(base, up, fd, &s2, "/second");
     store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     run_until(base, &s2.dones);
     assert_int_equal(s2.heads, 1); /* was 0: the response was never read (paused) */
@@ -173,17 +174,11 @@ static void test_paused_on_last_piece_then_store_closes(void **state)
 {
     struct event_base *base = event_base_new();
     int lfd, fd, gone = 0;
-    struct evkeyvalq headers;
-    struct seen s1;
     struct httpup *up = store_pair(base, &lfd, &fd);
+    struct seen s1 = {.up = up, .pause_on_body = 1};
 
     (void)state;
-    TAILQ_INIT(&headers);
-    memset(&s1, 0, sizeof(s1));
-    s1.up = up;
-    s1.pause_on_body = 1;
-    assert_int_equal(httpup_request(up, "GET", "/first", &headers, 0, 0, &handler, &s1), 0);
-    store_read_head(base, fd);
+    send_request(base, up, fd, &s1, "/first");
     store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc");
     run_until(base, &s1.dones);
     assert_int_equal(s1.dones, 1);
@@ -207,18 +202,12 @@ static void test_body_to_close_cut_by_reset_is_not_whole(void **state)
     struct event_base *base = event_base_new();
     int lfd, fd, unacked = -1;
     struct linger abort_close = {1, 0};
-    struct evkeyvalq headers;
-    struct seen s1;
     struct httpup *up = store_pair(base, &lfd, &fd);
+    struct seen s1 = {.up = up, .pause_on_head = 1};
 
     (void)state;
     memset(body, 'b', sizeof(body));
-    TAILQ_INIT(&headers);
-    memset(&s1, 0, sizeof(s1));
-    s1.up = up;
-    s1.pause_on_head = 1;
-    assert_int_equal(httpup_request(up, "GET", "/big", &headers, 0, 0, &handler, &s1), 0);
-    store_read_head(base, fd);
+    send_request(base, up, fd, &s1, "/big");
     store_send(fd, head);
     run_until(base, &s1.heads); /* the reader is paused now */
     assert_int_equal(send(fd, body, sizeof(body), MSG_DONTWAIT), (ssize_t)sizeof(body));
