@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""http_sink.py PORT MIB - the HTTP store of bench_http_store.sh: PUT reads the body (by length
-or chunked) and answers its size and sha256; GET answers MIB MiB of a fixed pattern."""
+"""http_sink.py PORT MIB - the HTTP store of bench_http_store.sh: PUT reads the body (by its
+Content-Length, as curl -T sends it) and answers its size and sha256; GET answers MIB MiB of a
+fixed pattern."""
 import hashlib
 import http.server
 import sys
@@ -15,17 +16,6 @@ class Sink(http.server.BaseHTTPRequestHandler):
         pass
 
     def read_body(self, digest):
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            total = 0
-            while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return total
-                digest.update(self.rfile.read(size))
-                self.rfile.readline()
-                total += size
         left = int(self.headers.get("Content-Length", "0"))
         total = left
         while left > 0:
