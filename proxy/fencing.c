@@ -612,72 +612,82 @@ static size_t fencing_only(struct client *c, struct only_ctx *o)
     return o->n;
 }
 
-/* The held lock a store's "LOCKLOST lock L (token T) is above its high-water mark ..." is about.
- * Redis turns CR and LF into spaces in an error reply, so the name is matched with that in mind;
- * a name may hold any other byte, even that very phrase, so the longest name that matches wins
- * (a shorter one can match only as a prefix of the text, never the whole lock's part of it). */
-struct fencing_above {
+/* The held lock a store's refusal is about: "STALE lock L token T < high-water mark H ..." or
+ * "LOCKLOST lock L (token T) is above its high-water mark H: ...". Redis turns CR and LF into
+ * spaces in an error reply, so the name is matched with that in mind; a name may hold any other
+ * byte, even that very phrase, so the longest name that matches wins (a shorter one can match only
+ * as a prefix of the text, never the whole lock's part of it). */
+struct fencing_refusal {
     const char *r;
     size_t n;
-    const char *name; /* the session's own copy; NULL: none matched */
+    const char *head, *tok, *tail; /* the text around the name and the token's digits */
+    const char *name;              /* the session's own copy; NULL: none matched */
     size_t len;
     uint64_t token;
 };
 
-static void fencing_above_one(void *arg, const char *name, size_t len, int state, uint64_t token,
-                              long long remaining_ms)
+static void fencing_refusal_one(void *arg, const char *name, size_t len, int state,
+                                uint64_t token, long long remaining_ms)
 {
-    static const char head[] = "LOCKLOST lock ", tail[] = ") is above its high-water mark";
-    struct fencing_above *a = arg;
+    struct fencing_refusal *a = arg;
     const char *p = a->r;
-    char tok[32];
-    size_t hl = sizeof(head) - 1, tl = sizeof(tail) - 1;
-    size_t kl = (size_t)snprintf(tok, sizeof(tok), " (token %" PRIu64, token);
+    char tok[48];
+    size_t hl = strlen(a->head), tl = strlen(a->tail);
+    size_t kl = (size_t)snprintf(tok, sizeof(tok), "%s%" PRIu64, a->tok, token);
 
     if (state != 1 || (a->name && a->len >= len) || a->n < hl + len + kl + tl)
         return;
-    if (memcmp(p, head, hl) != 0)
+    if (memcmp(p, a->head, hl) != 0)
         return;
     for (size_t i = 0; i < len; i++) {
         char b = name[i], t = p[hl + i];
         if (t != b && !(t == ' ' && (b == '\r' || b == '\n')))
             return;
     }
-    if (memcmp(p + hl + len, tok, kl) == 0 && memcmp(p + hl + len + kl, tail, tl) == 0) {
+    if (memcmp(p + hl + len, tok, kl) == 0 && memcmp(p + hl + len + kl, a->tail, tl) == 0) {
         a->name = name;
         a->len = len;
         a->token = token;
     }
 }
 
-/* Counts a refusal by the store (a reply, or an error's text without its '-'): a mark above the
- * token (STALE), a mark below it or missing (the lock is given up: only a new grant sets a new
- * mark), or (fence_owner) a lock key that does not name the session (the session renews at once,
- * so that the lock is reported lost). */
+/* Counts a refusal by the store (a reply, or an error's text without its '-') and gives the lock
+ * up when the refusal proves the token is not current: a mark above the token (STALE: a newer
+ * holder was granted the lock) or below it or missing (LOCKLOST: only a new grant sets a new
+ * mark). A refusal that names no lock the session holds under that token (fence_owner: a lock
+ * key that does not name the session) has the session renew at once, so that a lost lock is
+ * reported lost. */
 static void fencing_store_refusal(struct client *c, const char *r, size_t n)
 {
+    struct fencing_refusal a = {r, n, "STALE lock ", " token ", " < high-water mark",
+                                NULL, 0, 0};
+    char why[320];
+    size_t wl;
+
     if (n > 0 && r[0] == '-') {
-        r++;
-        n--;
+        a.r = ++r;
+        a.n = --n;
     }
     if (n > 5 && memcmp(r, "STALE", 5) == 0) {
         metrics_inc(&fg_metrics, M_STALE_REFUSED, 1);
     } else if (n > 8 && memcmp(r, "LOCKLOST", 8) == 0) {
-        struct fencing_above a = {r, n, NULL, 0, 0};
         metrics_inc(&fg_metrics, M_LOCKLOST_REFUSED, 1);
-        if (!c->sess)
-            return;
-        lock_foreach(c->sess, fencing_above_one, &a);
-        if (a.name) {
-            char why[320];
-            size_t wl = n >= 2 && r[n - 2] == '\r' ? n - 2 : n;
-            snprintf(why, sizeof(why), "the store refused a write: %.*s",
-                     (int)(wl > 280 ? 280 : wl), r);
-            lock_forfeit(lock_session_ref(c->sess), a.name, a.len, a.token, why);
-        } else {
-            lock_session_renew_soon(c->sess);
-        }
+        a.head = "LOCKLOST lock ";
+        a.tok = " (token ";
+        a.tail = ") is above its high-water mark";
+    } else {
+        return;
     }
+    if (!c->sess)
+        return;
+    lock_foreach(c->sess, fencing_refusal_one, &a);
+    if (!a.name) {
+        lock_session_renew_soon(c->sess);
+        return;
+    }
+    wl = n >= 2 && r[n - 2] == '\r' ? n - 2 : n;
+    snprintf(why, sizeof(why), "the store refused a write: %.*s", (int)(wl > 280 ? 280 : wl), r);
+    lock_forfeit(lock_session_ref(c->sess), a.name, a.len, a.token, why);
 }
 
 /* Whom the store holds the locks of c's fenced writes to (fence_owner), or NULL when the store is

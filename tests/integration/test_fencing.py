@@ -140,9 +140,11 @@ class Freeze(FencingCase):
         self.assertEqual(self.direct.get("wallet:2"), b"A-1")
         self.assertEqual(self.hwm("wallet:2"), tb)
         self.assertEqual(metric(a, "fencegate_stale_writes_refused_total"), stale0 + 1)
-        # Other write commands too, including multi-key ones.
-        self.assert_refused(ca.call("DEL", "wallet:2"), "STALE")
-        self.assert_refused(ca.call("MSET", "wallet:2", "x", "plain:k", "y"), "STALE")
+        # The refusal proved the lock B's: A's sidecar gave it up, and refuses the next writes
+        # itself, multi-key ones included, without sending them.
+        self.assertIsNone(ca.call("FENCE.TOKEN", "wallet:2"))
+        self.assert_refused(ca.call("DEL", "wallet:2"), "LOCKLOST")
+        self.assert_refused(ca.call("MSET", "wallet:2", "x", "plain:k", "y"), "LOCKLOST")
         self.assertEqual(self.direct.get("wallet:2"), b"A-1")
         self.assertEqual(self.direct.exists("plain:k"), 0, "half of a refused MSET applied")
         self.assertEqual(cb.call("SET", "wallet:2", "B-1"), "OK")
@@ -266,12 +268,14 @@ class WhichWrites(FencingCase):
         self.assert_refused(r, "STALE")
         self.assertIn("token %d < high-water mark %d" % (t, t + 1), r)
         self.assertEqual(self.hwm("wallet:1"), t + 1)
+        t = self.acquire(c, "wallet:1")  # the refusal gave the lock up
+        self.direct.set(hwm_key("wallet:1"), t + 1)
         self.assertEqual(c.call("MULTI"), "OK")
         self.assertEqual(c.call("EVALSHA", sha, 1, "wallet:1", 50), "QUEUED")
         self.assert_refused(c.call("EXEC"), "STALE")
         self.assertEqual(self.direct.get("wallet:1"), b"60")
         # While the connection WATCHes keys of its own, a script alone would consume the WATCH.
-        self.direct.set(hwm_key("wallet:1"), t)
+        t = self.acquire(c, "wallet:1")
         self.assertEqual(c.call("WATCH", "plain:w"), "OK")
         r = c.call("EVAL", decr, 1, "wallet:1", 1)
         self.assert_refused(r, "ERR")
@@ -322,8 +326,11 @@ class WhichWrites(FencingCase):
         self.assertEqual(self.hwm("solo"), t)
         self.direct.set(hwm_key("solo"), t + 1)
         self.assert_refused(c.call("FLUSHDB"), "STALE")
+        t = self.acquire(c, "solo", "TTL", 500, "NORENEW")  # the refusal gave the lock up
+        self.direct.set(hwm_key("solo"), t + 1)
         self.assert_refused(c.call("EVAL", "return redis.call('DEL', 'plain:a')", 0), "STALE")
         self.assertEqual(self.direct.get("plain:a"), b"1", "a stale write was applied")
+        self.acquire(c, "solo", "TTL", 500, "NORENEW")
         time.sleep(0.7)
         for call in (("FLUSHDB",), ("FLUSHALL",), ("SWAPDB", 0, 1), ("EVAL", "return 1", 0)):
             self.assert_refused(c.call(*call), "LOCKLOST")
@@ -395,11 +402,13 @@ class WhichWrites(FencingCase):
         self.assertEqual(self.hwm("wallet:1"), t)
         self.direct.set(hwm_key("wallet:1"), t + 1)  # a newer holder fenced the store
         self.assert_refused(c.call("SET", "wallet:1", "stale"), "STALE")
+        t = self.acquire(c, "wallet:1")  # the refusal gave the lock up
+        self.direct.set(hwm_key("wallet:1"), t + 1)
         self.assertEqual(c.call("MULTI"), "OK")
         self.assertEqual(c.call("SET", "wallet:1", "stale"), "QUEUED")
         self.assert_refused(c.call("EXEC"), "STALE")
         self.assertEqual(db1.get("wallet:1"), b"mine")
-        self.direct.set(hwm_key("wallet:1"), t)
+        self.acquire(c, "wallet:1")
         self.assertEqual(c.call("MULTI"), "OK")
         self.assertEqual(c.call("APPEND", "wallet:1", "+tx"), "QUEUED")
         self.assertEqual(c.call("INCR", "plain:n"), "QUEUED")
@@ -923,6 +932,8 @@ class PipelinedTransactions(FencingCase):
         self.assertIn("may have gone without the fence", fg.log())
         for r in self.pipeline(c, [("SET", "{n}b", i) for i in range(3)]):
             self.assertTrue(r.startswith(b"-STALE lock n"), r)
+        token = self.acquire(c, "n")  # the refusal gave the lock up
+        self.direct.set(hwm_key("n"), token + 1)
         self.assertTrue(c.call("EVAL", "return redis.call('SET', KEYS[1], 1)", 1, "{n}c")
                         .startswith("STALE lock n"))
         self.assertEqual(self.direct.exists("{n}b", "{n}c"), 0)
@@ -1237,6 +1248,31 @@ class LostGrant(FencingCase):
         self.assertGreaterEqual(metric(fg, "fencegate_locklost_refused_total"), refused0 + 4)
         self.assertEqual(metric(fg, "fencegate_locks_lost_total"), lost0 + 4)
 
+    def test_a_stale_refusal_gives_the_lock_up(self):
+        # A's key vanished from the backend (a failover, a flush) and B was granted the lock: its
+        # fence on acquire raised the mark above A's token. The store's STALE refusal proves the
+        # lock is B's, and A's sidecar believes it at once instead of at its next renewal: the
+        # lock shows lost, and FENCE.ACQUIRE asks the backend again instead of handing A its old
+        # token while B holds the lock. B's key is left alone.
+        a = self.fencegate("--session-ttl-ms", "30000")  # its next renewal is 10 s away
+        b = self.fencegate()
+        ca, cb = self.raw(a.resp_port), self.raw(b.resp_port)
+        ta = self.acquire(ca, "wallet:st")
+        self.direct.delete(lock_key("wallet:st"))
+        tb = self.acquire(cb, "wallet:st")
+        self.assertGreater(tb, ta)
+        lost0 = metric(a, "fencegate_locks_lost_total")
+        self.assert_refused(ca.call("SET", "wallet:st", "a"), "STALE")
+        locks = {x[0].decode(): (x[1], x[3]) for x in ca.call("FENCE.LOCKS")}
+        self.assertEqual(locks["wallet:st"], (ta, b"lost"))
+        self.assertEqual(metric(a, "fencegate_locks_lost_total"), lost0 + 1)
+        self.assert_refused(ca.call("FENCE.ACQUIRE", "wallet:st", "WAIT", 0), "LOCKED")
+        self.assert_refused(ca.call("SET", "wallet:st", "a"), "LOCKLOST", "NOLOCK")
+        time.sleep(0.3)  # time for the owner-checked release of A's grant to have been sent
+        self.assertIsNotNone(self.direct.get(lock_key("wallet:st")))
+        self.assertEqual(cb.call("SET", "wallet:st", "b"), "OK")
+        self.assertEqual(self.direct.get("wallet:st"), b"b")
+
     def test_the_lock_given_up_is_the_one_refused_whatever_bytes_its_name_holds(self):
         # Redis turns CR and LF into spaces in an error reply, and a name may hold the refusal's
         # own phrase: the sidecar still gives up the very lock the store refused, and only it.
@@ -1343,11 +1379,13 @@ class BigTokens(FencingCase):
             c.cmd("SET", name, "p%d" % cmd)
         self.assertEqual([c.read_reply() for _ in range(5)], ["OK"] * 5)
         self.direct.set(hwm_key(name), t + 1)  # a newer holder's mark
-        self.assert_refused(c.call("SET", name, "b"), "STALE")
-        for cmd in range(5):
-            c.cmd("SET", name, "q%d" % cmd)
+        c.send(b"".join(encode("SET", name, "q%d" % cmd) for cmd in range(5)))
         for r in [c.read_reply() for _ in range(5)]:
             self.assert_refused(r, "STALE")
+        t = self.acquire(c, name)  # the refusal gave the lock up
+        self.direct.set(hwm_key(name), t + 1)
+        self.assert_refused(c.call("SET", name, "b"), "STALE")
+        t = self.acquire(c, name)
         self.direct.set(hwm_key(name), t - 1)  # a mark that went back
         self.assert_refused(c.call("SET", name, "c"), "LOCKLOST")
         self.assertEqual(self.direct.get(name), b"p4")
@@ -1439,7 +1477,7 @@ class NoWayAround(FencingCase):
             self.assertIsInstance(r, Err, (cmd, r))
             self.assertIn("is fencegate's own", r)
         self.assertEqual(self.hwm("wallet:3"), t + 5)
-        self.assert_refused(a.call("SET", "wallet:3", "A"), "STALE")
+        self.assert_refused(a.call("SET", "wallet:3", "A"), "LOCKLOST")  # given up at the STALE
         self.assertEqual(b.call("GET", hwm_key("wallet:3")), str(t + 5).encode())
 
     def test_hello_inside_a_held_back_multi_is_refused(self):
