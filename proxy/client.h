@@ -130,7 +130,8 @@ struct client {
     unsigned blocked : 1;       /* a barrier op is in flight: parsing waits */
     unsigned stalled : 1;       /* parsing stopped with whole requests left in `in` */
     unsigned closing : 1;       /* close once `out` is written; read nothing more */
-    unsigned quit_sent : 1;     /* QUIT forwarded: the upstream will close */
+    unsigned quit_sent : 1;     /* QUIT forwarded, or the end passed on: the upstream will close */
+    unsigned rd_eof : 1;        /* the client ended its side: answer what it sent, then close */
     unsigned reply_off : 1;     /* CLIENT REPLY OFF (fencegate's own: Redis always replies) */
     unsigned skip_next : 1;     /* CLIENT REPLY SKIP */
     unsigned silent_cmd : 1;    /* the request being classified gets OPF_SILENT ops */

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -2236,10 +2237,14 @@ static void cl_on_read(evutil_socket_t fd, short what, void *arg)
         c->dead = 1;
         goto out;
     }
-    if (n <= 0) {
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+    if (n == 0) { /* its end of the stream: what came before it is still answered */
+        c->rd_eof = 1;
+        goto out;
+    }
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
             return;
-        c->dead = 1; /* like Redis: a client that hangs up loses its pending replies */
+        c->dead = 1;
         goto out;
     }
     metrics_inc(&fg_metrics, M_BYTES_FROM_CLIENTS, (uint64_t)n);
@@ -2278,6 +2283,25 @@ static void cl_on_write(evutil_socket_t fd, short what, void *arg)
     cl_update(c);
 }
 
+/* A client that ended its side of the stream gets what Redis gives it: the replies to every
+ * request it sent, except one still blocked (BLPOP, XREAD BLOCK, WAIT), which Redis drops when it
+ * reads the end. So once every request of a pinned client went upstream, and no reply still due
+ * can make fencegate send more (a fenced write's NOSCRIPT, a held-back block after its check, a
+ * lock command), the end is passed on and Redis closes the connection after its last reply. */
+static void up_pass_eof(struct client *c)
+{
+    if (!c->pinned || c->ustate != U_READY || c->quit_sent || c->run || buf_len(&c->uout) > 0 ||
+        buf_len(&c->in) > 0)
+        return;
+    for (size_t i = 0; i < c->ops_count; i++) {
+        const struct op *o = op_at(c, i);
+        if (o->kind == OP_LOCAL || (o->flags & (OPF_FENCED | OPF_TXN_CHECK)))
+            return;
+    }
+    if (shutdown(c->ufd, SHUT_WR) == 0)
+        c->quit_sent = 1;
+}
+
 /* Re-evaluates what the connection waits for, after any event. Closes it when it is done. */
 void cl_update(struct client *c)
 {
@@ -2300,14 +2324,17 @@ void cl_update(struct client *c)
      * closes. */
     idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial &&
            !(c->stalled && buf_len(&c->in) > 0);
-    if (s->draining && (idle || c->mode != MODE_NORMAL))
+    if ((s->draining || c->rd_eof) && (idle || c->mode != MODE_NORMAL))
         c->closing = 1;
+    else if (c->rd_eof)
+        up_pass_eof(c);
     if (c->dead || (c->closing && buf_len(&c->out) == 0 &&
                     (c->ops_count == 0 || (c->pinned && c->ustate == U_DOWN)))) {
         cl_close(c);
         return;
     }
-    ev_want(c->rev, &c->rev_on, !c->closing && !c->quit_sent && !s->draining && cl_can_parse(c));
+    ev_want(c->rev, &c->rev_on,
+            !c->closing && !c->quit_sent && !c->rd_eof && !s->draining && cl_can_parse(c));
     ev_want(c->wev, &c->wev_on, buf_len(&c->out) > 0);
     ev_want(c->urev, &c->urev_on, c->ustate == U_READY && buf_len(&c->out) < cl_pending_limit(c));
     ev_want(c->uwev, &c->uwev_on,

@@ -6,6 +6,7 @@ a lost lease never let a write through unfenced."""
 
 import random
 import signal
+import socket
 import threading
 import time
 import unittest
@@ -844,6 +845,20 @@ class PipelinedTransactions(FencingCase):
                 self.assertRegex(r, rb"WRONGTYPE .*\(delete or repair that key\)|is not a number")
             self.assertEqual(self.direct.keys("{w}*"), [])
             self.assertEqual(self.direct.dump(hwm_key("w")), dump)
+
+    def test_a_client_that_ends_its_side_gets_its_fenced_writes_answered(self):
+        # `printf ... | nc -N` under a lock: the acquire, a held-back MULTI block (sent after its
+        # check) and a run of fenced writes all reach Redis and are answered before the close.
+        fg = self.fencegate()
+        c = self.conn(fg)
+        c.send(b"FENCE.ACQUIRE wallet:hc\r\nMULTI\r\nSET wallet:hc 1\r\nINCR wallet:hc\r\n"
+               b"EXEC\r\n" + b"INCR wallet:hc\r\n" * 40)
+        c.sock.shutdown(socket.SHUT_WR)
+        got = c.read_until_close(timeout=5)
+        self.assertRegex(got, rb"^:[0-9]+\r\n\+OK\r\n\+QUEUED\r\n\+QUEUED\r\n"
+                              rb"\*2\r\n\+OK\r\n:2\r\n")
+        self.assertTrue(got.endswith(b"".join(b":%d\r\n" % i for i in range(3, 43))), got[-80:])
+        self.assertEqual(self.direct.get("wallet:hc"), b"42")
 
     def test_a_lost_mark_refuses_the_run_and_gives_the_lock_up(self):
         fg = self.fencegate()

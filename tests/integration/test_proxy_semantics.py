@@ -2,6 +2,7 @@
 address for fencegate's relies on (DESIGN.md §2, "Drop-in")."""
 
 import os
+import socket
 import subprocess
 import time
 import unittest
@@ -508,6 +509,43 @@ class ProxySemantics(FgTestCase):
         c = self.raw()
         c.send(encode("QUIT") + encode("PING"))
         self.assertEqual(c.read_until_close(timeout=5), b"+OK\r\n")
+        self.assertEqual(self.r.ping(), True)
+
+    def test_a_client_that_ends_its_side_gets_every_reply(self):
+        # `printf ... | nc -N`: a client sends its requests, ends its side of the stream and
+        # reads to the end. Redis answers every request it was sent, then closes; so must
+        # fencegate, on the shared upstream connection, on a connection of the client's own, and
+        # past a pipeline deep enough to move the client from the one to the other.
+        def exchange(payload):
+            c = self.raw()
+            c.send(payload)
+            c.sock.shutdown(socket.SHUT_WR)
+            return c.read_until_close(timeout=5)
+
+        cases = [
+            (b"PING\r\n", b"+PONG\r\n"),
+            (b"SELECT 0\r\nGET hc:none\r\n", b"+OK\r\n$-1\r\n"),
+            (b"MULTI\r\nSET hc:m 1\r\nINCR hc:m\r\nEXEC\r\n",
+             b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:2\r\n"),
+            (b"INCR hc:n\r\n" * 3000, b"".join(b":%d\r\n" % i for i in range(1, 3001))),
+            (b"SET hc:partial", b""),
+        ]
+        for payload, want in cases:
+            for via in (self.redis.port, self.fg.resp_port):
+                self.direct.delete("hc:m", "hc:n")
+                c = super().raw(via)
+                c.send(payload)
+                c.sock.shutdown(socket.SHUT_WR)
+                self.assertEqual(c.read_until_close(timeout=5), want, (via, payload[:30]))
+        # A blocked command is dropped, as Redis drops it when it reads the end of the stream;
+        # what came before it is answered, and no client is left blocked in Redis.
+        self.assertEqual(exchange(b"PING\r\nBLPOP hc:none 0\r\nPING\r\n"), b"+PONG\r\n")
+        harness.wait_until(lambda: b"cmd=blpop" not in self.direct.execute_command(
+            "CLIENT", "LIST"), 3, 0.02, "the blocked upstream client gone")
+        # One served at once is answered, and its element is not lost.
+        self.direct.rpush("hc:l", "a")
+        self.assertEqual(exchange(b"SELECT 0\r\nBLPOP hc:l 0\r\n"),
+                         b"+OK\r\n*2\r\n$4\r\nhc:l\r\n$1\r\na\r\n")
         self.assertEqual(self.r.ping(), True)
 
     # -- inline, binary, sizes --------------------------------------------------------------
