@@ -654,6 +654,8 @@ static void hs_on_marked(void *arg, int status, uint64_t mark, const char *msg)
                  "STALE lock %.300s: token %" PRIu64 " < high-water mark %" PRIu64
                  " for store '%s' (a newer holder exists; re-acquire); nothing was forwarded",
                  f->lock, f->token, mark, f->st->name);
+        /* A newer grant raised the mark: the lock is another's, whatever the lease says. */
+        lock_forfeit(f->owner, f->lock, strlen(f->lock), f->token, text);
         json_escape(esc, sizeof(esc), text);
         snprintf(body, sizeof(body),
                  "{\"error\":\"stale_token\",\"token\":%" PRIu64 ",\"mark\":%" PRIu64

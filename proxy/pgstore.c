@@ -920,23 +920,33 @@ static int pg_job_reset(const struct pg_job *j)
            strstr(j->errmsg, PG_RESET_MARKER) != NULL;
 }
 
+/* 1 when the batch's fence check found the row above T: a newer grant raised it. */
+static int pg_job_stale(const struct pg_job *j)
+{
+    return !j->committed && j->err_index == PG_Q_F && j->errmsg &&
+           strstr(j->errmsg, PG_STALE_MARKER) != NULL;
+}
+
 /* Answers an HTTP batch: after COMMIT's answer, or (failed) before its ROLLBACK. */
 static void pg_job_done(struct pg_job *j)
 {
     struct pgjson_buf b = {0};
     char esc[PGJSON_MAX_LOCK * 6 + 1], text[2 * PGJSON_MAX_LOCK * 6 + 800];
     const char *name = j->s->cfg->name;
+    int stale;
 
     if (j->fence) {
         pg_fence_done(j);
         return;
     }
-    if (pg_job_reset(j)) {
-        /* The row is gone or lower: the lock is given up, so that acquiring it again yields a
-         * new token, which raises the row anew; whether or not the client still waits. */
+    stale = pg_job_stale(j);
+    if (stale || pg_job_reset(j)) {
+        /* The row is above the token (a newer grant raised it: the lock is another's, whatever
+         * the lease says), or gone or lower: the lock is given up, so that acquiring it again
+         * yields a new token, which raises the row anew; whether or not the client still waits. */
         char why[200];
-        snprintf(why, sizeof(why),
-                 "postgresql store '%s': its fence row is gone or below the token", name);
+        snprintf(why, sizeof(why), "postgresql store '%s': its fence row is %s the token", name,
+                 stale ? "above" : "gone or below");
         lock_forfeit(j->owner, j->rq.lock, j->rq.lock_len, j->token, why);
     }
     if (!j->req) {
@@ -984,7 +994,7 @@ static void pg_job_done(struct pg_job *j)
                  name);
         metrics_inc(&fg_metrics, M_PG_SQL_ERRORS, 1);
         http_reply_error(j->req, 500, "transaction_escaped", text);
-    } else if (j->err_index == PG_Q_F && j->errmsg && strstr(j->errmsg, PG_STALE_MARKER)) {
+    } else if (stale) {
         long long mark = pg_stale_mark(j->errmsg);
         metrics_inc(&fg_metrics, M_PG_STALE_REFUSED, 1);
         snprintf(text, sizeof(text),

@@ -929,6 +929,12 @@ class HttpStoreTwoSidecars(HttpStoreCase):
         doc = self.assert_error(got, 409, "stale_token")
         self.assertEqual((doc["token"], doc["mark"]), (ta, tb))
         self.assertEqual(self.up.seen(), [])
+        # The mark proves a newer grant: A's sidecar gives the lock up at once, and refuses
+        # A's next request itself.
+        st, body = harness.http_get(a.http_port, "/v1/locks")
+        self.assertEqual([(x["name"], x["state"]) for x in json.loads(body)["locks"]],
+                         [("W", "lost")])
+        self.assert_error(self.store(a, "PUT", "/w", "W", b"later"), 409, "lock_lost")
         st, _, _ = self.store(b, "PUT", "/w", "W", b"current")
         self.assertEqual(st, 201)
         self.assertEqual([r["body"] for r in self.up.seen()], [b"current"])

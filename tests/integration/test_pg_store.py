@@ -142,6 +142,10 @@ class PgStoreTest(FgTestCase):
         self.assertEqual((body["token"], body["mark"]), (t, t + 5))
         self.assertEqual(self.rows(), ["1|alice|10", "2|bob|20"])
         self.assertGreaterEqual(fg.metrics()["fencegate_pg_stale_refused_total"], 1)
+        # The row proves a newer grant: the lock is given up, not kept until the lease ends.
+        _, _, data = http_request(fg.http_port, "GET", "/v1/locks")
+        self.assertEqual([(x["name"], x["token"], x["state"])
+                          for x in json.loads(data)["locks"]], [("L", t, "lost")])
 
     def test_fence_row_deleted_or_lowered_is_refused_and_the_lock_given_up(self):
         """Fence on acquire put exactly T in the row; a row that is gone or below T was reset
