@@ -626,8 +626,8 @@ struct fencing_refusal {
     uint64_t token;
 };
 
-static void fencing_refusal_one(void *arg, const char *name, size_t len, int state,
-                                uint64_t token, long long remaining_ms)
+static void fencing_refusal_one(void *arg, const char *name, size_t len, int state, uint64_t token,
+                                long long remaining_ms)
 {
     struct fencing_refusal *a = arg;
     const char *p = a->r;
@@ -659,8 +659,7 @@ static void fencing_refusal_one(void *arg, const char *name, size_t len, int sta
  * reported lost. */
 static void fencing_store_refusal(struct client *c, const char *r, size_t n)
 {
-    struct fencing_refusal a = {r, n, "STALE lock ", " token ", " < high-water mark",
-                                NULL, 0, 0};
+    struct fencing_refusal a = {r, n, "STALE lock ", " token ", " < high-water mark", NULL, 0, 0};
     char why[320];
     size_t wl;
 
