@@ -592,6 +592,21 @@ void http_release_all(struct http_api *h)
     h->sess = NULL;
 }
 
+void http_drain(struct http_api *h, void (*done)(void *), void *arg)
+{
+    httpd_drain(h->srv, done, arg);
+}
+
+void http_close_all(struct http_api *h)
+{
+    httpd_close_all(h->srv);
+}
+
+int http_conn_count(const struct http_api *h)
+{
+    return httpd_conn_count(h->srv);
+}
+
 int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
 {
     const char *want = evhttp_find_header(httpd_req_input_headers(req), "Fencing-Token");

@@ -47,6 +47,11 @@ void http_reply_json(struct httpd_req *req, int status, const char *body);
 
 /* Releases every lock held over HTTP and refuses new ones from now on (on SIGTERM). */
 void http_release_all(struct http_api *h);
+/* Then: the HTTP connections drain (httpd_drain()), and done(arg) runs when none is left;
+ * http_close_all() closes the rest when the grace period is over. */
+void http_drain(struct http_api *h, void (*done)(void *), void *arg);
+void http_close_all(struct http_api *h);
+int http_conn_count(const struct http_api *h);
 /* Releases the locks, answers pending requests 503 and frees. NULL is a no-op. */
 void http_free(struct http_api *h);
 

@@ -6,7 +6,9 @@
  * leaving (end of stream or an error), which is why reading stays on while a request is answered
  * (up to HTTPD_MAX_PIPELINED bytes of whatever comes next; past that reading stops, and so does
  * the noticing). The next request is taken from the loop, never from inside a reply call, so a
- * handler that answers at once does not see the next request start under it.
+ * handler that answers at once does not see the next request start under it; and only once the
+ * answers before it are written but for HTTPD_MAX_UNSENT bytes, so a client that pipelines
+ * requests without reading the answers holds that much memory, not one answer per request.
  *
  * Every request the server refuses before a handler sees it (malformed, too large, a method or
  * version it does not serve) is answered with a JSON error naming what was wrong, and its
@@ -63,6 +65,7 @@ struct httpd_conn {
     int body_done; /* the current request's body is read whole */
     int streaming; /* its handler takes its body as it arrives */
     int linger;    /* close by lingering: the client may still be sending */
+    int unsent;    /* the next request waits until the answers queued are written */
 };
 
 struct httpd_req {
@@ -102,6 +105,9 @@ struct httpd {
     httpd_stream_cb stream;
     void *arg;
     struct httpd_conn *conns;
+    struct event *drained_ev; /* runs drained() from the loop once no connection is left */
+    void (*drained)(void *);  /* set by httpd_drain() */
+    void *drained_arg;
 };
 
 static const struct {
@@ -350,6 +356,8 @@ static void httpd_conn_free(struct httpd_conn *c)
     bufferevent_free(c->bev);
     event_free(c->resume);
     free(c);
+    if (srv->drained && !srv->conns)
+        event_active(srv->drained_ev, 0, 1);
 }
 
 /* Appends "Date: ..." for now to b. */
@@ -407,7 +415,7 @@ static void httpd_req_done(struct httpd_req *r)
         return;
     }
     c->req = NULL;
-    if (!r->keep_alive) {
+    if (!r->keep_alive || c->srv->drained) {
         c->state = HC_CLOSING;
         bufferevent_disable(c->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -415,9 +423,14 @@ static void httpd_req_done(struct httpd_req *r)
     } else {
         c->state = HC_HEAD;
         c->streaming = 0;
-        httpd_set_read_timeout(c, 1);
-        bufferevent_enable(c->bev, EV_READ);
-        event_active(c->resume, EV_READ, 1);
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) > HTTPD_MAX_UNSENT) {
+            c->unsent = 1; /* httpd_on_write() goes on once they are written */
+            bufferevent_disable(c->bev, EV_READ);
+        } else {
+            httpd_set_read_timeout(c, 1);
+            bufferevent_enable(c->bev, EV_READ);
+            event_active(c->resume, EV_READ, 1);
+        }
     }
     httpd_req_free(r);
 }
@@ -774,11 +787,29 @@ static void httpd_on_write(struct bufferevent *bev, void *arg)
         httpd_close(c);
         return;
     }
+    if (c->unsent) {
+        c->unsent = 0;
+        httpd_set_read_timeout(c, 1);
+        bufferevent_enable(c->bev, EV_READ);
+        httpd_serve(c); /* c may be freed */
+        return;
+    }
     if (r && r->drained) {
         httpd_drained_cb cb = r->drained;
         r->drained = NULL;
         cb(r->drained_arg);
     }
+}
+
+/* c, between requests, takes no other: it closes once the answers queued are written. */
+static void httpd_close_after_output(struct httpd_conn *c)
+{
+    httpd_req_free(c->req);
+    c->req = NULL;
+    c->state = HC_CLOSING;
+    c->linger = 0;
+    c->unsent = 0;
+    bufferevent_disable(c->bev, EV_READ);
 }
 
 static void httpd_on_event(struct bufferevent *bev, short what, void *arg)
@@ -795,11 +826,7 @@ static void httpd_on_event(struct bufferevent *bev, short what, void *arg)
         /* The client shut its sending side (a half-close) with answers still on their way to
          * it: they go out whole, then the connection closes. A request it had begun cannot be
          * completed. */
-        httpd_req_free(c->req);
-        c->req = NULL;
-        c->state = HC_CLOSING;
-        c->linger = 0;
-        bufferevent_disable(c->bev, EV_READ);
+        httpd_close_after_output(c);
         return;
     }
     httpd_conn_free(c); /* end of stream, an error, or a timeout: the client is gone (one waiting
@@ -889,7 +916,65 @@ static void httpd_on_unpause(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    evconnlistener_enable(srv->lev);
+    if (srv->lev)
+        evconnlistener_enable(srv->lev);
+}
+
+static void httpd_on_drained(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpd *srv = arg;
+    void (*done)(void *) = srv->drained;
+
+    (void)fd;
+    (void)what;
+    if (done && !srv->conns) {
+        srv->drained = NULL;
+        done(srv->drained_arg);
+    }
+}
+
+void httpd_drain(struct httpd *srv, void (*done)(void *), void *arg)
+{
+    struct httpd_conn *c, *next;
+
+    evconnlistener_free(srv->lev); /* closed: a new connection is refused, not left waiting */
+    srv->lev = NULL;
+    event_del(srv->unpause);
+    srv->drained_ev = event_new(srv->base, -1, 0, httpd_on_drained, srv);
+    if (!srv->drained_ev) { /* out of memory: nothing waits */
+        httpd_close_all(srv);
+        done(arg);
+        return;
+    }
+    srv->drained = done;
+    srv->drained_arg = arg;
+    for (c = srv->conns; c; c = next) {
+        next = c->next;
+        if (c->state == HC_LINGER ||
+            (c->state == HC_HEAD && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0))
+            httpd_conn_free(c); /* idle, or a head begun */
+        else if (c->state == HC_HEAD)
+            httpd_close_after_output(c); /* an event stream's last events, answers unread */
+        else if (c->req && !c->req->started) {
+            c->req->keep_alive = 0;
+        }
+    }
+    event_active(srv->drained_ev, 0, 1); /* in case none was busy */
+}
+
+int httpd_conn_count(const struct httpd *srv)
+{
+    int n = 0;
+
+    for (const struct httpd_conn *c = srv->conns; c; c = c->next)
+        n++;
+    return n;
+}
+
+void httpd_close_all(struct httpd *srv)
+{
+    while (srv->conns)
+        httpd_conn_free(srv->conns);
 }
 
 void httpd_set_stream(struct httpd *srv, httpd_stream_cb stream)
@@ -925,9 +1010,12 @@ void httpd_free(struct httpd *srv)
 {
     if (!srv)
         return;
-    evconnlistener_free(srv->lev);
+    srv->drained = NULL;
+    if (srv->lev)
+        evconnlistener_free(srv->lev);
     event_free(srv->unpause);
-    while (srv->conns)
-        httpd_conn_free(srv->conns);
+    httpd_close_all(srv);
+    if (srv->drained_ev)
+        event_free(srv->drained_ev);
     free(srv);
 }

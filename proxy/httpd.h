@@ -21,6 +21,7 @@ struct httpd_req;
 #define HTTPD_MAX_BODY      (1024 * 1024) /* bytes of a request body */
 #define HTTPD_TIMEOUT_MS    30000         /* reading a request, or writing, without progress */
 #define HTTPD_MAX_PIPELINED (64 * 1024)   /* bytes read ahead while a request is answered */
+#define HTTPD_MAX_UNSENT    (256 * 1024)  /* answers queued unread before the next request waits */
 
 /* A request whose head and body arrived: the handler owns r until it answers it (httpd_reply(),
  * httpd_reply_end() or httpd_reply_abort()), which frees r. */
@@ -45,6 +46,14 @@ struct httpd *httpd_new(struct event_base *base, evutil_socket_t fd, httpd_handl
  * (their gone callbacks run); ones without a gone callback are left to be answered, which then
  * only frees them. NULL is a no-op. */
 void httpd_free(struct httpd *srv);
+/* Shutting down: accepts no more connections, closes the idle ones, and each other one once the
+ * request it has begun is answered (its reply says "Connection: close"); done(arg) runs once, from
+ * the loop, when no connection is left. */
+void httpd_drain(struct httpd *srv, void (*done)(void *), void *arg);
+/* The drain's time is up: closes every connection now, as httpd_free() does. */
+void httpd_close_all(struct httpd *srv);
+/* Connections open. */
+int httpd_conn_count(const struct httpd *srv);
 /* Lets stream(r, arg) choose which requests' handlers take their bodies as they arrive. */
 void httpd_set_stream(struct httpd *srv, httpd_stream_cb stream);
 

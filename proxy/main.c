@@ -33,6 +33,7 @@ struct main_ctx {
     struct http_api *http;
     struct event *grace;
     int stopping;
+    int draining; /* endpoints (RESP, HTTP) whose connections have not all closed yet */
 };
 
 /* Reads a whole config file into a NUL-terminated heap buffer. Returns NULL with err set. The
@@ -141,11 +142,14 @@ bad:
 /* Time left after the last connection closed for release commands to reach the lock backend. */
 #define MAIN_FLUSH_MS 300
 
+/* One endpoint's connections are all closed; once both are, the loop ends. */
 static void main_on_drained(void *arg)
 {
     struct main_ctx *m = arg;
     struct timeval tv = {0, MAIN_FLUSH_MS * 1000};
 
+    if (--m->draining > 0)
+        return;
     log_info("all connections drained; exiting");
     event_base_loopexit(m->base, &tv);
 }
@@ -155,8 +159,10 @@ static void main_on_grace(evutil_socket_t fd, short what, void *arg)
     struct main_ctx *m = arg;
 
     log_warn("shutdown grace period (%lld ms) over with %d connection(s) still busy; closing them",
-             m->cfg->shutdown_grace_ms, server_client_count(m->srv));
-    server_close_all(m->srv); /* the drain is done: main_on_drained leaves time for releases */
+             m->cfg->shutdown_grace_ms, server_client_count(m->srv) + http_conn_count(m->http));
+    /* The drain is done: main_on_drained leaves time for releases. */
+    server_close_all(m->srv);
+    http_close_all(m->http);
 }
 
 static void main_on_signal(evutil_socket_t sig, short what, void *arg)
@@ -170,8 +176,9 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     m->stopping = 1;
-    log_info("%s received: no new connections; draining %d connection(s)",
-             sig == SIGTERM ? "SIGTERM" : "SIGINT", server_client_count(m->srv));
+    log_info("%s received: no new connections; draining %d Redis and %d HTTP connection(s)",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT", server_client_count(m->srv),
+             http_conn_count(m->http));
     tv.tv_sec = m->cfg->shutdown_grace_ms / 1000;
     tv.tv_usec = (m->cfg->shutdown_grace_ms % 1000) * 1000;
     m->grace = evtimer_new(m->base, main_on_grace, m);
@@ -179,6 +186,8 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
         evtimer_add(m->grace, &tv);
     /* Best effort: leases end by themselves, and fencing keeps a late writer out either way. */
     http_release_all(m->http);
+    m->draining = 2;
+    http_drain(m->http, main_on_drained, m);
     server_drain(m->srv, main_on_drained, m);
 }
 

@@ -295,6 +295,40 @@ class HttpServer(FgTestCase):
             self.assertEqual(harness.http_get(self.fg.http_port, "/healthz")[0], 200)
         self.assertLess(time.monotonic() - t0, 2.0)
 
+    def test_a_client_that_pipelines_without_reading_holds_bounded_memory(self):
+        # Pipelined requests for /metrics (about 20 KB of answer each) whose answers are never
+        # read: fencegate stops taking requests once HTTPD_MAX_UNSENT bytes of answers wait,
+        # instead of queueing an answer per request (it grew by hundreds of MB), and serves
+        # other clients meanwhile. When the client reads, the answers arrive.
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", self.fg.http_port))
+        self.addCleanup(s.close)
+        req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        bound = 40 * 1024  # KiB; with ASan's quarantine of freed memory (16 MiB) included
+        before = harness.rss_kib(self.fg.pid)
+        s.setblocking(False)
+        data, sent, deadline = req * (16 * 1024 * 1024 // len(req)), 0, time.monotonic() + 10
+        progress = time.monotonic()
+        while sent < len(data) and time.monotonic() < deadline:
+            try:
+                sent += s.send(data[sent:sent + 65536])
+                progress = time.monotonic()
+            except BlockingIOError:
+                if time.monotonic() - progress > 0.5:
+                    break  # fencegate stopped reading
+                if harness.rss_kib(self.fg.pid) - before > bound:
+                    break
+                time.sleep(0.02)
+        grown = harness.rss_kib(self.fg.pid) - before
+        self.assertLess(grown, bound, "RSS grew by %d KiB" % grown)
+        self.assertLess(sent, len(data), "all of it was read: nothing held it back")
+        self.assertEqual(harness.http_get(self.fg.http_port, "/healthz")[0], 200)
+        s.setblocking(True)
+        got = Reader(s, timeout=10)
+        for i in range(50):
+            self.assertEqual(got.response()[0], 200, "answer %d" % i)
+
     def test_many_connections_declaring_huge_bodies_use_no_memory(self):
         before = harness.rss_kib(self.fg.pid)
         socks = []

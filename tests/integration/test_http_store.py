@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import http.server
 import json
+import signal
 import socket
 import threading
 import time
@@ -878,6 +879,36 @@ class HttpStore(HttpStoreCase):
         doc = self.assert_error(got[0], 409, "lock_lost")
         self.assertIn("looked up", doc["message"])
         self.assertNotIn("/prefix/r", [r["path"] for r in self.up.seen()])
+
+
+class HttpStoreShutdown(HttpStoreCase):
+
+    def test_sigterm_lets_a_request_in_flight_finish(self):
+        # SIGTERM while a request waits for a slow store (3 s): the sidecar stops accepting and
+        # closes its idle HTTP connections at once, but relays the store's answer to the request
+        # in flight, with "Connection: close", before it exits; it used to cut it off at once,
+        # leaving the client without the outcome of a request the store had taken.
+        fg = self.sidecar()
+        self.acquire(fg, "W")
+        idle = socket.create_connection(("127.0.0.1", fg.http_port), timeout=5)
+        self.addCleanup(idle.close)
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertIn(b"200", idle.recv(4096).split(b"\r\n")[0])
+        result = {}
+        t = threading.Thread(target=lambda: result.update(r=self.store(fg, "GET", "/slow", "W")))
+        t.start()
+        harness.wait_until(lambda: self.up.seen(), 5, 0.02, "the request at the store")
+        fg.signal(signal.SIGTERM)
+        idle.settimeout(2)
+        self.assertEqual(idle.recv(4096), b"", "the idle connection was not closed at once")
+        harness.wait_until(lambda: not harness.port_accepts(fg.http_port, 0.2), 3, 0.05,
+                           "the HTTP listener to close after SIGTERM")
+        t.join(10)
+        self.assertFalse(t.is_alive())
+        st, headers, _ = result["r"]
+        self.assertEqual(st, 200)
+        self.assertEqual(headers.get("connection"), "close")
+        self.assertEqual(fg.wait_exit(10), 0, fg.stderr_text)
 
 
 class HttpStoreTwoSidecars(HttpStoreCase):
