@@ -13,7 +13,7 @@
  * back to its store's idle list (at most HS_POOL_MAX, each for at most HS_POOL_IDLE_MS), and the
  * next forward to that store takes the newest. Without that, every forward would leave a socket
  * in TIME_WAIT, and a few hundred forwards a second would run out of local ports. A connection
- * the store closed while idle is dropped when it is next taken.
+ * the store closed, or sent anything on, while idle is dropped when it is next taken.
  *
  * A new connection is made to the address of the store's host name looked up off the loop
  * (resolve.h), while the Host header keeps the name; a pooled connection stays bound to its

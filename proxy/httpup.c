@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 
 #include "bevread.h"
 #include "httpmsg.h"
@@ -78,7 +79,10 @@ static void up_finish(struct httpup *up, enum httpup_end end, const char *why)
 {
     const struct httpup_handler *h = up->h;
 
-    if (end != HTTPUP_OK || !up->keep_alive || !up->req_done || up->framing == HTTPMSG_BODY_CLOSE) {
+    if (end != HTTPUP_OK || !up->keep_alive || !up->req_done || up->framing == HTTPMSG_BODY_CLOSE ||
+        evbuffer_get_length(bufferevent_get_input(up->bev)) > 0) {
+        /* Bytes past the response's end (a HEAD answered with a body, more than Content-Length)
+         * would be taken for the next request's response: the connection is done for. */
         up->state = HU_STOPPED;
     } else {
         /* Idle, it reads again whatever its last reader did (paused on the last piece): to notice
@@ -278,6 +282,7 @@ static void up_read(struct httpup *up)
             if (evbuffer_get_length(in) > 0) {
                 evbuffer_drain(in, evbuffer_get_length(in));
                 up->state = HU_STOPPED;
+                bufferevent_disable(up->bev, EV_READ);
             }
             return;
         }
@@ -388,9 +393,24 @@ int httpup_connected(const struct httpup *up)
     return up->connected;
 }
 
+/* 1 when the socket has nothing queued to read and is not closed. The loop may not have read
+ * yet what arrived since the last response (stray bytes, the store's close): peeked at, not
+ * read, so that the bufferevent still sees it. */
+static int up_socket_quiet(const struct httpup *up)
+{
+    int e = errno;
+    char c;
+    ssize_t n = recv(bufferevent_getfd(up->bev), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    int quiet = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+
+    errno = e;
+    return quiet;
+}
+
 int httpup_reusable(const struct httpup *up)
 {
-    return up->state == HU_IDLE && up->connected && !up->closed && !up->freeing;
+    return up->state == HU_IDLE && up->connected && !up->closed && !up->freeing &&
+           evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && up_socket_quiet(up);
 }
 
 int httpup_sent(const struct httpup *up)

@@ -49,7 +49,8 @@ void httpup_free(struct httpup *up);
 /* 1 when the connection is established (its TCP handshake is done). */
 int httpup_connected(const struct httpup *up);
 /* 1 when the connection can carry a new request: idle after a whole response with keep-alive,
- * and the store has not closed it since. */
+ * with no byte after that response's end (read or queued in the socket), and the store has not
+ * closed it since. */
 int httpup_reusable(const struct httpup *up);
 /* 1 once any byte of the current request was written to the store's socket. */
 int httpup_sent(const struct httpup *up);

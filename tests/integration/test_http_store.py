@@ -169,8 +169,9 @@ class Upstream:
 class RawUpstream:
     """A loopback HTTP "store" speaking raw bytes, for answers http.server will not send. Each
     connection reads one request head (and a Content-Length body), records its path, then sends
-    answers[path] (bytes) and closes if that is the last answer on the list, else keeps
-    reading. A path not in answers gets no answer at all: the connection is closed."""
+    answers[path] (bytes, or a tuple of bytes sent 0.1 s apart) and closes if that is the last
+    answer on the list, else keeps reading. A path not in answers gets no answer at all: the
+    connection is closed."""
 
     def __init__(self, answers):
         self.answers = answers
@@ -220,7 +221,10 @@ class RawUpstream:
                 answer = self.answers.get(path)
                 if answer is None:
                     return
-                conn.sendall(answer)
+                for i, piece in enumerate(answer if isinstance(answer, tuple) else (answer,)):
+                    if i:
+                        time.sleep(0.1)
+                    conn.sendall(piece)
         except OSError:
             pass
         finally:
@@ -790,6 +794,33 @@ class HttpStore(HttpStoreCase):
             self.assertLessEqual(len(cls), 1, cls)
             if path == "/chunked":
                 self.assertEqual(cls, [])
+
+    def test_a_store_connection_with_bytes_left_over_is_not_reused(self):
+        """A store that sends more than its response's framing says (a HEAD answered with a
+        body, bytes past the Content-Length, bytes while the connection is idle): the connection
+        is closed, never handed to the next request, which would take the leftover bytes for its
+        own answer (another client's, under another lock). A HEAD's answer has no body whatever
+        its Content-Length says."""
+        smuggled = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl"
+        raw = RawUpstream({
+            "/extra": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + smuggled,
+            "/head": smuggled + smuggled,
+            "/later": (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", smuggled),
+            "/next": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"})
+        self.addCleanup(raw.stop)
+        fg = self.sidecar(url="http://127.0.0.1:%d" % raw.port)
+        self.acquire(fg, "a")
+        self.acquire(fg, "b")
+        for method, path, want in (("GET", "/extra", b"ok"), ("HEAD", "/head", b""),
+                                   ("GET", "/later", b"ok")):
+            st, headers, data = self.store(fg, method, path, "a")
+            self.assertEqual((st, data), (200, want), path)
+            if method == "HEAD":
+                self.assertEqual(headers.get("content-length"), "6")
+            time.sleep(0.3)  # /later: its extra bytes arrive while the connection is idle
+            st, _, data = self.store(fg, "GET", "/next", "b")
+            self.assertEqual((st, data), (200, b"next"), "after " + path)
+        self.assertEqual(raw.paths, ["/extra", "/next", "/head", "/next", "/later", "/next"])
 
     def test_store_down_is_502(self):
         dead = harness.free_port()

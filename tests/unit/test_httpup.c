@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <linux/sockios.h>
@@ -126,15 +127,30 @@ static struct httpup *store_pair(struct event_base *base, int *lfd, int *fd)
     return up;
 }
 
-/* Sends a GET for target on up, read by s, and waits until its head reached the store. */
+/* Sends a request (method GET or HEAD) for target on up, read by s, and waits until its head
+ * reached the store. */
 static void send_request(struct event_base *base, struct httpup *up, int fd, struct seen *s,
-                         const char *target)
+                         const char *method, const char *target)
 {
     struct evkeyvalq headers;
+    int head = strcmp(method, "HEAD") == 0;
 
     TAILQ_INIT(&headers);
-    assert_int_equal(httpup_request(up, "GET", target, &headers, 0, 0, &handler, s), 0);
+    assert_int_equal(httpup_request(up, method, target, &headers, 0, head, &handler, s), 0);
     store_read_head(base, fd);
+}
+
+/* Waits until everything fd sent is acknowledged: queued in the client's socket. */
+static void store_sent_all(int fd)
+{
+    int unacked = -1;
+
+    for (int i = 0; i < 200 && unacked != 0; i++) {
+        assert_int_equal(ioctl(fd, SIOCOUTQ, &unacked), 0);
+        if (unacked != 0)
+            usleep(10000);
+    }
+    assert_int_equal(unacked, 0);
 }
 
 /* A response's last piece paused by its reader (a slow client at the time): the connection goes
@@ -147,7 +163,7 @@ static void test_paused_on_last_piece_then_reused(void **state)
     struct seen s1 = {.up = up, .pause_on_body = 1}, s2 = {.up = up};
 
     (void)state;
-    send_request(base, up, fd, &s1, "/first");
+    send_request(base, up, fd, &s1, "GET", "/first");
     store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789");
     run_until(base, &s1.dones);
     assert_int_equal(s1.dones, 1);
@@ -155,7 +171,7 @@ static void test_paused_on_last_piece_then_reused(void **state)
     assert_int_equal(s1.body, 10);
     assert_true(httpup_reusable(up));
 
-    send_request(base, up, fd, &s2, "/second");
+    send_request(base, up, fd, &s2, "GET", "/second");
     store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     run_until(base, &s2.dones);
     assert_int_equal(s2.heads, 1); /* was 0: the response was never read (paused) */
@@ -178,7 +194,7 @@ static void test_paused_on_last_piece_then_store_closes(void **state)
     struct seen s1 = {.up = up, .pause_on_body = 1};
 
     (void)state;
-    send_request(base, up, fd, &s1, "/first");
+    send_request(base, up, fd, &s1, "GET", "/first");
     store_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc");
     run_until(base, &s1.dones);
     assert_int_equal(s1.dones, 1);
@@ -207,7 +223,7 @@ static void test_body_to_close_cut_by_reset_is_not_whole(void **state)
 
     (void)state;
     memset(body, 'b', sizeof(body));
-    send_request(base, up, fd, &s1, "/big");
+    send_request(base, up, fd, &s1, "GET", "/big");
     store_send(fd, head);
     run_until(base, &s1.heads); /* the reader is paused now */
     assert_int_equal(send(fd, body, sizeof(body), MSG_DONTWAIT), (ssize_t)sizeof(body));
@@ -229,12 +245,67 @@ static void test_body_to_close_cut_by_reset_is_not_whole(void **state)
     event_base_free(base);
 }
 
+/* Bytes after the end of a response (read with it, past its Content-Length or after a HEAD's
+ * head; or queued in the socket after it, not yet read): the connection is not reusable, or the
+ * next request would take them for its response. A HEAD's response has no body whatever its
+ * Content-Length says. */
+static void test_bytes_left_after_the_response_forbid_reuse(void **state)
+{
+    static const char *const extra = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl";
+    static const struct {
+        const char *method, *answer, *later;
+        size_t body;
+    } cases[] = {
+        {"GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", NULL, 2},
+        {"GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "x", 2},
+        {"GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "", 2}, /* a close */
+        {"GET", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", NULL,
+         2},
+        {"HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n", NULL, 0},
+        {"GET", "HTTP/1.1 204 No Content\r\nContent-Length: 6\r\n\r\n", NULL, 0},
+        {"GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\n\r\n", NULL, 0},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct event_base *base = event_base_new();
+        int lfd, fd;
+        struct httpup *up = store_pair(base, &lfd, &fd);
+        struct seen s1 = {.up = up};
+        char answer[256];
+
+        print_message("case %zu\n", i);
+        send_request(base, up, fd, &s1, cases[i].method, "/first");
+        snprintf(answer, sizeof(answer), "%s%s", cases[i].answer, cases[i].later ? "" : extra);
+        store_send(fd, answer); /* one segment: read at once */
+        run_until(base, &s1.dones);
+        assert_int_equal(s1.dones, 1);
+        assert_int_equal(s1.end, HTTPUP_OK);
+        assert_int_equal(s1.body, cases[i].body);
+        if (cases[i].later) {
+            assert_true(httpup_reusable(up)); /* nothing came after it yet */
+            if (*cases[i].later)
+                store_send(fd, cases[i].later);
+            else
+                shutdown(fd, SHUT_WR);
+            store_sent_all(fd); /* in the client's socket; the loop has not read it */
+        }
+        assert_false(httpup_reusable(up));
+
+        httpup_free(up);
+        close(fd);
+        close(lfd);
+        event_base_free(base);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paused_on_last_piece_then_reused),
         cmocka_unit_test(test_paused_on_last_piece_then_store_closes),
         cmocka_unit_test(test_body_to_close_cut_by_reset_is_not_whole),
+        cmocka_unit_test(test_bytes_left_after_the_response_forbid_reuse),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
