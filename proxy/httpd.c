@@ -88,6 +88,9 @@ struct httpd_req {
     httpd_body_cb body_cb; /* a streamed body: its reader */
     void *body_arg;
     int body_paused;
+    /* A started reply: the bytes waiting for the client before its head, and the bytes it has
+     * put in the output since (head and body); see httpd_reply_retract(). */
+    size_t reply_from, reply_bytes;
 };
 
 enum { HR_LENGTH, HR_CHUNKED, HR_CLOSE };
@@ -453,11 +456,14 @@ void httpd_reply(struct httpd_req *r, int code, const char *reason, struct evbuf
 void httpd_reply_start(struct httpd_req *r, int code, const char *reason)
 {
     const char *cl = evhttp_find_header(&r->out, "Content-Length");
+    struct evbuffer *out;
 
     r->started = 1;
     r->no_body = r->method == EVHTTP_REQ_HEAD || code == 204 || code == 304;
     if (!r->conn)
         return;
+    out = bufferevent_get_output(r->conn->bev);
+    r->reply_from = evbuffer_get_length(out);
     if (cl || r->no_body) {
         r->framing = HR_LENGTH;
         httpd_write_head(r, code, reason, -1, NULL);
@@ -469,11 +475,12 @@ void httpd_reply_start(struct httpd_req *r, int code, const char *reason)
         r->keep_alive = 0;
         httpd_write_head(r, code, reason, -1, NULL);
     }
+    r->reply_bytes = evbuffer_get_length(out) - r->reply_from;
 }
 
 void httpd_reply_chunk(struct httpd_req *r, struct evbuffer *buf)
 {
-    size_t n = evbuffer_get_length(buf);
+    size_t n = evbuffer_get_length(buf), before;
     struct evbuffer *out;
 
     if (!r->conn || r->no_body || n == 0) {
@@ -481,11 +488,41 @@ void httpd_reply_chunk(struct httpd_req *r, struct evbuffer *buf)
         return;
     }
     out = bufferevent_get_output(r->conn->bev);
+    before = evbuffer_get_length(out);
     if (r->framing == HR_CHUNKED)
         evbuffer_add_printf(out, "%zx\r\n", n);
     evbuffer_add_buffer(out, buf);
     if (r->framing == HR_CHUNKED)
         evbuffer_add(out, "\r\n", 2);
+    r->reply_bytes += evbuffer_get_length(out) - before;
+}
+
+/* Nothing is written to the socket but from the output's front, so while the output still holds
+ * every byte queued before the reply and by it, none of the reply has reached the client. */
+int httpd_reply_retract(struct httpd_req *r)
+{
+    struct evbuffer *out, *before;
+
+    if (!r->started)
+        return 0;
+    if (!r->conn)
+        return -1;
+    out = bufferevent_get_output(r->conn->bev);
+    if (evbuffer_get_length(out) != r->reply_from + r->reply_bytes)
+        return -1;
+    if (!(before = evbuffer_new()))
+        return -1;
+    evbuffer_unfreeze(out, 1); /* a socket bufferevent keeps its output's front frozen */
+    evbuffer_remove_buffer(out, before, r->reply_from);
+    evbuffer_drain(out, evbuffer_get_length(out));
+    evbuffer_freeze(out, 1);
+    evbuffer_add_buffer(out, before);
+    evbuffer_free(before);
+    evhttp_clear_headers(&r->out);
+    r->started = 0;
+    r->no_body = 0;
+    r->reply_from = r->reply_bytes = 0;
+    return 0;
 }
 
 void httpd_reply_end(struct httpd_req *r)

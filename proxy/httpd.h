@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fg_error.h"
+
 struct event_base;
 struct evbuffer;
 struct evhttp_uri;
@@ -94,6 +96,12 @@ void httpd_reply_end(struct httpd_req *r);
 /* Closes r's connection at once, so that the client cannot take a partial reply for a whole
  * one. Frees r; its gone callback does not run. */
 void httpd_reply_abort(struct httpd_req *r);
+/* Takes back a started reply of which no byte has been written to the client's socket yet (its
+ * head and body are dropped from the output, and the output headers cleared), so that r can be
+ * answered anew, e.g. with an error. Returns 0 (also when no reply was started), or -1 when some
+ * of it may have reached the client (or the client is gone): then only httpd_reply_abort() is
+ * left. */
+int httpd_reply_retract(struct httpd_req *r) FG_MUST_CHECK;
 
 /* Calls gone(arg) if r's client goes away before r is answered (at most once; replaces an earlier
  * one). NULL stops it. */

@@ -415,7 +415,7 @@ static void hs_on_done(void *arg, enum httpup_end end, const char *why)
         return;
     if (end != HTTPUP_OK) {
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);
-        if (f->state == HS_STREAMING) {
+        if (f->state == HS_STREAMING && (!f->req || httpd_reply_retract(f->req) != 0)) {
             log_warn("http store %s: the response to %s broke off (%s); closing the client's "
                      "connection",
                      f->st->name, f->target, why);
@@ -428,6 +428,9 @@ static void hs_on_done(void *arg, enum httpup_end end, const char *why)
                      f->st->name, f->st->url.raw, why);
             hs_fwd_fail(f, 502, "store_unavailable", msg);
         } else {
+            /* Streaming, the reply was taken back before any of it reached the client (the
+             * failure came with the head, e.g. a malformed first chunk): it can still be told. */
+            f->started = 0;
             snprintf(msg, sizeof(msg),
                      "store '%s' (%.200s) %s%s; the request may or may not have been applied",
                      f->st->name, f->st->url.raw,
