@@ -51,6 +51,7 @@
 #define HS_MAX_KEY      (CFG_MAX_STR + LOCK_MAX_NAME + 2)
 #define HS_POOL_MAX     32   /* idle connections kept per store */
 #define HS_POOL_IDLE_MS 2000 /* an idle connection is closed after this long */
+#define HS_IDLE_POLL_MS 1000 /* how often a streaming reply's client is checked for reading */
 
 enum hs_state {
     HS_RAISING,   /* waiting for the mark */
@@ -77,8 +78,9 @@ struct hs_fwd {
     int body_done;    /* the client's body is passed on whole */
     int head_request; /* the request is HEAD */
     int reusable;     /* the store's response was read whole: conn can serve another forward */
-    size_t unsent;    /* paused: the client's pending output when the idle timer was last armed */
+    size_t unsent;    /* streaming: the client's pending output when last looked at */
     long long timeout_ms;
+    long long progress_ms; /* streaming: when the store or the client last made progress */
     uint64_t token;
     struct lock_session_ref owner; /* the session that holds lock with token */
     char lock[LOCK_MAX_NAME + 1];
@@ -300,6 +302,29 @@ static void hs_on_client_gone(void *arg)
         hs_fwd_finish(f); /* the mark's answer ends a raising one */
 }
 
+/* Arms the idle limit of a streaming reply: timeout_ms after the last progress. While the client
+ * has output pending, whether it takes any is only seen by looking (hs_on_timer()), so it is
+ * looked at every HS_IDLE_POLL_MS (a quarter of the limit, if shorter): a client that stops
+ * reading is cut that long after the limit at most, not up to a whole limit later. */
+static void hs_stream_arm(struct hs_fwd *f)
+{
+    long long left = f->progress_ms + f->timeout_ms - clock_now_ms();
+    long long poll = f->timeout_ms / 4 < HS_IDLE_POLL_MS ? f->timeout_ms / 4 : HS_IDLE_POLL_MS;
+
+    if (left < 1)
+        left = 1;
+    hs_arm(f->timer, f->unsent > 0 && poll >= 1 && poll < left ? poll : left);
+}
+
+/* The store sent more of the reply, or the client took some (or sent more of its body): the idle
+ * limit starts again. */
+static void hs_stream_progress(struct hs_fwd *f)
+{
+    f->progress_ms = clock_now_ms();
+    f->unsent = f->req ? httpd_req_unsent(f->req) : 0;
+    hs_stream_arm(f);
+}
+
 /* The client's request body as it arrives: passed on to the store. */
 static void hs_on_client_body(void *arg, int done)
 {
@@ -312,7 +337,9 @@ static void hs_on_client_body(void *arg, int done)
         f->body_done = 1;
         httpup_end_body(f->conn);
     }
-    if (f->connected)
+    if (f->state == HS_STREAMING)
+        hs_stream_progress(f);
+    else if (f->connected)
         hs_arm(f->timer, f->timeout_ms); /* the upload made progress */
     if (!done && !f->body_paused && httpup_unsent(f->conn) > HS_WATERMARK) {
         f->body_paused = 1; /* the store takes it slower than the client sends it */
@@ -369,8 +396,8 @@ static int hs_on_head(void *arg, int code, const char *reason, const struct evke
     }
     f->state = HS_STREAMING;
     f->started = 1;
-    hs_arm(f->timer, f->timeout_ms); /* from now on: the idle limit of the stream */
     httpd_reply_start(f->req, code, reason && *reason ? reason : NULL);
+    hs_stream_progress(f); /* from now on the timer is the idle limit of the stream */
     return 0;
 }
 
@@ -381,7 +408,7 @@ static void hs_on_drained(void *arg)
 
     if (f->paused && f->state == HS_STREAMING) {
         f->paused = 0;
-        hs_arm(f->timer, f->timeout_ms); /* the client made progress */
+        hs_stream_progress(f); /* the client took everything */
         httpup_pause(f->conn, 0);
     }
 }
@@ -396,9 +423,8 @@ static void hs_on_body(void *arg, struct evbuffer *b)
         hs_fwd_finish(f); /* the client left: the store connection is dropped */
         return;
     }
-    hs_arm(f->timer, f->timeout_ms); /* the store made progress */
     httpd_reply_chunk(f->req, b);
-    f->unsent = httpd_req_unsent(f->req);
+    hs_stream_progress(f); /* the store sent more */
     if (!f->paused && f->unsent > HS_WATERMARK) {
         f->paused = 1;
         httpd_req_on_drained(f->req, hs_on_drained, f);
@@ -462,15 +488,18 @@ static void hs_on_timer(evutil_socket_t fd, short what, void *arg)
     struct httpstore *hs = f->hs;
     char msg[600];
 
-    if (f->state == HS_STREAMING && f->paused && f->req) {
-        size_t left = httpd_req_unsent(f->req);
-        if (left < f->unsent) { /* the client is reading, slowly: not idle */
+    if (f->state == HS_STREAMING) {
+        long long now = clock_now_ms();
+        if (f->req) {
+            size_t left = httpd_req_unsent(f->req);
+            if (left < f->unsent) /* the client took some since it was last looked at */
+                f->progress_ms = now;
             f->unsent = left;
-            hs_arm(f->timer, f->timeout_ms);
+        }
+        if (now - f->progress_ms < f->timeout_ms) {
+            hs_stream_arm(f);
             return;
         }
-    }
-    if (f->state == HS_STREAMING) {
         /* Neither the store sent more nor the client took any for timeout_ms: a stalled store
          * or a client that stopped reading. The reply cannot be finished cleanly. */
         metrics_inc(&fg_metrics, M_HSTORE_ERRORS, 1);

@@ -567,6 +567,34 @@ class HttpStore(HttpStoreCase):
         self.assertNotIn("/prefix/half", [r["path"] for r in self.up.seen()])
         self.assertEqual(self.store(fg, "PUT", "/whole", "cut", b"w")[0], 201)
 
+    def test_a_client_that_stops_reading_a_download_is_cut_at_the_idle_limit(self):
+        """A client that stops reading a large download is cut once it has taken nothing for the
+        idle limit (Fence-Timeout-Ms, 2 s here; 20 s by default), with a log line and a store
+        error counted: not up to twice the limit later, which left the default 20 s to the HTTP
+        endpoint's 30 s write limit, silently."""
+        fg = self.sidecar()
+        self.acquire(fg, "idle")
+        s = socket.socket()
+        self.addCleanup(s.close)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", fg.http_port))
+        s.sendall(b"GET /v1/stores/blobs/http/big HTTP/1.1\r\nHost: x\r\nFence-Lock: idle\r\n"
+                  b"Fence-Timeout-Ms: 2000\r\n\r\n")
+        got = b""
+        while len(got) < 1 << 20:
+            d = s.recv(65536)
+            self.assertTrue(d, "the download ended early")
+            got += d
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:100])
+        stopped = time.monotonic()  # no more reading: the sidecar fills the socket, then waits
+        harness.wait_until(lambda: fg.metrics().get("fencegate_http_store_errors_total") == 1,
+                           10, what="the download to be cut")
+        took = time.monotonic() - stopped
+        self.assertGreater(took, 1.9)
+        self.assertLess(took, 3.3)  # was 4 s: the limit counted from the last check, not read
+        self.assertIn("made no progress for 2000 ms (the client stopped reading)", fg.log())
+
     def test_a_body_that_ends_with_the_connection_reaches_a_slow_client_whole(self):
         """A store that frames its body by closing the connection: the client (HTTP/1.1) gets
         it chunked and whole, although it reads slowly, so that the store's close arrives while
