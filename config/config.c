@@ -237,29 +237,13 @@ static const char *cfg_show_str(char *out, const char *s)
     return cfg_show(out, s, strnlen(s, CFG_SHOW_MAX + 1));
 }
 
-/* Like cfg_show_str() for a URL, with a password in its user info replaced by "***": error
- * messages end up in logs, credentials must not. */
+/* Like cfg_show_str() for a URL, with its passwords masked (cfg_url_masked()): error messages
+ * end up in logs, credentials must not. */
 static const char *cfg_show_url(char *out, const char *s)
 {
-    char masked[CFG_SHOW_MAX * 2 + 8];
-    size_t n = strnlen(s, CFG_MAX_STR + 1), i = 0;
-    const char *auth, *at, *colon;
-    int m;
+    char masked[CFG_MAX_STR + 8];
 
-    while (i + 3 <= n && memcmp(s + i, "://", 3) != 0)
-        i++;
-    if (i + 3 > n)
-        return cfg_show(out, s, n);
-    auth = s + i + 3;
-    at = cfg_memrchr(auth, '@', n - (size_t)(auth - s));
-    colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-    if (!colon || colon + 1 == at)
-        return cfg_show(out, s, n);
-    m = snprintf(masked, sizeof masked, "%.*s***%.*s", (int)(colon + 1 - s), s, (int)(s + n - at),
-                 at);
-    if (m < 0)
-        return cfg_show(out, "", 0);
-    return cfg_show(out, masked, (size_t)m < sizeof masked ? (size_t)m : sizeof masked - 1);
+    return cfg_show_str(out, cfg_url_masked(masked, sizeof masked, s));
 }
 
 /* ---- addresses ---------------------------------------------------------------------------- */
@@ -530,6 +514,86 @@ static const char *cfg_authority_end(const char *p, const char *end, const char 
     return p;
 }
 
+static int cfg_scheme_is(const char *s, size_t n, const char *name)
+{
+    return strlen(name) == n && strncasecmp(s, name, n) == 0;
+}
+
+/* Appends s[0..n) to out (cap bytes) at *o, as much as fits with a NUL after it. */
+static void cfg_mask_put(char *out, size_t cap, size_t *o, const char *s, size_t n)
+{
+    size_t room = cap - 1 - *o;
+
+    if (n > room)
+        n = room;
+    memcpy(out + *o, s, n);
+    *o += n;
+    out[*o] = '\0';
+}
+
+/* 1 when the query parameter name k[0..n), percent-decoded, is one that libpq takes a secret
+ * from: password, sslpassword (in any case; libpq itself refuses other spellings). */
+static int cfg_mask_key(const char *k, size_t n)
+{
+    char name[16];
+
+    if (cfg_pct_decode(k, n, name, sizeof name) != NULL)
+        return 0;
+    return strcasecmp(name, "password") == 0 || strcasecmp(name, "sslpassword") == 0;
+}
+
+const char *cfg_url_masked(char *out, size_t cap, const char *url)
+{
+    const char *end = url + strlen(url), *sep = strstr(url, "://"), *cur = url, *q;
+    size_t o = 0;
+
+    if (cap == 0)
+        return out;
+    out[0] = '\0';
+    if (sep) {
+        size_t sl = (size_t)(sep - url);
+        int pg = cfg_scheme_is(url, sl, "postgresql") || cfg_scheme_is(url, sl, "postgres");
+        int redis = cfg_scheme_is(url, sl, "redis") || cfg_scheme_is(url, sl, "rediss");
+        const char *auth = sep + 3, *aend = pg ? cfg_authority_end(auth, end, "/?") : end;
+        /* the user info ends where cfg_url_postgres() and cfg_url_redis() end it */
+        const char *at = cfg_memrchr(auth, '@', (size_t)(aend - auth));
+        const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+
+        if (colon && colon + 1 < at) { /* user:password@ */
+            cfg_mask_put(out, cap, &o, url, (size_t)(colon + 1 - url));
+            cfg_mask_put(out, cap, &o, "***", 3);
+            cur = at;
+        } else if (at && !colon && redis && at > auth) { /* redis://password@ */
+            cfg_mask_put(out, cap, &o, url, (size_t)(auth - url));
+            cfg_mask_put(out, cap, &o, "***", 3);
+            cur = at;
+        }
+        q = strchr(at ? at + 1 : auth, '?');
+    } else {
+        q = strchr(url, '?');
+    }
+    if (!q) {
+        cfg_mask_put(out, cap, &o, cur, (size_t)(end - cur));
+        return out;
+    }
+    cfg_mask_put(out, cap, &o, cur, (size_t)(q + 1 - cur));
+    for (cur = q + 1; cur < end;) { /* key=value&... */
+        const char *amp = cfg_authority_end(cur, end, "&#");
+        const char *eq = memchr(cur, '=', (size_t)(amp - cur));
+
+        if (eq && cfg_mask_key(cur, (size_t)(eq - cur))) {
+            cfg_mask_put(out, cap, &o, cur, (size_t)(eq + 1 - cur));
+            cfg_mask_put(out, cap, &o, "***", 3);
+        } else {
+            cfg_mask_put(out, cap, &o, cur, (size_t)(amp - cur));
+        }
+        if (amp < end)
+            cfg_mask_put(out, cap, &o, amp, 1);
+        cur = amp + 1;
+    }
+    return out;
+}
+
 static const char *cfg_host_list(const char *p, const char *end, int defport, struct cfg_url *u)
 {
     for (;;) {
@@ -662,11 +726,6 @@ static const char *cfg_url_http(const char *p, const char *end, struct cfg_url *
         cfg_copy(u->path, sizeof u->path, aend, (size_t)(end - aend));
     }
     return NULL;
-}
-
-static int cfg_scheme_is(const char *s, size_t n, const char *name)
-{
-    return strlen(name) == n && strncasecmp(s, name, n) == 0;
 }
 
 static const char *cfg_url_any(const char *s, size_t n, struct cfg_url *u)

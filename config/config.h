@@ -164,6 +164,13 @@ int cfg_parse_addr(const char *s, struct cfg_addr *out, struct cfg_error *err) F
 /* Parses a URL of the kinds above. */
 int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err) FG_MUST_CHECK;
 
+/* Writes url (as configured) into out (cap bytes, NUL-terminated, cut to fit) with its passwords
+ * replaced by "***": the one in its user info (user:PASSWORD@; all of it in redis://PASSWORD@,
+ * which Redis reads as a password) and the value of a "password" or "sslpassword" query parameter
+ * (postgresql://...?password=PASSWORD). Logs and HTTP answers name stores by URL; credentials
+ * must not appear in either. Returns out. */
+const char *cfg_url_masked(char *out, size_t cap, const char *url);
+
 /* Whether the lock backend is the Redis store itself: same port and database, and the same host,
  * as spelled (in any case) or, when same_host is given, as same_host(a, b) says (fencegate passes
  * net_same_host: localhost and 127.0.0.1 are one); the user does not matter. */

@@ -722,7 +722,7 @@ static void http_stores(struct http_api *h, struct httpd_req *req, const char *p
     const char *name = path + strlen(HTTP_STORES_PREFIX), *verb, *rest;
     const struct cfg_store *st;
     size_t vlen;
-    char msg[768];
+    char msg[768], url[256];
     int i = http_store_route(h, path, &st, &verb, &vlen, &rest);
 
     if (!st) {
@@ -739,8 +739,8 @@ static void http_stores(struct http_api *h, struct httpd_req *req, const char *p
         h->route[i].fn(h->route[i].arg, st, rest, req, h->stopping ? NULL : h->sess);
         return;
     }
-    snprintf(msg, sizeof(msg), "store '%s' (%.200s) has no endpoint '%.*s'%s", st->name,
-             st->url.raw, (int)(vlen > 64 ? 64 : vlen), verb,
+    snprintf(msg, sizeof(msg), "store '%s' (%s) has no endpoint '%.*s'%s", st->name,
+             cfg_url_masked(url, sizeof(url), st->url.raw), (int)(vlen > 64 ? 64 : vlen), verb,
              st->url.kind == CFG_URL_POSTGRES ? "; use /v1/stores/{store}/sql"
              : st->url.kind == CFG_URL_HTTP   ? "; use /v1/stores/{store}/http/{path}"
                                               : "; Redis stores are written through the RESP "

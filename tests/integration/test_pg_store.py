@@ -885,6 +885,33 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(self.rows()[0], "1|alice|2")
 
 
+class StoreUrlsNotShownTest(FgTestCase):
+    """HTTP answers that name a store by its URL show it with its passwords masked: anyone who
+    can reach the endpoint may read them, no lock needed. Neither store needs to be up."""
+
+    def test_store_passwords_are_masked_in_answers(self):
+        redis = self.start_redis()
+        cfg = self.write_file("urls.yaml", (
+            "stores:\n  - name: pg\n    url: postgresql://fencegate:s3cretpw@127.0.0.1:%d/"
+            "postgres?sslmode=disable&password=otherpw\n"
+            "  - name: redis\n    url: redis://:redispw@127.0.0.1:%d\n")
+            % (free_port(), free_port()))
+        fg = self.start_fencegate(redis, args=["--config", cfg], readyz=False)
+        for path, shown in (
+                ("/v1/stores/pg/http/x", "postgresql://fencegate:***@127.0.0.1:"),
+                ("/v1/stores/redis/http/x", "redis://:***@127.0.0.1:"),
+                ("/v1/stores/redis/sql", "redis://:***@127.0.0.1:")):
+            st, _, data = http_request(fg.http_port, "GET", path)
+            doc = json.loads(data)
+            self.assertEqual((st, doc["error"]), (404, "not_found"), doc)
+            self.assertIn(shown, doc["message"])
+            for secret in ("s3cretpw", "otherpw", "redispw"):
+                self.assertNotIn(secret, data.decode(), path)
+        self.assertIn("/postgres?sslmode=disable&password=***) has no endpoint",
+                      json.loads(http_request(fg.http_port, "GET", "/v1/stores/pg/x")[2])
+                      ["message"])
+
+
 class LibpqMissingTest(FgTestCase):
     """A PostgreSQL store without a usable libpq.so.5 is a start-up error (exit 2) naming the
     store and the library, before anything connects or listens."""

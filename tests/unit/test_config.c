@@ -1672,14 +1672,15 @@ static void test_parse_url_table(void **state)
         };
 
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-            char want[128];
+            char want[128], masked[128];
 
             memset(&err, 0, sizeof err);
             if (cfg_parse_url(bad[i].in, u, &err) == FG_OK) {
                 print_error("%s: accepted\n", bad[i].in);
                 fail();
             }
-            snprintf(want, sizeof want, "bad URL '%s': ", bad[i].in);
+            snprintf(want, sizeof want,
+                     "bad URL '%s': ", cfg_url_masked(masked, sizeof masked, bad[i].in));
             assert_starts_with(err.msg, want);
             assert_contains(err.msg, bad[i].why);
             assert_int_equal(u->kind, 0);
@@ -1735,7 +1736,37 @@ static void test_password_not_in_errors(void **state)
     assert_null(strstr(err.msg, "hunter2"));
     assert_contains(err.msg, "'postgresql://app:***@h:0/db'");
     expect_yaml_err("upstream: 'redis://:hunter2@h:0'\n", "'redis://:***@h:0'", NULL);
+    assert_int_equal(cfg_parse_url("postgresql://h:0/db?password=hunter2", u, &err), FG_ERR_CONFIG);
+    assert_contains(err.msg, "'postgresql://h:0/db?password=***'");
+    assert_int_equal(cfg_parse_url("redis://hunter2@h:0", u, &err), FG_ERR_CONFIG);
+    assert_contains(err.msg, "'redis://***@h:0'");
     free(u);
+}
+
+/* Logs and HTTP answers name stores by URL: every password libpq or Redis would read is masked. */
+static void test_url_masked(void **state)
+{
+    static const char *const cases[][2] = {
+        {"postgresql://fencegate:s3cretpw@127.0.0.1:31432/postgres?password=otherpw",
+         "postgresql://fencegate:***@127.0.0.1:31432/postgres?password=***"},
+        {"postgres://h/db?sslmode=disable&PassWord=x&application_name=a",
+         "postgres://h/db?sslmode=disable&PassWord=***&application_name=a"},
+        {"postgresql://h/db?pass%77ord=x&sslpassword=y",
+         "postgresql://h/db?pass%77ord=***&sslpassword=***"},
+        {"postgresql://app@h/db?options=a@b", "postgresql://app@h/db?options=a@b"},
+        {"postgresql://app:@h/db", "postgresql://app:@h/db"},
+        {"redis://:redispw@127.0.0.1:6379", "redis://:***@127.0.0.1:6379"},
+        {"redis://redispw@127.0.0.1:6379/2", "redis://***@127.0.0.1:6379/2"},
+        {"redis://u:p/w?x@h:1", "redis://u:***@h:1"},
+        {"etcd://root@h:2379", "etcd://root@h:2379"},
+        {"http://127.0.0.1:9000/prefix", "http://127.0.0.1:9000/prefix"},
+    };
+    char out[256], small[20];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(cfg_url_masked(out, sizeof out, cases[i][0]), cases[i][1]);
+    assert_string_equal(cfg_url_masked(small, sizeof small, cases[0][0]), "postgresql://fenceg");
 }
 
 /* Values at and past their declared maxima are refused with a bounded, escaped message. */
@@ -1996,6 +2027,7 @@ int main(void)
         cmocka_unit_test(test_parse_addr_table),
         cmocka_unit_test(test_parse_url_table),
         cmocka_unit_test(test_password_not_in_errors),
+        cmocka_unit_test(test_url_masked),
         cmocka_unit_test(test_long_and_odd_values),
         cmocka_unit_test(test_usage_lists_every_flag),
         cmocka_unit_test(test_example_files_parse),
