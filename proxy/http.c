@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "appcheck.h"
@@ -609,13 +610,24 @@ int http_conn_count(const struct http_api *h)
 
 int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
 {
-    const char *want = evhttp_find_header(httpd_req_input_headers(req), "Fencing-Token");
+    const char *want = NULL;
     char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME];
     uint64_t v = 0;
     size_t i;
+    int n = 0;
 
-    if (!want)
+    /* Two fields are two claims: whichever one were taken, the client meant the other too. */
+    for (struct evkeyval *kv = httpd_req_input_headers(req)->tqh_first; kv; kv = kv->next.tqe_next)
+        if (strcasecmp(kv->key, "Fencing-Token") == 0 && n++ == 0)
+            want = kv->value;
+    if (n == 0)
         return 1;
+    if (n > 1) {
+        http_error(req, 400, NULL, "bad_request",
+                   "Fencing-Token: sent more than once; send exactly one token");
+        return 0;
+    }
+    /* Canonical decimal only ("0" or no leading zero), as POST /v1/locks returned it. */
     for (i = 0; want[i] >= '0' && want[i] <= '9' && i < 20; i++) {
         if (v > (UINT64_MAX - (uint64_t)(want[i] - '0')) / 10) {
             i = 0;
@@ -623,7 +635,7 @@ int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
         }
         v = v * 10 + (uint64_t)(want[i] - '0');
     }
-    if (i == 0 || want[i] != '\0') {
+    if (i == 0 || want[i] != '\0' || (want[0] == '0' && i > 1)) {
         http_error(req, 400, NULL, "bad_request",
                    "Fencing-Token: expected the decimal token POST /v1/locks returned");
         return 0;

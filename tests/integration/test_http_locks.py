@@ -2,6 +2,7 @@
 locks belonging to the sidecar's session (renewed while it runs, released on SIGTERM), the
 backend being down, the lock metrics, and fencectl running a command under a lock."""
 
+import http.client
 import json
 import os
 import socket
@@ -154,6 +155,39 @@ class HttpApi(HttpCase):
             self.assertEqual(got[1]["error"], "bad_request", (body, got))
         self.assertEqual(self.direct.exists(lock_key("bad")), 0, "a bad request took the lock")
         self.assertEqual(self.req(fg, "GET", "/v1/locks"), (200, {"locks": []}))
+
+    def test_a_release_claims_one_token_in_canonical_decimal(self):
+        """DELETE with Fencing-Token: a second Fencing-Token field, or a token that is not
+        plain decimal (leading zero, sign, whitespace inside), is a 400 and releases nothing;
+        before, the first of two fields won and 01 passed for 1."""
+        fg = self.fg
+        st, doc = self.req(fg, "POST", "/v1/locks/tok", {"ttl_ms": 3000})
+        self.assertEqual(st, 200, doc)
+        t = doc["token"]
+        for tokens in ([str(t), str(t + 1)], [str(t + 1), str(t)], [str(t), str(t)],
+                       ["0" + str(t)], ["+%d" % t], ["%d\t%d" % (t, t)], ["%d %d" % (t, t)],
+                       [""]):
+            c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+            c.putrequest("DELETE", "/v1/locks/tok")
+            for v in tokens:
+                c.putheader("Fencing-Token", v)
+            c.endheaders()
+            r = c.getresponse()
+            doc = json.loads(r.read())
+            c.close()
+            self.assertEqual((r.status, doc["error"]), (400, "bad_request"), (tokens, doc))
+            self.assertIn("Fencing-Token", doc["message"], tokens)
+            self.assertEqual(self.direct.exists(lock_key("tok")), 1, "released by %r" % tokens)
+        for fmt in ("%d\t", " %d "):  # optional whitespace around a field value is fine
+            c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+            c.request("DELETE", "/v1/locks/tok", headers={"Fencing-Token": fmt % t})
+            r = c.getresponse()
+            doc = json.loads(r.read())
+            c.close()
+            self.assertEqual((r.status, doc.get("token")), (200, t), (fmt, doc))
+            st, doc = self.req(fg, "POST", "/v1/locks/tok", {"ttl_ms": 3000})
+            self.assertEqual(st, 200, doc)
+            t = doc["token"]
 
     def test_post_waits_and_is_granted_when_resp_holder_releases(self):
         fg = self.fg

@@ -372,6 +372,29 @@ class HttpStore(HttpStoreCase):
         self.assertEqual(r.status, 201)
         self.assertEqual(Upstream.header(self.up.seen()[-1], "Fencing-Token"), [str(token)])
 
+    def test_a_token_claim_is_one_field_in_canonical_decimal(self):
+        """Two Fencing-Token fields (the first used to win: 1 then 0 was forwarded under 1), or
+        a token with a leading zero, a sign or whitespace inside, is a 400; nothing is
+        forwarded."""
+        fg = self.sidecar()
+        token = self.acquire(fg, "claim")
+        n = len(self.up.seen())
+        for tokens in ([str(token), "0"], ["0", str(token)], [str(token), str(token)],
+                       ["0" + str(token)], ["+" + str(token)], ["%d\t1" % token]):
+            c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
+            c.putrequest("PUT", "/v1/stores/blobs/http/c")
+            c.putheader("Fence-Lock", "claim")
+            for v in tokens:
+                c.putheader("Fencing-Token", v)
+            c.putheader("Content-Length", "1")
+            c.endheaders(b"x")
+            r = c.getresponse()
+            body = json.loads(r.read())
+            c.close()
+            self.assertEqual((r.status, body["error"]), (400, "bad_request"), (tokens, body))
+            self.assertIn("Fencing-Token", body["message"], tokens)
+        self.assertEqual(len(self.up.seen()), n, "a refused claim reached the store")
+
     def test_headers_client_token_not_duplicated_and_hop_by_hop_dropped(self):
         fg = self.sidecar()
         token = self.acquire(fg, "hdr")
