@@ -384,6 +384,33 @@ static void http_acquire_start(struct http_acquire *a)
         http_on_acquired(a, LOCK_UNAVAILABLE, 0, "cannot queue the request");
 }
 
+/* 1 when path is under /v1/locks. */
+static int http_is_locks(const char *path)
+{
+    size_t n = strlen(HTTP_LOCKS_PREFIX);
+
+    return !strncmp(path, HTTP_LOCKS_PREFIX, n) && (path[n] == '/' || path[n] == '\0');
+}
+
+/* 1 when req declares (Content-Length) a body larger than the lock API takes. Such a request is
+ * answered from its head (http_streams() has it handed over before its body is read), so that a
+ * client waiting for "100 Continue" sends nothing and the server reads nothing. */
+static int http_locks_body_too_large(struct httpd_req *req)
+{
+    return httpd_req_body_length(req) > JSON_LOCK_MAX_BODY;
+}
+
+static void http_lock_too_large(struct httpd_req *req, size_t len)
+{
+    char msg[200];
+
+    snprintf(msg, sizeof(msg),
+             "the request body (%zu bytes) is over the limit of the lock API, %d bytes; nothing "
+             "was done",
+             len, JSON_LOCK_MAX_BODY);
+    http_error(req, 413, NULL, "request_too_large", msg);
+}
+
 static void http_lock_post(struct http_api *h, struct httpd_req *req, const char *name, size_t len)
 {
     struct evbuffer *in = httpd_req_body(req);
@@ -400,6 +427,10 @@ static void http_lock_post(struct http_api *h, struct httpd_req *req, const char
     }
     if (!appcheck_healthy(h->app)) {
         http_error(req, 503, "Service Unavailable", "app_unhealthy", appcheck_why(h->app));
+        return;
+    }
+    if (blen > JSON_LOCK_MAX_BODY) { /* chunked: its length is known once read */
+        http_lock_too_large(req, blen);
         return;
     }
     if (json_parse_lock_request(body, blen, &ttl, &wait, err, sizeof(err)) != FG_OK) {
@@ -551,6 +582,10 @@ static void http_locks(struct http_api *h, struct httpd_req *req, const char *pa
     size_t len = 0;
     char *name;
 
+    if (http_locks_body_too_large(req)) {
+        http_lock_too_large(req, (size_t)httpd_req_body_length(req));
+        return;
+    }
     if (*rest == '\0' || !strcmp(rest, "/")) {
         if (m != EVHTTP_REQ_GET) {
             http_error(req, 405, "Method Not Allowed", "method_not_allowed",
@@ -713,7 +748,8 @@ static int http_store_route(const struct http_api *h, const char *path, const st
     return -2;
 }
 
-/* Whether req's handler takes its body as it arrives (httpd_stream_cb). */
+/* Whether req's handler takes its body as it arrives (httpd_stream_cb): a store's that streams,
+ * and a lock API request whose body is too large, refused from its head before it is read. */
 static int http_streams(struct httpd_req *req, void *arg)
 {
     const struct http_api *h = arg;
@@ -722,6 +758,8 @@ static int http_streams(struct httpd_req *req, void *arg)
     size_t vlen;
     int i;
 
+    if (path && http_is_locks(path))
+        return http_locks_body_too_large(req);
     if (!path || strncmp(path, HTTP_STORES_PREFIX, strlen(HTTP_STORES_PREFIX)) != 0 || h->stopping)
         return 0;
     i = http_store_route(h, path, &st, &verb, &vlen, &rest);
@@ -769,8 +807,7 @@ static void http_dispatch(struct httpd_req *req, void *arg)
     metrics_inc(&fg_metrics, M_HTTP_REQUESTS, 1);
     if (!path)
         path = "/";
-    if (!strncmp(path, HTTP_LOCKS_PREFIX, strlen(HTTP_LOCKS_PREFIX)) &&
-        (path[strlen(HTTP_LOCKS_PREFIX)] == '/' || path[strlen(HTTP_LOCKS_PREFIX)] == '\0')) {
+    if (http_is_locks(path)) {
         http_locks(h, req, path);
         return;
     }

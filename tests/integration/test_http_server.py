@@ -229,6 +229,35 @@ class HttpServer(FgTestCase):
         st, _, data = read_response(s)
         self.assertEqual((st, json.loads(data)["error"]), (413, "request_too_large"))
 
+    def test_lock_api_bodies_over_64_kib_are_413_before_they_are_read(self):
+        """The lock API takes bodies of at most 64 KiB: a Content-Length above that is refused
+        413 from the head, without "100 Continue" and without reading the body (before, the
+        client was told to go on, sent all of it and got 400); a chunked one once it is read."""
+        lim = 64 * 1024
+        s = self.connect()
+        s.sendall(b"POST /v1/locks/big HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+                  b"Expect: 100-continue\r\n\r\n")
+        st, _, data = read_response(s)
+        doc = json.loads(data)
+        self.assertEqual((st, doc["error"]), (413, "request_too_large"), doc)
+        self.assertIn("65536", doc["message"])
+        self.assertTrue(closed_by_peer(s), "the connection stayed open with its body unsent")
+        # Without Expect, a client that sends its body first still gets the answer.
+        s = self.connect()
+        s.sendall(b"POST /v1/locks/big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                  % (lim + 1) + b" " * 1000)
+        st, _, data = read_response(s)
+        self.assertEqual((st, json.loads(data)["error"]), (413, "request_too_large"))
+        s = self.connect()
+        s.sendall(b"POST /v1/locks/big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"\r\n%x\r\n%s\r\n0\r\n\r\n" % (lim + 1, b" " * (lim + 1)))
+        st, _, data = read_response(s)
+        self.assertEqual((st, json.loads(data)["error"]), (413, "request_too_large"))
+        # At the limit, the body is read.
+        st, _, data = harness.http_request(self.fg.http_port, "POST", "/v1/locks/big",
+                                           b"{}" + b" " * (lim - 2))
+        self.assertEqual(st, 200, data)
+
     def test_head_has_the_headers_and_no_body(self):
         s = self.connect()
         s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n")
