@@ -49,6 +49,7 @@ struct http_acquire {
     struct event *retry; /* the lock is held by this very sidecar: poll until it is free */
     long long ttl_ms, wait_ms;
     uint64_t deadline_ms;
+    uint64_t t0_us; /* an acquisition: when it was asked for (fencegate_lock_wait_seconds) */
     uint64_t token; /* a release: the token being given back */
     int inflight;   /* an acquisition the backend is working on */
     size_t len;
@@ -296,6 +297,8 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
     char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME], text[600];
     long long ttl = a->ttl_ms > 0 ? a->ttl_ms : h->cfg->session_ttl_ms;
 
+    /* Every answer to an acquisition, as FENCE.ACQUIRE's (fencing_on_acquired()). */
+    metrics_observe(&fg_metrics, H_LOCK_WAIT, clock_now_us() - a->t0_us);
     if (status == LOCK_OK && (!a->req || !appcheck_healthy(h->app))) {
         /* Nobody is there to learn the token, or nobody to be trusted with it: give it back. */
         (void)lock_release(h->sess, a->name, a->len, NULL, NULL);
@@ -457,6 +460,7 @@ static void http_lock_post(struct http_api *h, struct httpd_req *req, const char
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
         return;
     }
+    a->t0_us = clock_now_us();
     a->ttl_ms = ttl;
     a->wait_ms = wait < 0 ? 0 : wait;
     a->deadline_ms = clock_now_ms() + (uint64_t)a->wait_ms;

@@ -212,6 +212,25 @@ class HttpApi(HttpCase):
         self.assertGreater(doc["token"], t1)
         self.assertLess(out["at"] - released, 1.0, "hand-over took too long")
 
+    def test_lock_wait_histogram_counts_http_acquisitions(self):
+        """fencegate_lock_wait_seconds observes an HTTP acquisition from its request to its
+        answer, as it does FENCE.ACQUIRE's: one that waited 1 s for a RESP holder adds one
+        observation of about 1 s (before, HTTP acquisitions were not counted at all)."""
+        fg = self.fg
+        c = self.raw(fg.resp_port)
+        self.assertIsInstance(c.call("FENCE.ACQUIRE", "waited"), int)
+        m0 = fg.metrics()
+        threading.Timer(1.0, lambda: c.call("FENCE.RELEASE", "waited")).start()
+        st, doc = self.req(fg, "POST", "/v1/locks/waited", {"wait_ms": 5000})
+        self.assertEqual(st, 200, doc)
+        m = fg.metrics()
+        count = "fencegate_lock_wait_seconds_count"
+        total = "fencegate_lock_wait_seconds_sum"
+        self.assertEqual(m.get(count, 0) - m0.get(count, 0), 1)
+        self.assertGreaterEqual(m.get(total, 0) - m0.get(total, 0), 0.9)
+        self.assertEqual(m['fencegate_lock_wait_seconds_bucket{le="0.8192"}'] -
+                         m0['fencegate_lock_wait_seconds_bucket{le="0.8192"}'], 0)
+
     def test_http_lock_is_renewed_while_the_sidecar_runs(self):
         fg = self.fg
         st, doc = self.req(fg, "POST", "/v1/locks/renewed", {})
