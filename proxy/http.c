@@ -188,6 +188,13 @@ static void http_error(struct httpd_req *req, int status, const char *reason, co
     http_json(req, status, reason, body);
 }
 
+/* 405, with the methods the resource takes in an Allow header (RFC 9110 15.5.6). */
+static void http_not_allowed(struct httpd_req *req, const char *allow, const char *msg)
+{
+    evhttp_add_header(httpd_req_output_headers(req), "Allow", allow);
+    http_error(req, 405, "Method Not Allowed", "method_not_allowed", msg);
+}
+
 /* Tells the event streams about a lock of the sidecar's session: {"name","token"[,"ttl_ms"]
  * [,"reason"]} (ttl_ms when > 0, reason when not NULL). */
 static void http_event_lock(struct http_api *h, const char *type, const char *name, size_t len,
@@ -590,10 +597,11 @@ static void http_locks(struct http_api *h, struct httpd_req *req, const char *pa
         http_lock_too_large(req, (size_t)httpd_req_body_length(req));
         return;
     }
-    if (*rest == '\0' || !strcmp(rest, "/")) {
-        if (m != EVHTTP_REQ_GET) {
-            http_error(req, 405, "Method Not Allowed", "method_not_allowed",
-                       "use GET /v1/locks, or POST / DELETE /v1/locks/{name}");
+    /* POST or DELETE /v1/locks/ names a lock, an empty one: refused below as such. */
+    if (*rest == '\0' || (!strcmp(rest, "/") && m != EVHTTP_REQ_POST && m != EVHTTP_REQ_DELETE)) {
+        if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
+            http_not_allowed(req, "GET, HEAD",
+                             "use GET /v1/locks, or POST / DELETE /v1/locks/{name}");
             return;
         }
         http_lock_list(h, req);
@@ -612,8 +620,8 @@ static void http_locks(struct http_api *h, struct httpd_req *req, const char *pa
     else if (m == EVHTTP_REQ_DELETE)
         http_lock_delete(h, req, name, len);
     else
-        http_error(req, 405, "Method Not Allowed", "method_not_allowed",
-                   "use POST to acquire or DELETE to release /v1/locks/{name}");
+        http_not_allowed(req, "POST, DELETE",
+                         "use POST to acquire or DELETE to release /v1/locks/{name}");
     free(name);
 }
 
@@ -821,7 +829,7 @@ static void http_dispatch(struct httpd_req *req, void *arg)
     }
     if (!strcmp(path, "/v1/events")) {
         if (m != EVHTTP_REQ_GET)
-            http_error(req, 405, "Method Not Allowed", "method_not_allowed", "use GET /v1/events");
+            http_not_allowed(req, "GET", "use GET /v1/events");
         else if (h->stopping)
             http_error(req, 503, "Service Unavailable", "unavailable", "shutting down");
         else
@@ -835,9 +843,7 @@ static void http_dispatch(struct httpd_req *req, void *arg)
         return;
     }
     if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
-        evhttp_add_header(httpd_req_output_headers(req), "Allow", "GET, HEAD");
-        http_json(req, 405, "Method Not Allowed",
-                  "{\"error\":\"method_not_allowed\",\"message\":\"use GET\"}");
+        http_not_allowed(req, "GET, HEAD", "use GET");
         return;
     }
     if (!strcmp(path, "/healthz"))

@@ -189,6 +189,29 @@ class HttpApi(HttpCase):
             self.assertEqual(st, 200, doc)
             t = doc["token"]
 
+    def test_methods_empty_names_and_allow(self):
+        """POST or DELETE /v1/locks/ names no lock: 400 saying so (was 405). HEAD /v1/locks is
+        GET without the body (was 405). A 405 says what is allowed in an Allow header."""
+        fg = self.fg
+        for m in ("POST", "DELETE"):
+            got = self.req(fg, m, "/v1/locks/")
+            self.assert_error(got, 400, "bad_request")
+            self.assertIn("lock name", got[1]["message"])
+        st, headers, data = harness.http_request(fg.http_port, "HEAD", "/v1/locks")
+        self.assertEqual((st, data), (200, b""))
+        self.assertEqual(int(headers["content-length"]),
+                         len(harness.http_request(fg.http_port, "GET", "/v1/locks")[2]))
+        for m, path, allow in (("PUT", "/v1/locks", "GET, HEAD"),
+                               ("POST", "/v1/locks", "GET, HEAD"),
+                               ("GET", "/v1/locks/x", "POST, DELETE"),
+                               ("PUT", "/v1/locks/x", "POST, DELETE"),
+                               ("POST", "/v1/events", "GET"),
+                               ("POST", "/healthz", "GET, HEAD")):
+            st, headers, data = harness.http_request(fg.http_port, m, path)
+            self.assertEqual((st, json.loads(data)["error"]), (405, "method_not_allowed"),
+                             (m, path))
+            self.assertEqual(headers.get("allow"), allow, (m, path))
+
     def test_post_waits_and_is_granted_when_resp_holder_releases(self):
         fg = self.fg
         c = self.raw(fg.resp_port)
