@@ -90,6 +90,10 @@ void lock_client_free(struct lock_client *c);
 /* 1 while the backend connection is up. */
 int lock_client_ready(const struct lock_client *c);
 
+/* A lease's bounds, in milliseconds: session leases and a lock's own TTL. */
+#define LOCK_MIN_TTL_MS 500
+#define LOCK_MAX_TTL_MS 3600000
+
 /* Opens a session whose locks without their own TTL get a lease of ttl_ms (500..3600000). lost
  * is called for each lock the session loses. Returns NULL when out of memory or ttl_ms is out of
  * range. */

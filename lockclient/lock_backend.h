@@ -10,8 +10,6 @@
 
 struct event;
 
-#define LOCK_MIN_TTL_MS            500
-#define LOCK_MAX_TTL_MS            3600000
 #define LOCK_DEFAULT_OP_TIMEOUT_MS 2000
 #define LOCK_MAX_FENCE_ROUNDS      3   /* hook calls after repairs before an acquire gives up */
 #define LOCK_UID_LEN               32  /* hex digits of a client's random 128-bit id */

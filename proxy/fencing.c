@@ -225,9 +225,10 @@ static void fencing_acquire(struct client *c, const char *m, const struct resp_r
         if (name_is(ARG(i), ALEN(i), "norenew")) {
             flags |= LOCK_NORENEW;
         } else if (name_is(ARG(i), ALEN(i), "ttl") && i + 1 < r->argc) {
-            if (fencing_parse_ms(ARG(i + 1), ALEN(i + 1), 1, 3600000, &ttl) < 0) {
-                cl_reply_error(c, "ERR TTL must be an integer number of milliseconds in "
-                                  "1..3600000");
+            if (fencing_parse_ms(ARG(i + 1), ALEN(i + 1), LOCK_MIN_TTL_MS, LOCK_MAX_TTL_MS, &ttl) <
+                0) {
+                cl_reply_error(c, "ERR TTL must be an integer number of milliseconds in %d..%d",
+                               LOCK_MIN_TTL_MS, LOCK_MAX_TTL_MS);
                 return;
             }
             i++;

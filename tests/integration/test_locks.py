@@ -258,6 +258,16 @@ class Waiting(LockTestCase):
 
 class Leases(LockTestCase):
 
+    def test_a_ttl_out_of_range_is_refused_with_the_range_the_backend_takes(self):
+        # One range, one message: TTL 1 was refused by the lock library with another text
+        # ("out of range (500..3600000, or 0 ...)") than TTL 0 was by the command ("1..3600000").
+        c = self.raw(self.fencegate().resp_port)
+        for ttl in ("0", "1", "499", "3600001", "-5", "x"):
+            self.assertEqual(c.call("FENCE.ACQUIRE", "t", "TTL", ttl),
+                             Err("ERR TTL must be an integer number of milliseconds in "
+                                 "500..3600000"), ttl)
+        self.assertGreater(self.acquire(c, "t", "TTL", 500), 0)
+
     def test_norenew_lease_expires_then_write_is_locklost(self):
         fg = self.fencegate()
         c = self.raw(fg.resp_port)
