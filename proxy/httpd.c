@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include "bevread.h"
+#include "clock.h"
 #include "httpmsg.h"
 #include "json.h"
 #include "log.h"
@@ -61,11 +62,12 @@ struct httpd_conn {
     enum httpd_state state;
     struct httpmsg_chunked chunked;
     int is_chunked;
-    uint64_t left; /* Content-Length body bytes still to read */
-    int body_done; /* the current request's body is read whole */
-    int streaming; /* its handler takes its body as it arrives */
-    int linger;    /* close by lingering: the client may still be sending */
-    int unsent;    /* the next request waits until the answers queued are written */
+    uint64_t left;     /* Content-Length body bytes still to read */
+    int body_done;     /* the current request's body is read whole */
+    int streaming;     /* its handler takes its body as it arrives */
+    int linger;        /* close by lingering: the client may still be sending */
+    int unsent;        /* the next request waits until the answers queued are written */
+    long long head_ms; /* when the request head being read began to arrive (0: not begun) */
 };
 
 struct httpd_req {
@@ -108,6 +110,7 @@ struct httpd {
     httpd_stream_cb stream;
     void *arg;
     struct httpd_conn *conns;
+    int nconns;
     struct event *drained_ev; /* runs drained() from the loop once no connection is left */
     void (*drained)(void *);  /* set by httpd_drain() */
     void *drained_arg;
@@ -350,6 +353,7 @@ static void httpd_conn_free(struct httpd_conn *c)
     } else {
         httpd_req_free(r);
     }
+    srv->nconns--;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -691,8 +695,15 @@ static void httpd_read_request(struct httpd_conn *c)
             return;
         p = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
         n = httpmsg_parse_request(p, want, HTTPD_MAX_HEAD, &m, &status, err, sizeof(err));
-        if (n == 0)
+        if (n == 0) { /* a head arriving a byte now and then holds the connection: not for ever */
+            if (!c->head_ms)
+                c->head_ms = clock_now_ms();
+            else if (clock_now_ms() - c->head_ms > HTTPD_TIMEOUT_MS)
+                httpd_refuse(c, 408, "request_timeout",
+                             "the request head took longer than 30 s to arrive");
             return;
+        }
+        c->head_ms = 0;
         if (n < 0) {
             httpd_refuse(c, status,
                          status == 431   ? "headers_too_large"
@@ -921,10 +932,19 @@ static void httpd_on_accept(struct evconnlistener *lev, evutil_socket_t fd, stru
     if (srv->conns)
         srv->conns->prev = c;
     srv->conns = c;
+    srv->nconns++;
     bufferevent_setcb(c->bev, httpd_on_read, httpd_on_write, httpd_on_event, c);
     bevread_setup(c->bev, HTTPD_MAX_HEAD + HTTPD_MAX_PIPELINED);
     httpd_set_read_timeout(c, 1);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    if (srv->nconns > HTTPD_MAX_CONNS) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "the HTTP endpoint has %d connections open, the most it takes; try again once "
+                 "some have closed",
+                 HTTPD_MAX_CONNS);
+        httpd_refuse(c, 503, "too_many_connections", msg);
+    }
 }
 
 /* accept() failed. Out of descriptors, the pending connection stays pending: accepting pauses
@@ -1001,11 +1021,7 @@ void httpd_drain(struct httpd *srv, void (*done)(void *), void *arg)
 
 int httpd_conn_count(const struct httpd *srv)
 {
-    int n = 0;
-
-    for (const struct httpd_conn *c = srv->conns; c; c = c->next)
-        n++;
-    return n;
+    return srv->nconns;
 }
 
 void httpd_close_all(struct httpd *srv)

@@ -24,6 +24,7 @@ struct httpd_req;
 #define HTTPD_TIMEOUT_MS    30000         /* reading a request, or writing, without progress */
 #define HTTPD_MAX_PIPELINED (64 * 1024)   /* bytes read ahead while a request is answered */
 #define HTTPD_MAX_UNSENT    (256 * 1024)  /* answers queued unread before the next request waits */
+#define HTTPD_MAX_CONNS     1024          /* connections open; more are answered 503 and closed */
 
 /* A request whose head and body arrived: the handler owns r until it answers it (httpd_reply(),
  * httpd_reply_end() or httpd_reply_abort()), which frees r. */

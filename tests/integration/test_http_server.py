@@ -4,6 +4,7 @@ error naming what was wrong, that connection closes, and other clients carry on.
 
 import http.client
 import json
+import resource
 import socket
 import time
 
@@ -357,6 +358,30 @@ class HttpServer(FgTestCase):
         got = Reader(s, timeout=10)
         for i in range(50):
             self.assertEqual(got.response()[0], 200, "answer %d" % i)
+
+    def test_connections_past_the_cap_are_answered_503_and_others_carry_on(self):
+        # HTTPD_MAX_CONNS (1024) connections open: one more is answered 503 and closed, instead
+        # of being held until the process runs out of descriptors (which would stop the RESP
+        # endpoint accepting too). Once some close, new ones are served.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 2200 and hard >= 2200:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (2200, hard))
+        elif soft < 2200:
+            self.skipTest("needs 2200 descriptors, the limit is %d" % hard)
+        idle = []
+        for _ in range(1024):
+            s = socket.create_connection(("127.0.0.1", self.fg.http_port), timeout=5)
+            self.addCleanup(s.close)
+            idle.append(s)
+        extra = self.connect()
+        extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        st, _, body = read_response(extra)
+        self.assertEqual((st, json.loads(body)["error"]), (503, "too_many_connections"), body)
+        self.assertTrue(closed_by_peer(extra))
+        for s in idle[:10]:
+            s.close()
+        harness.wait_until(lambda: harness.http_get(self.fg.http_port, "/healthz")[0] == 200,
+                           5, 0.05, "a connection served once some closed")
 
     def test_many_connections_declaring_huge_bodies_use_no_memory(self):
         before = harness.rss_kib(self.fg.pid)
