@@ -309,6 +309,7 @@ static void fence_refuse(struct fence_decision *d, enum fence_verdict v, size_t 
     d->verdict = v;
     d->key_index = k;
     fence_ref_set(&d->offending, name, len, 0);
+    d->offending_full = len;
 }
 
 /* Keys are judged in order and the first refusal wins, so the error names the first key at
@@ -356,6 +357,7 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
         len = full < sizeof(name) ? full : sizeof(name);
         if (full > sizeof(name)) {
             fence_refuse(out, FENCE_NOLOCK, k, name, len);
+            out->offending_full = full;
             return;
         }
         if (fence_has_lock(out, name, len))

@@ -77,6 +77,7 @@ struct fence_decision {
     size_t nlocks;
     size_t key_index;                /* NOLOCK / LOCKLOST: the argv index of the key */
     struct fence_lock_ref offending; /* NOLOCK / LOCKLOST: the lock named in the error */
+    size_t offending_full;           /* its whole length: over FENCE_MAX_LOCK, no lock's name */
 };
 
 /* Decides how a write with the given keys (argv indexes into argv/lens) is fenced. Each key is

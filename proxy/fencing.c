@@ -935,12 +935,22 @@ enum req_action fencing_write(struct client *c, const char *m, const struct resp
         break;
     case FENCE_NOLOCK:
         metrics_inc(&fg_metrics, M_NOLOCK_REFUSED, 1);
-        cl_reply_error(c,
-                       "NOLOCK key %.*s is protected by lock %.*s (FENCE.ACQUIRE %.*s first); "
-                       "not sent",
-                       (int)(lens[d.key_index] > 200 ? 200 : lens[d.key_index]), argv[d.key_index],
-                       (int)d.offending.len, d.offending.name, (int)d.offending.len,
-                       d.offending.name);
+        if (d.offending_full > d.offending.len || memchr(d.offending.name, '\0', d.offending.len))
+            cl_reply_error(c,
+                           "ERR key %.*s maps to a lock name no lock can have (%zu bytes%s; a "
+                           "lock name is 1..%d bytes without NUL bytes), so the write cannot be "
+                           "fenced; not sent (change the protect rule's lock pattern)",
+                           (int)(lens[d.key_index] > 200 ? 200 : lens[d.key_index]),
+                           argv[d.key_index], d.offending_full,
+                           d.offending_full > d.offending.len ? "" : ", with a NUL byte",
+                           LOCK_MAX_NAME);
+        else
+            cl_reply_error(c,
+                           "NOLOCK key %.*s is protected by lock %.*s (FENCE.ACQUIRE %.*s first); "
+                           "not sent",
+                           (int)(lens[d.key_index] > 200 ? 200 : lens[d.key_index]),
+                           argv[d.key_index], (int)d.offending.len, d.offending.name,
+                           (int)d.offending.len, d.offending.name);
         break;
     case FENCE_LOCKLOST:
         fencing_refuse_lost(c, &d.offending);

@@ -159,6 +159,19 @@ class WhichWrites(FencingCase):
         self.fg = self.fencegate()
         self.c = self.raw(self.fg.resp_port)
 
+    def test_a_key_whose_lock_name_no_lock_can_have_is_refused_saying_so(self):
+        # wallet:* -> wallet:$1: a key of 600 bytes maps to a lock name over 512 bytes, a key
+        # with a NUL byte to a name with one. No lock can have either name, so the NOLOCK
+        # advice (FENCE.ACQUIRE it first) would lead nowhere: the refusal says what is wrong.
+        c = self.c
+        for key, what in ((b"wallet:" + b"x" * 600, b"(607 bytes;"),
+                          (b"wallet:a\x00b", b"(10 bytes, with a NUL byte;")):
+            r = c.call("SET", key, "v")
+            self.assertIsInstance(r, Err, r)
+            self.assertTrue(r.startswith("ERR key wallet:"), r)
+            self.assertIn("maps to a lock name no lock can have " + what.decode(), r)
+            self.assertEqual(self.direct.exists(key), 0)
+
     def test_protected_key_without_lock_is_nolock_and_never_sent(self):
         c = self.c
         nolock0 = metric(self.fg, "fencegate_nolock_refused_total")
