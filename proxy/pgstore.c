@@ -69,6 +69,9 @@
 #define PG_CONNECT_TIMEOUT_MS 3000 /* the lookup; then connect and set-up of one connection */
 #define PG_BACKOFF_MIN_MS     100
 #define PG_BACKOFF_MAX_MS     5000
+/* A connection that read a result this large is made anew once idle: libpq keeps its input
+ * buffer as large as the largest message it read, for as long as the connection lives. */
+#define PG_RECYCLE_BYTES (4u << 20)
 /* A round trip's client-side deadline: statement_timeout for each statement that may use it
  * up, + this. */
 #define PG_DEADLINE_SLACK_MS 2000
@@ -196,6 +199,7 @@ struct pg_conn {
     char err[256]; /* the first error of the set-up, or of the lookups */
     struct pc_lookup *lk; /* one per host of the URL when it names any (pgstore.hosts) */
     int lookups;          /* lookups in flight (PC_RESOLVING) */
+    int recycle;          /* read a result of PG_RECYCLE_BYTES or more: closed once idle */
 };
 
 struct pg_job {
@@ -1041,6 +1045,35 @@ static void pg_job_done(struct pg_job *j)
     pg_job_free(j);
 }
 
+/* An idle connection that read a large result is closed and made again at once (PC_WAIT), which
+ * gives its input buffer back; the store counts as reachable meanwhile, and batches wait for a
+ * connection as they do behind busy ones. */
+static void pc_recycle(struct pg_conn *c)
+{
+    log_debug("postgresql store '%s': a connection read a result of %u MiB or more; making it "
+              "anew to give that memory back",
+              c->s->cfg->name, PG_RECYCLE_BYTES >> 20);
+    c->recycle = 0;
+    pc_events_free(c);
+    pq.PQfinish(c->pg);
+    c->pg = NULL;
+    free(c->table);
+    c->table = NULL;
+    c->state = PC_WAIT;
+    c->syncs = 0;
+    c->backoff_ms = 0;
+    pc_timer(c, 0);
+}
+
+/* An idle connection takes the next batch waiting, unless it is to be made anew first. */
+static void pc_next(struct pg_conn *c)
+{
+    if (c->recycle)
+        pc_recycle(c);
+    else
+        pg_next_job(c->s, c);
+}
+
 /* The batch's pipeline answered: the outcome is known; answer it. A block left open (an error
  * skipped the COMMIT) is rolled back in a second round trip. */
 static void pc_phase1_done(struct pg_conn *c)
@@ -1065,7 +1098,7 @@ static void pc_phase1_done(struct pg_conn *c)
         evtimer_del(c->timer);
         c->phase = 0;
         c->state = PC_IDLE;
-        pg_next_job(c->s, c);
+        pc_next(c);
         return;
     }
     c->phase = 2;
@@ -1127,7 +1160,7 @@ static void pc_sync(struct pg_conn *c)
     c->state = PC_IDLE;
     if (j)
         pg_job_done(j);
-    pg_next_job(c->s, c);
+    pc_next(c);
 }
 
 /* A statement started COPY: answer the batch (nothing was committed: the COMMIT behind it in the
@@ -1202,6 +1235,8 @@ static void pc_on_read(evutil_socket_t fd, short what, void *arg)
         }
         c->in_query = 1;
         pc_result(c, r);
+        if (pq.PQresultMemorySize(r) >= PG_RECYCLE_BYTES)
+            c->recycle = 1;
         pq.PQclear(r);
     }
     if (lost && c->pg)

@@ -43,6 +43,7 @@
     X(PQpipelineSync)                                                                              \
     X(PQresultErrorField)                                                                          \
     X(PQresultErrorMessage)                                                                        \
+    X(PQresultMemorySize)                                                                          \
     X(PQresultStatus)                                                                              \
     X(PQsendPrepare)                                                                               \
     X(PQsendQueryParams)                                                                           \

@@ -12,6 +12,7 @@ import threading
 import time
 import unittest
 
+import harness
 from harness import (FENCEGATE_BIN, PSQL, FgTestCase, PostgresServer, PromptPoller, clean_env,
                      free_port, http_request, run_fencegate, wait_until)
 
@@ -130,6 +131,22 @@ class PgStoreTest(FgTestCase):
         st, body = self.sql(a, [{"sql": "DELETE FROM accounts"}])
         self.assertEqual(st, 409, body)
         self.assertEqual(len(self.rows()), 2)
+
+    def test_a_large_result_does_not_stay_in_memory(self):
+        # libpq keeps a connection's input buffer as large as the largest message it read, for
+        # the connection's life: a 40 MB value left 40 MB resident per pooled connection after
+        # it was answered. A connection that read a result that large is closed and made again.
+        fg = self.fencegate("    pool_size: 2\n")
+        self.acquire(fg)
+        before = harness.rss_kib(fg.pid)
+        for _ in range(2):
+            st, body = self.sql(fg, [{"sql": "SELECT repeat('x', 40000000) AS big"}], timeout=30)
+            self.assertEqual((st, body["error"]), (413, "result_too_large"), body)
+        st, body = self.sql(fg, [{"sql": "SELECT 1 AS one"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[1]]), body)
+        harness.wait_until(lambda: harness.rss_kib(fg.pid) - before < 16 * 1024, 5, 0.1,
+                           "RSS back within 16 MiB of before (grew %d KiB)"
+                           % (harness.rss_kib(fg.pid) - before))
 
     def test_stale_token_rolls_back_with_both_tokens(self):
         fg = self.fencegate()
