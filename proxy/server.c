@@ -2291,7 +2291,7 @@ static void cl_on_write(evutil_socket_t fd, short what, void *arg)
 static void up_pass_eof(struct client *c)
 {
     if (!c->pinned || c->ustate != U_READY || c->quit_sent || c->run || buf_len(&c->uout) > 0 ||
-        buf_len(&c->in) > 0)
+        (c->stalled && buf_len(&c->in) > 0)) /* a part of a request left will never be whole */
         return;
     for (size_t i = 0; i < c->ops_count; i++) {
         const struct op *o = op_at(c, i);

@@ -540,6 +540,7 @@ class ProxySemantics(FgTestCase):
         # A blocked command is dropped, as Redis drops it when it reads the end of the stream;
         # what came before it is answered, and no client is left blocked in Redis.
         self.assertEqual(exchange(b"PING\r\nBLPOP hc:none 0\r\nPING\r\n"), b"+PONG\r\n")
+        self.assertEqual(exchange(b"SELECT 0\r\nBLPOP hc:none 0\r\nGET hc:"), b"+OK\r\n")
         harness.wait_until(lambda: b"cmd=blpop" not in self.direct.execute_command(
             "CLIENT", "LIST"), 3, 0.02, "the blocked upstream client gone")
         # One served at once is answered, and its element is not lost.
