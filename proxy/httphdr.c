@@ -57,22 +57,51 @@ int httphdr_drop_request(const char *name, const char *connection)
     return httphdr_is_hop_by_hop(name, connection);
 }
 
-/* 1 when the segment [s, e) is "." or "..", literally or with %2e / %2E. */
+/* The length of an encoded separator at s (before e) that some servers decode into one: %2f,
+ * %5c (either case); 0 when there is none. */
+static size_t httphdr_enc_sep(const char *s, const char *e)
+{
+    if (e - s < 3 || s[0] != '%')
+        return 0;
+    if ((s[1] == '2' && (s[2] == 'f' || s[2] == 'F')) ||
+        (s[1] == '5' && (s[2] == 'c' || s[2] == 'C')))
+        return 3;
+    return 0;
+}
+
+/* 1 when the segment [s, e) holds a "." or ".." piece, literally or with %2e / %2E, as a store
+ * might read it: servers differ, so a piece also ends at a backslash or an encoded '/' or '\'
+ * (..%2f, a\..\b), and its ';' parameters are cut off (..;). */
 static int httphdr_dot_segment(const char *s, const char *e)
 {
-    int dots = 0;
+    int dots = 0, other = 0;
 
-    while (s < e) {
-        if (*s == '.') {
+    for (;;) {
+        size_t sep = s == e ? 0 : *s == '\\' ? 1 : httphdr_enc_sep(s, e);
+
+        if (s == e || sep > 0 || *s == ';') { /* the end of a piece */
+            if (!other && (dots == 1 || dots == 2))
+                return 1;
+            if (s == e)
+                return 0;
+            if (*s == ';') { /* its parameters, to the next separator */
+                while (s < e && *s != '\\' && httphdr_enc_sep(s, e) == 0)
+                    s++;
+                continue;
+            }
+            s += sep;
+            dots = other = 0;
+        } else if (*s == '.') {
             s++;
+            dots++;
         } else if (e - s >= 3 && s[0] == '%' && s[1] == '2' && (s[2] == 'e' || s[2] == 'E')) {
             s += 3;
+            dots++;
         } else {
-            return 0;
+            s++;
+            other = 1;
         }
-        dots++;
     }
-    return dots == 1 || dots == 2;
 }
 
 int httphdr_target(char *out, size_t cap, const char *prefix, const char *rest, const char *query)

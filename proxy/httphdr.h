@@ -21,7 +21,8 @@ int httphdr_drop_request(const char *name, const char *connection);
 
 /* Writes "<prefix><rest or "/">[?query]" into out. prefix is the store URL's path ("" or
  * "/..."), rest the raw path after /http ("" or "/..."), query NULL or the raw query. Refuses
- * rest with a "." or ".." segment (also %2e-encoded), which could climb out of the prefix.
+ * rest with a "." or ".." segment (also %2e-encoded, or ending at a '\\', %2f or %5c, or before
+ * ';' parameters, as some servers read them), which could climb out of the prefix.
  * Returns the length, -1 for a dot segment, -2 when it does not fit in cap. */
 int httphdr_target(char *out, size_t cap, const char *prefix, const char *rest, const char *query);
 

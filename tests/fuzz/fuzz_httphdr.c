@@ -10,25 +10,43 @@
 
 #define FUZZ_ARGS 4
 
-/* 1 when rest (a raw path, "" or "/...") has a segment that is "." or "..", spelled with '.'
- * or "%2e"/"%2E": what httphdr_target must refuse. Written apart from httphdr.c, by decoding. */
+/* 1 when rest (a raw path, "" or "/...") has a piece that is "." or "..": what httphdr_target
+ * must refuse. Written apart from httphdr.c, by decoding: in each segment %2e is a '.', %2f a
+ * '/' and %5c a '\\' (as some stores decode them), a piece ends at '/' or '\\', and a ';' starts
+ * the piece's parameters, which do not count. */
 static int fuzz_has_dot_segment(const char *rest)
 {
     const char *p = rest;
 
     while (*p == '/') {
-        const char *seg = p + 1;
         size_t dots = 0, other = 0;
-        for (p = seg; *p && *p != '/'; p++) {
-            if (*p == '.')
-                dots++;
-            else if (p[0] == '%' && p[1] == '2' && (p[2] == 'e' || p[2] == 'E'))
-                dots++, p += 2;
-            else
-                other++;
+        int params = 0;
+        for (p++;; p++) {
+            char c = *p;
+            if (c == '%' && p[1] == '2' && (p[2] == 'e' || p[2] == 'E'))
+                c = '.', p += 2;
+            else if (c == '%' && p[1] == '2' && (p[2] == 'f' || p[2] == 'F'))
+                c = '\\', p += 2;
+            else if (c == '%' && p[1] == '5' && (p[2] == 'c' || p[2] == 'C'))
+                c = '\\', p += 2;
+            if (c == '\0' || c == '/' || c == '\\') { /* a piece ends */
+                if (other == 0 && (dots == 1 || dots == 2))
+                    return 1;
+                dots = other = 0;
+                params = 0;
+                if (c != '\\')
+                    break; /* the segment ends */
+            } else if (c == ';') {
+                if (other == 0 && (dots == 1 || dots == 2))
+                    return 1;
+                params = 1;
+            } else if (!params) {
+                if (c == '.')
+                    dots++;
+                else
+                    other++;
+            }
         }
-        if (other == 0 && (dots == 1 || dots == 2))
-            return 1;
     }
     return 0;
 }

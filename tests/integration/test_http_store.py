@@ -698,6 +698,20 @@ class HttpStore(HttpStoreCase):
         metrics = harness.parse_metrics(harness.http_get(fg.http_port, "/metrics")[1].decode())
         self.assertEqual(metrics.get("fencegate_http_store_errors_total"), 1)
 
+    def test_no_path_climbs_out_of_the_prefix_however_a_store_reads_it(self):
+        """Stores differ: some decode %2f or %5c into a separator, split at '\\', or drop ';'
+        parameters before resolving dot segments. Each such spelling of '..' is refused, and
+        nothing reaches the store; dots that are not a segment pass."""
+        fg = self.sidecar()
+        self.acquire(fg, "d")
+        for path in ("/..%2fx", "/..%2Fx", "/..%5cx", "/a\\..\\x", "/..;/x", "/x/%2e%2e;p"):
+            doc = self.assert_error(self.store(fg, "GET", path, lock="d"), 400, "bad_request")
+            self.assertIn("'.' or '..' segment", doc["message"])
+        self.assertEqual(self.up.seen(), [])
+        st, _, _ = self.store(fg, "GET", "/..a/b../.c;..", lock="d")
+        self.assertEqual(st, 200)
+        self.assertEqual(self.up.seen()[-1]["path"], "/prefix/..a/b../.c;..")
+
     def test_protect_rules_see_the_decoded_path(self):
         """The store decodes the path; the rules must see what the store will. An encoded
         letter cannot slip a protected path past its rule; an encoded '/', an encoded NUL and an

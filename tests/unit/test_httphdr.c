@@ -85,6 +85,16 @@ static void test_target(void **state)
     assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/%2e%2E/a", NULL), -1);
     assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/.%2e", NULL), -1);
     assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/a/.", NULL), -1);
+    /* ... also as servers that decode %2f or %5c, split at '\\' or drop ';' parameters read
+     * them. */
+    assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/..%2fx", NULL), -1);
+    assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/..%2Fx", NULL), -1);
+    assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/..%5cx", NULL), -1);
+    assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/a\\..\\x", NULL), -1);
+    assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/..;/x", NULL), -1);
+    assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/x%2f%2e%2e", NULL), -1);
+    assert_int_equal(httphdr_target(out, sizeof(out), "/p", "/a;b/..;c=d", NULL), -1);
+    assert_true(httphdr_target(out, sizeof(out), "/p", "/..a%2fb.;x/a..%5c.b/;../c", NULL) > 0);
 
     /* Too long for the buffer: refused, never truncated. */
     assert_int_equal(httphdr_target(out, 8, "/prefix", "/abc", NULL), -2);
