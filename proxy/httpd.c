@@ -44,6 +44,7 @@
 #include "httpmsg.h"
 #include "json.h"
 #include "log.h"
+#include "metrics.h"
 
 enum httpd_state {
     HC_HEAD,    /* reading a request's head (or idle between requests) */
@@ -354,6 +355,7 @@ static void httpd_conn_free(struct httpd_conn *c)
         httpd_req_free(r);
     }
     srv->nconns--;
+    fg_metrics.gauge[G_HTTP_CONNECTIONS_OPEN] = srv->nconns;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -933,6 +935,7 @@ static void httpd_on_accept(struct evconnlistener *lev, evutil_socket_t fd, stru
         srv->conns->prev = c;
     srv->conns = c;
     srv->nconns++;
+    fg_metrics.gauge[G_HTTP_CONNECTIONS_OPEN] = srv->nconns;
     bufferevent_setcb(c->bev, httpd_on_read, httpd_on_write, httpd_on_event, c);
     bevread_setup(c->bev, HTTPD_MAX_HEAD + HTTPD_MAX_PIPELINED);
     httpd_set_read_timeout(c, 1);

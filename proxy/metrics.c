@@ -115,6 +115,8 @@ static const struct metrics_desc metrics_gauges[G_GAUGE_MAX] = {
     [G_APP_HEALTHY] = {"fencegate_app_healthy",
                        "0 while the application's health check counts as failing (HTTP locks are "
                        "given up), else 1 (also when none is configured)."},
+    [G_HTTP_CONNECTIONS_OPEN] = {"fencegate_http_connections_open",
+                                 "Connections to the HTTP endpoint open now."},
 };
 
 static const struct metrics_desc metrics_hists[H_HIST_MAX] = {

@@ -56,9 +56,10 @@ enum metric_counter {
 
 /* Gauges. */
 enum metric_gauge {
-    G_CONNECTIONS_OPEN = 0, /* client connections open now */
-    G_UPSTREAM_UP,          /* 1 when the upstream answered the last health check */
-    G_APP_HEALTHY,          /* 0 while the application's health check counts as failing */
+    G_CONNECTIONS_OPEN = 0,  /* client connections open now */
+    G_UPSTREAM_UP,           /* 1 when the upstream answered the last health check */
+    G_APP_HEALTHY,           /* 0 while the application's health check counts as failing */
+    G_HTTP_CONNECTIONS_OPEN, /* connections to the HTTP endpoint open now */
     G_GAUGE_MAX
 };
 

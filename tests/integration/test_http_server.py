@@ -359,6 +359,18 @@ class HttpServer(FgTestCase):
         for i in range(50):
             self.assertEqual(got.response()[0], 200, "answer %d" % i)
 
+    def test_open_connections_are_counted(self):
+        socks = [self.connect() for _ in range(3)]
+        for s in socks:  # each served once: accepted, not just queued in the backlog
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertEqual(Reader(s).response()[0], 200)
+        # Theirs and the one that asks.
+        self.assertEqual(self.fg.metrics()["fencegate_http_connections_open"], 4)
+        for s in socks:
+            s.close()
+        harness.wait_until(lambda: self.fg.metrics()["fencegate_http_connections_open"] == 1, 5,
+                           0.05, "the closed connections no longer counted")
+
     def test_connections_past_the_cap_are_answered_503_and_others_carry_on(self):
         # HTTPD_MAX_CONNS (1024) connections open: one more is answered 503 and closed, instead
         # of being held until the process runs out of descriptors (which would stop the RESP
