@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "appcheck.h"
@@ -657,16 +656,13 @@ int http_conn_count(const struct http_api *h)
 
 int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
 {
-    const char *want = NULL;
     char body[HTTP_ESC_NAME + 300], esc[HTTP_ESC_NAME];
     uint64_t v = 0;
     size_t i;
-    int n = 0;
+    int n;
+    const char *want = httpd_req_header(req, "Fencing-Token", &n);
 
     /* Two fields are two claims: whichever one were taken, the client meant the other too. */
-    for (struct evkeyval *kv = httpd_req_input_headers(req)->tqh_first; kv; kv = kv->next.tqe_next)
-        if (strcasecmp(kv->key, "Fencing-Token") == 0 && n++ == 0)
-            want = kv->value;
     if (n == 0)
         return 1;
     if (n > 1) {

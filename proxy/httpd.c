@@ -259,6 +259,17 @@ struct evkeyvalq *httpd_req_input_headers(struct httpd_req *r)
     return &r->in;
 }
 
+const char *httpd_req_header(struct httpd_req *r, const char *name, int *count)
+{
+    const char *first = NULL;
+
+    *count = 0;
+    for (struct evkeyval *kv = r->in.tqh_first; kv; kv = kv->next.tqe_next)
+        if (strcasecmp(kv->key, name) == 0 && (*count)++ == 0)
+            first = kv->value;
+    return first;
+}
+
 struct evkeyvalq *httpd_req_output_headers(struct httpd_req *r)
 {
     return &r->out;
@@ -1000,12 +1011,6 @@ void httpd_drain(struct httpd *srv, void (*done)(void *), void *arg)
     evconnlistener_free(srv->lev); /* closed: a new connection is refused, not left waiting */
     srv->lev = NULL;
     event_del(srv->unpause);
-    srv->drained_ev = event_new(srv->base, -1, 0, httpd_on_drained, srv);
-    if (!srv->drained_ev) { /* out of memory: nothing waits */
-        httpd_close_all(srv);
-        done(arg);
-        return;
-    }
     srv->drained = done;
     srv->drained_arg = arg;
     for (c = srv->conns; c; c = next) {
@@ -1015,9 +1020,8 @@ void httpd_drain(struct httpd *srv, void (*done)(void *), void *arg)
             httpd_conn_free(c); /* idle, or a head begun */
         else if (c->state == HC_HEAD)
             httpd_close_after_output(c); /* an event stream's last events, answers unread */
-        else if (c->req && !c->req->started) {
-            c->req->keep_alive = 0;
-        }
+        else if (c->req && !c->req->started)
+            c->req->keep_alive = 0; /* its reply says Connection: close */
     }
     event_active(srv->drained_ev, 0, 1); /* in case none was busy */
 }
@@ -1049,12 +1053,15 @@ struct httpd *httpd_new(struct event_base *base, evutil_socket_t fd, httpd_handl
     srv->handler = handler;
     srv->arg = arg;
     srv->unpause = evtimer_new(base, httpd_on_unpause, srv);
-    srv->lev = srv->unpause
+    srv->drained_ev = event_new(base, -1, 0, httpd_on_drained, srv);
+    srv->lev = srv->unpause && srv->drained_ev
                    ? evconnlistener_new(base, httpd_on_accept, srv, LEV_OPT_CLOSE_ON_FREE, 0, fd)
                    : NULL;
     if (!srv->lev) {
         if (srv->unpause)
             event_free(srv->unpause);
+        if (srv->drained_ev)
+            event_free(srv->drained_ev);
         free(srv);
         return NULL;
     }
@@ -1071,7 +1078,6 @@ void httpd_free(struct httpd *srv)
         evconnlistener_free(srv->lev);
     event_free(srv->unpause);
     httpd_close_all(srv);
-    if (srv->drained_ev)
-        event_free(srv->drained_ev);
+    event_free(srv->drained_ev);
     free(srv);
 }

@@ -67,6 +67,9 @@ enum evhttp_cmd_type httpd_req_method(const struct httpd_req *r);
 const char *httpd_req_method_name(const struct httpd_req *r);
 const struct evhttp_uri *httpd_req_uri(const struct httpd_req *r);
 struct evkeyvalq *httpd_req_input_headers(struct httpd_req *r);
+/* The first value of the request's header field name (any case), NULL when there is none; *count
+ * is set to how many fields have that name (a second one is a conflicting claim). */
+const char *httpd_req_header(struct httpd_req *r, const char *name, int *count);
 struct evbuffer *httpd_req_body(struct httpd_req *r);
 /* The body's length as the client declared it: -1 when chunked (unknown), 0 when none. */
 int64_t httpd_req_body_length(const struct httpd_req *r);

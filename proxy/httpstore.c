@@ -721,7 +721,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
     struct httpstore *hs = arg;
     struct evkeyvalq *in = httpd_req_input_headers(req);
     const char *lock = NULL, *query, *tmo;
-    int nlock = 0, tlen, klen, held;
+    int nlock, tlen, klen, held;
     long long timeout = hs->response_ms, rem;
     uint64_t token;
     size_t len;
@@ -736,12 +736,7 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
                          "the sidecar is shutting down; nothing is forwarded to stores");
         return;
     }
-    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
-        if (strcasecmp(kv->key, "Fence-Lock") == 0) {
-            nlock++;
-            lock = kv->value;
-        }
-    }
+    lock = httpd_req_header(req, "Fence-Lock", &nlock);
     /* A path that could leave the store's prefix is refused before anything else is judged. */
     query = evhttp_uri_get_query(httpd_req_uri(req));
     tlen = httphdr_target(target, sizeof(target), st->url.path, rest, query);

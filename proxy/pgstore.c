@@ -424,6 +424,22 @@ static void pg_update_live(struct pgstore *s)
     }
 }
 
+/* Closes c's PostgreSQL connection (lookups, events, libpq, its side table's name): c waits
+ * (PC_WAIT) for its timer to make it again. */
+static void pc_disconnect(struct pg_conn *c)
+{
+    pc_cancel_lookups(c);
+    pc_events_free(c);
+    if (c->pg)
+        pq.PQfinish(c->pg);
+    c->pg = NULL;
+    free(c->table);
+    c->table = NULL;
+    evtimer_del(c->timer);
+    c->state = PC_WAIT;
+    c->syncs = 0;
+}
+
 /* Drops the connection and reconnects after a backoff. Its batch, if any, is answered 503:
  * outcome_unknown while its COMMIT may have run (no error and no answer to COMMIT yet),
  * store_unavailable when an error had already doomed it (the block dies with the connection, so
@@ -442,16 +458,7 @@ static void pc_broken(struct pg_conn *c, const char *why)
         s->last_error[--n] = '\0';
     c->job = NULL;
     c->phase = 0;
-    pc_cancel_lookups(c);
-    pc_events_free(c);
-    if (c->pg)
-        pq.PQfinish(c->pg);
-    c->pg = NULL;
-    free(c->table);
-    c->table = NULL;
-    evtimer_del(c->timer);
-    c->state = PC_WAIT;
-    c->syncs = 0;
+    pc_disconnect(c);
     c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : PG_BACKOFF_MIN_MS;
     if (c->backoff_ms > PG_BACKOFF_MAX_MS)
         c->backoff_ms = PG_BACKOFF_MAX_MS;
@@ -1054,13 +1061,7 @@ static void pc_recycle(struct pg_conn *c)
               "anew to give that memory back",
               c->s->cfg->name, PG_RECYCLE_BYTES >> 20);
     c->recycle = 0;
-    pc_events_free(c);
-    pq.PQfinish(c->pg);
-    c->pg = NULL;
-    free(c->table);
-    c->table = NULL;
-    c->state = PC_WAIT;
-    c->syncs = 0;
+    pc_disconnect(c);
     c->backoff_ms = 0;
     pc_timer(c, 0);
 }
