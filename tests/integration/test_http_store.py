@@ -262,6 +262,16 @@ class HttpStoreCase(FgTestCase):
         self.addCleanup(self.stop_clean, fg)
         return fg
 
+    def raw_sidecar(self, answers, *locks):
+        """A RawUpstream store answering as `answers` says, and a sidecar in front of it holding
+        `locks`: (raw, fg)."""
+        raw = RawUpstream(answers)
+        self.addCleanup(raw.stop)
+        fg = self.sidecar(url="http://127.0.0.1:%d" % raw.port)
+        for lock in locks:
+            self.acquire(fg, lock)
+        return raw, fg
+
     def stop_clean(self, fg):
         """SIGTERM: exits 0 with no sanitizer report (leaks, use after free) on its stderr."""
         if fg.alive():
@@ -803,17 +813,14 @@ class HttpStore(HttpStoreCase):
         never took the connection: 502 store_unavailable (nothing sent). Interim answers (100,
         103) are skipped and the final one relayed."""
         big = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (100 * 1024) + b"\r\n\r\n"
-        raw = RawUpstream({
+        raw, fg = self.raw_sidecar({
             "/early": b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
                       b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/continue": b"HTTP/1.1 100 Continue\r\n\r\n"
                          b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/upgrade": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
             "/gzipped": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxxxx",
-            "/bighead": big})
-        self.addCleanup(raw.stop)
-        fg = self.sidecar(url="http://127.0.0.1:%d" % raw.port)
-        self.acquire(fg, "u")
+            "/bighead": big}, "u")
         doc = self.assert_error(self.store(fg, "PUT", "/vanish", "u", b"v"), 502,
                                 "outcome_unknown")
         self.assertIn("may or may not have been applied", doc["message"])
@@ -837,16 +844,13 @@ class HttpStore(HttpStoreCase):
         outcome_unknown, never the store's Content-Length over a re-framed body, and its
         keep-alive connection keeps its framing. Duplicate equal Content-Lengths pass as one."""
         body = b"0123456789abcdef"
-        raw = RawUpstream({
+        raw, fg = self.raw_sidecar({
             "/both": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n"
                      b"\r\n10\r\n" + body + b"\r\n0\r\n\r\n",
             "/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
                         b"\r\n10\r\n" + body + b"\r\n0\r\n\r\n",
             "/twice": b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
-            "/next": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"})
-        self.addCleanup(raw.stop)
-        fg = self.sidecar(url="http://127.0.0.1:%d" % raw.port)
-        self.acquire(fg, "c")
+            "/next": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"}, "c")
         c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
         self.addCleanup(c.close)
         for path, status, want in (("/both", 502, None), ("/chunked", 200, body),
@@ -870,13 +874,10 @@ class HttpStore(HttpStoreCase):
         (and its connection serves its next request). The same garbage once the head has gone
         out: the client's connection is closed, never a reply that looks whole."""
         head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Store: yes\r\n\r\n"
-        raw = RawUpstream({
+        raw, fg = self.raw_sidecar({
             "/first": head + b"zz\r\n",
             "/later": (head + b"2\r\nok\r\n", b"zz\r\n"),
-            "/next": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"})
-        self.addCleanup(raw.stop)
-        fg = self.sidecar(url="http://127.0.0.1:%d" % raw.port)
-        self.acquire(fg, "k")
+            "/next": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"}, "k")
         c = http.client.HTTPConnection("127.0.0.1", fg.http_port, timeout=10)
         self.addCleanup(c.close)
         c.request("GET", "/v1/stores/blobs/http/first", headers={"Fence-Lock": "k"})
@@ -904,15 +905,11 @@ class HttpStore(HttpStoreCase):
         own answer (another client's, under another lock). A HEAD's answer has no body whatever
         its Content-Length says."""
         smuggled = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl"
-        raw = RawUpstream({
+        raw, fg = self.raw_sidecar({
             "/extra": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + smuggled,
             "/head": smuggled + smuggled,
             "/later": (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", smuggled),
-            "/next": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"})
-        self.addCleanup(raw.stop)
-        fg = self.sidecar(url="http://127.0.0.1:%d" % raw.port)
-        self.acquire(fg, "a")
-        self.acquire(fg, "b")
+            "/next": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"}, "a", "b")
         for method, path, want in (("GET", "/extra", b"ok"), ("HEAD", "/head", b""),
                                    ("GET", "/later", b"ok")):
             st, headers, data = self.store(fg, method, path, "a")
