@@ -105,7 +105,20 @@ class EtcdMember:
             self.proc.wait(harness.STOP_TIMEOUT)
 
     def freeze(self):
+        """SIGSTOPs the member and returns once it is stopped: a signal is delivered a moment
+        after kill() returns, and on a loaded machine a request sent at once could be answered
+        first."""
         self.proc.send_signal(signal.SIGSTOP)
+        harness.wait_until(lambda: self._state() in ("T", "t", None), 2, 0.001,
+                           "etcd stopped by SIGSTOP")
+
+    def _state(self):
+        """The process's state letter from /proc/PID/stat, None once it is gone."""
+        try:
+            with open("/proc/%d/stat" % self.proc.pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
 
     def thaw(self):
         if self.alive():
