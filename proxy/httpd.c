@@ -648,6 +648,19 @@ static int httpd_take_head(struct httpd_conn *c, const struct httpmsg_request *m
         }
     }
     free(copy);
+    /* RFC 9112 §3.2: an HTTP/1.1 request without a Host field, or with more than one, is 400. */
+    if (r->minor >= 1) {
+        size_t hosts = 0;
+
+        for (i = 0; i < m->nheaders; i++)
+            hosts += m->headers[i].name.n == 4 && strncasecmp(m->headers[i].name.p, "host", 4) == 0;
+        if (hosts != 1) {
+            httpd_refuse(c, 400, "bad_request",
+                         hosts ? "the request has more than one Host header"
+                               : "an HTTP/1.1 request must have a Host header");
+            return -1;
+        }
+    }
     return 0;
 }
 

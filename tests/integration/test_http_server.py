@@ -196,8 +196,8 @@ class HttpServer(FgTestCase):
 
     def test_connection_close_is_honoured(self):
         s = self.connect()
-        s.sendall(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
-                  b"GET /healthz HTTP/1.1\r\n\r\n")
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                  b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         st, headers, _ = read_response(s)
         self.assertEqual((st, headers.get("connection")), (200, "close"))
         self.assertTrue(closed_by_peer(s), "a request after Connection: close was served")
@@ -261,7 +261,8 @@ class HttpServer(FgTestCase):
 
     def test_head_has_the_headers_and_no_body(self):
         s = self.connect()
-        s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n")
+        s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         r = Reader(s)
         st, headers, body = r.response(head=True)
         self.assertEqual(st, 200)
@@ -270,10 +271,10 @@ class HttpServer(FgTestCase):
         self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}))
 
     def test_bodies_over_the_limit_are_refused_and_nothing_is_done(self):
-        self.assert_refused(b"POST /v1/locks/big HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+        self.assert_refused(b"POST /v1/locks/big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
                             % (MAX_BODY + 1), 413, "request_too_large", ["over the limit"])
         s = self.connect()
-        s.sendall(b"POST /v1/locks/big HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        s.sendall(b"POST /v1/locks/big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
         block = b"x" * 65536
         try:
             for _ in range(MAX_BODY // len(block) + 2):
@@ -287,39 +288,44 @@ class HttpServer(FgTestCase):
 
     def test_malformed_requests_are_refused_by_name(self):
         cases = [
-            (b"GET /healthz HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "bad_request", []),
-            (b"GET /healthz HTTP/1.1\r\n folded: x\r\n\r\n", 400, "bad_request", []),
-            (b"GET /healthz HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400, "bad_request",
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: x\r\n\r\n", 400, "bad_request", []),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\n folded: x\r\n\r\n", 400, "bad_request", []),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400, "bad_request",
              ["Content-Length"]),
-            (b"GET /healthz HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400,
-             "bad_request", ["Content-Length"]),
-            (b"POST /v1/locks/a HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked"
-             b"\r\n\r\n", 400, "bad_request", []),
-            (b"POST /v1/locks/a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n"
+             b"\r\n", 400, "bad_request", ["Content-Length"]),
+            (b"POST /v1/locks/a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n", 400, "bad_request", []),
+            (b"POST /v1/locks/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
              "not_implemented", ["gzip"]),
             (b"GET /healthz HTTP/2.0\r\n\r\n", 505, "version_not_supported", []),
             (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "version_not_supported", []),
-            (b"BREW /healthz HTTP/1.1\r\n\r\n", 501, "not_implemented", ["BREW"]),
+            (b"BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 501, "not_implemented", ["BREW"]),
             (b"GET /healthz\r\n\r\n", 400, "bad_request", []),
-            (b"GET /healthz HTTP/1.1\r\nX: a\rb\r\n\r\n", 400, "bad_request", []),
-            (b"POST /v1/locks/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
-             "bad_request", []),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX: a\rb\r\n\r\n", 400, "bad_request", []),
+            (b"POST /v1/locks/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+             400, "bad_request", []),
+            # RFC 9112 §3.2: HTTP/1.1 needs exactly one Host (HTTP/1.0 none: test_http10_...)
+            (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "bad_request", ["Host"]),
+            (b"GET /healthz HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 400, "bad_request",
+             ["more than one Host"]),
         ]
         for raw, status, code, words in cases:
             with self.subTest(raw=raw):
                 self.assert_refused(raw, status, code, words)
 
     def test_oversized_head_is_431(self):
-        self.assert_refused(b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
-                            431, "headers_too_large", [])
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000
+                            + b"\r\n\r\n", 431, "headers_too_large", [])
         many = b"".join(b"X-%d: 1\r\n" % i for i in range(150))
-        self.assert_refused(b"GET /healthz HTTP/1.1\r\n" + many + b"\r\n", 431,
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n", 431,
                             "headers_too_large", [])
 
     def test_a_slow_or_silent_client_does_not_hold_up_others(self):
         stuck = [self.connect() for _ in range(20)]
         for i, s in enumerate(stuck):
-            s.sendall(b"POST /v1/locks/a HTTP/1.1\r\nContent-Length: 100\r\n\r\n"[:10 + i])
+            s.sendall(b"POST /v1/locks/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                      b"\r\n"[:10 + i])
         t0 = time.monotonic()
         for _ in range(20):
             self.assertEqual(harness.http_get(self.fg.http_port, "/healthz")[0], 200)
@@ -401,7 +407,8 @@ class HttpServer(FgTestCase):
         for _ in range(200):
             s = socket.create_connection(("127.0.0.1", self.fg.http_port), timeout=5)
             self.addCleanup(s.close)
-            s.sendall(b"POST /v1/locks/a HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 100)
+            s.sendall(b"POST /v1/locks/a HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"
+                      + b"x" * 100)
             socks.append(s)
         self.assertEqual(harness.http_get(self.fg.http_port, "/healthz")[0], 200)
         grown = harness.rss_kib(self.fg.pid) - before
