@@ -520,7 +520,7 @@ static void http_lock_delete(struct http_api *h, struct httpd_req *req, const ch
     struct http_acquire *a;
 
     json_escape(esc, sizeof(esc), name);
-    if (st == 1 && !http_token_claim_ok(req, name, token))
+    if (st == 1 && http_token_claim_ok(req, name, token) != 1)
         return;
     if (st != 1) {
         if (st < 0) /* lost: forget it */
@@ -668,7 +668,7 @@ int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
     if (n > 1) {
         http_error(req, 400, NULL, "bad_request",
                    "Fencing-Token: sent more than once; send exactly one token");
-        return 0;
+        return -1;
     }
     /* Canonical decimal only ("0" or no leading zero), as POST /v1/locks returned it. */
     for (i = 0; want[i] >= '0' && want[i] <= '9' && i < 20; i++) {
@@ -681,7 +681,7 @@ int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held)
     if (i == 0 || want[i] != '\0' || (want[0] == '0' && i > 1)) {
         http_error(req, 400, NULL, "bad_request",
                    "Fencing-Token: expected the decimal token POST /v1/locks returned");
-        return 0;
+        return -1;
     }
     if (v == held)
         return 1;

@@ -37,7 +37,8 @@ int http_add_ready_check(struct http_api *h, http_ready_check fn, void *arg);
 /* A client may send "Fencing-Token: T", the token its POST /v1/locks/{lock} returned. Clients of
  * one sidecar share its session, so this is how a client whose lock was lost (and then taken
  * again by another client of the same sidecar) is told apart. Returns 1 when there is no such
- * header or it names `held`; else answers req (400 malformed, 409 token_mismatch) and returns 0. */
+ * header or it names `held`; else answers req: 409 token_mismatch and returns 0 (a lost lock's
+ * client), or 400 and returns -1 (a malformed claim, which says nothing about the lock). */
 int http_token_claim_ok(struct httpd_req *req, const char *lock, uint64_t held);
 
 /* Answers req with {"error": code, "message": msg} and the given status. */

@@ -836,8 +836,11 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         http_reply_error(req, 409, "lock_lost", msg);
         return;
     }
-    if (!http_token_claim_ok(req, lock, token)) {
+    switch (http_token_claim_ok(req, lock, token)) {
+    case 0:
         metrics_inc(&fg_metrics, M_HSTORE_LOCKLOST, 1);
+        /* fall through */
+    case -1:
         return;
     }
     klen = hs_mark_key(key, sizeof(key), st->name, lock);

@@ -1434,7 +1434,7 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
     struct pg_job *j;
     uint64_t token = 0;
     long long rem;
-    int st;
+    int st, claim;
 
     for (int i = 0; i < p->n; i++)
         if (p->st[i].cfg == store)
@@ -1475,8 +1475,9 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
         pgjson_request_free(&rq);
         return;
     }
-    if (!http_token_claim_ok(req, rq.lock, token)) {
-        metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
+    if ((claim = http_token_claim_ok(req, rq.lock, token)) != 1) {
+        if (claim == 0)
+            metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
         pgjson_request_free(&rq);
         return;
     }

@@ -385,7 +385,7 @@ class HttpStore(HttpStoreCase):
     def test_a_token_claim_is_one_field_in_canonical_decimal(self):
         """Two Fencing-Token fields (the first used to win: 1 then 0 was forwarded under 1), or
         a token with a leading zero, a sign or whitespace inside, is a 400; nothing is
-        forwarded."""
+        forwarded, and nothing counts as a lost lock's write (it used to)."""
         fg = self.sidecar()
         token = self.acquire(fg, "claim")
         n = len(self.up.seen())
@@ -404,6 +404,7 @@ class HttpStore(HttpStoreCase):
             self.assertEqual((r.status, body["error"]), (400, "bad_request"), (tokens, body))
             self.assertIn("Fencing-Token", body["message"], tokens)
         self.assertEqual(len(self.up.seen()), n, "a refused claim reached the store")
+        self.assertEqual(fg.metrics().get("fencegate_http_store_locklost_refused_total"), 0)
 
     def test_headers_client_token_not_duplicated_and_hop_by_hop_dropped(self):
         fg = self.sidecar()
