@@ -67,6 +67,8 @@ enum op_flag {
     OPF_TXN_QUEUED = 1 << 11,   /* OP_HIDDEN MULTI/QUEUED of a held-back block: an error is kept */
     OPF_SCRIPT_LOAD = 1 << 12,  /* OP_HIDDEN SCRIPT LOAD of the fence script: an error (-BUSY)
                                    means it is not loaded after all */
+    OPF_SELECT = 1 << 13,       /* SELECT n: an error means the database stayed (out of range) */
+    OPF_NULL_ARRAY = 1 << 14,   /* a fenced write whose null reply is "*-1" (its script's: "$-1") */
 };
 
 struct op {
@@ -150,7 +152,9 @@ struct client {
     unsigned wait_idle : 1;     /* parsing waits until no reply is due (REQ_IDLE) */
     unsigned used_shared : 1;   /* sent commands on the shared connection: a WAIT must see them */
     uint32_t shared_pending;    /* replies still due to it on the shared upstream connection */
-    int db; /* its database as SELECT and RESET set it; -1 unknown (a SELECT inside MULTI) */
+    int db;        /* its database as SELECT and RESET set it; -1 unknown (a SELECT in MULTI) */
+    int db_before; /* before the last SELECT, which is op number select_op */
+    uint64_t select_op;
     char marker[48];
     size_t marker_len;
 

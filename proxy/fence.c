@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define FENCE_MAX_CAPTURES 9  /* "$1".."$9": only the first nine '*' can be named */
 #define FENCE_U64_DIGITS   20 /* decimal digits of UINT64_MAX */
@@ -516,6 +517,19 @@ static const char fence_raise_lua[] =
     "  return 0\n"
     "end\n"
     "return mark\n";
+
+static int name_eq(const char *p, size_t n, const char *lit)
+{
+    return strlen(lit) == n && strncasecmp(p, lit, n) == 0;
+}
+
+int fence_null_is_array(const char *const *argv, const size_t *lens, size_t argc)
+{
+    if (argc == 3 && (name_eq(argv[0], lens[0], "lpop") || name_eq(argv[0], lens[0], "rpop")))
+        return 1;
+    return argc > 0 && (name_eq(argv[0], lens[0], "lmpop") || name_eq(argv[0], lens[0], "zmpop") ||
+                        name_eq(argv[0], lens[0], "xreadgroup"));
+}
 
 const char *fence_write_script(void)
 {

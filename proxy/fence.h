@@ -107,6 +107,11 @@ void fence_decide(const struct fence_rules *r, const char *const *argv, const si
  * raised by writes: fence on acquire raised them to the token. */
 const char *fence_write_script(void);
 
+/* Whether Redis answers "nothing" to this write with a null array (RESP2 "*-1"): LPOP or RPOP
+ * with a count, LMPOP, ZMPOP, XREADGROUP. A script turns it into a null bulk string ("$-1"), so
+ * the reply of its fenced form is turned back. */
+int fence_null_is_array(const char *const *argv, const size_t *lens, size_t argc);
+
 /* The script that applies fenced writes pipelined back to back, in one call: KEYS are the marks
  * of every write, in order; ARGV = the number of writes, then for each the count of its
  * arguments and the write script's ARGV. Each write is judged and applied on its own, in order,

@@ -770,7 +770,7 @@ static void fencing_send(struct client *c, const struct fence_decision *d, const
         c->dead = 1;
         return;
     }
-    o->flags |= OPF_FENCED;
+    o->flags |= OPF_FENCED | (fence_null_is_array(argv, lens, argc) ? OPF_NULL_ARRAY : 0);
     o->t0_us = batch_now();
     o->reply = out; /* kept to send again after a NOSCRIPT */
     o->reply_len = out ? need : 0;
@@ -986,6 +986,7 @@ struct fencing_txn {
     struct buf multi, exec; /* MULTI and EXEC as the client spelled them (MONITOR shows them) */
     int db;                 /* the connection's database at MULTI, where the block starts */
     int unwrap; /* a script sent alone as a block of one: EXEC's reply is unwrapped for it */
+    int silent; /* its EXEC (or the script) came under CLIENT REPLY OFF / SKIP */
 };
 
 static void fencing_txn_free(struct fencing_txn *t)
@@ -1131,6 +1132,8 @@ static void fencing_txn_commit(struct client *c, struct fencing_txn *t)
     o->txn_exec = t->nlocks > 0 && !c->client_watched;
     if (t->unwrap)
         o->flags |= OPF_UNWRAP;
+    if (t->silent) /* pushed once the check passed, after the requests that followed */
+        o->flags |= OPF_SILENT;
 }
 
 /* A block that ends without reaching EXEC upstream (DISCARD, EXECABORT, a lost lock) must
@@ -1292,6 +1295,7 @@ static void fencing_txn_run(struct client *c, struct fencing_txn *t, struct span
      * still tell it that its own keys moved, not that the check refused (sent apart, below). */
     int ok = 0, piped = !c->client_watched && up_txn_ok(c);
 
+    t->silent = c->silent_cmd;
     /* A lease that ran out while the block was queued (or the sidecar was frozen) refuses it
      * here, as it refuses a single write. */
     for (size_t i = 0; i < t->nlocks; i++) {

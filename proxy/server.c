@@ -1615,6 +1615,8 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
                 cl_send(c, gone, sizeof(gone) - 1);
             r = NULL;
         } else {
+            if ((o->flags & OPF_NULL_ARRAY) && n == 5 && memcmp(r, "$-1\r\n", 5) == 0)
+                r = "*-1\r\n"; /* as Redis answers the write itself */
             fencing_on_reply(c, r, n);
         }
     }
@@ -1644,6 +1646,9 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         }
         if ((o->flags & OPF_ENTER_PUBSUB) && type == '*')
             c->mode = MODE_PUBSUB;
+        if ((o->flags & OPF_SELECT) && type == '-' &&
+            c->select_op == c->ops_pushed - c->ops_count) /* no SELECT after it */
+            c->db = c->db_before;
         if ((o->flags & OPF_ENTER_MONITOR) && type == '+')
             c->mode = MODE_MONITOR;
     }
@@ -1933,6 +1938,23 @@ static void cl_wait_after_shared(struct client *c, struct span *sp)
     c->used_shared = 0;
 }
 
+/* Forwards a RESP3 (un)subscribe, which Redis answers with pushes only, and a PING of fencegate's
+ * own behind it (its reply swallowed): what fencegate answers itself next (CLIENT REPLY ON, a
+ * held-back MULTI's +OK) then waits for that PING, so it follows the pushes as in Redis. */
+static enum req_action req_forward_pushes(struct client *c, const char *m,
+                                          const struct resp_request *r, struct span *sp)
+{
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+
+    metrics_inc(&fg_metrics, M_COMMANDS_FORWARDED, 1);
+    span_add(c, sp, m, r->len, 1);
+    span_flush(c, sp, 1);
+    up_send(c, ping, sizeof(ping) - 1);
+    if (!op_push(c, OP_HIDDEN))
+        c->dead = 1;
+    return REQ_SKIP;
+}
+
 /* Decides what to do with one request and queues the op for its reply. */
 static enum req_action req_classify(struct client *c, const char *m, const struct resp_request *r,
                                     struct span *sp)
@@ -2014,10 +2036,19 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
     c->skip_next = 0;
     /* Fenced writes need the connection's database: the marks live in the store's. Redis
      * refuses a SELECT argument it would not read as this number, so the database stays; one
-     * it reads but has not (out of range) fails again inside the fence script, which then
-     * writes nothing. Inside MULTI, whether it ever runs is not known yet. */
-    if (name_is(name, nlen, "select") && r->argc == 2)
-        c->db = c->in_multi ? -1 : db_parse(m + r->argv[1].off, r->argv[1].len, c->db);
+     * it reads but has not (out of range) is refused too, and its reply puts the database back
+     * (while writes are fenced the requests after it wait for that reply). Inside MULTI,
+     * whether it ever runs is not known yet. */
+    if (name_is(name, nlen, "select") && r->argc == 2) {
+        if (c->in_multi) {
+            c->db = -1;
+        } else {
+            c->db_before = c->db;
+            c->select_op = c->ops_pushed; /* the op pushed below */
+            c->db = db_parse(m + r->argv[1].off, r->argv[1].len, c->db);
+            flags = OPF_SELECT | (fencing_active(c) ? OPF_BARRIER : 0);
+        }
+    }
     if (nlen > 6 && name_is(name, 6, "fence.")) {
         enum req_action act = fencing_command(c, m, r);
         if (act != REQ_FORWARD)
@@ -2050,13 +2081,13 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
     } else if (is_subscribe(name, nlen)) {
         if (c->resp3 && r->argc >= 2) {
             c->sub_resp3 = 1;
-            return REQ_FORWARD; /* confirmations arrive as pushes */
+            return req_forward_pushes(c, m, r, sp);
         }
         if (!c->resp3)
             flags = OPF_BARRIER | OPF_ENTER_PUBSUB;
     } else if (is_unsubscribe(name, nlen)) {
         if (c->resp3)
-            return REQ_FORWARD;
+            return req_forward_pushes(c, m, r, sp);
         nreplies = r->argc > 1 ? (uint32_t)(r->argc - 1) : 1;
     } else if (name_is(name, nlen, "wait") || name_is(name, nlen, "waitaof")) {
         cl_wait_after_shared(c, sp);
@@ -2097,6 +2128,7 @@ static void cl_protocol_error(struct client *c, const char *msg)
 
     metrics_inc(&fg_metrics, M_PROTOCOL_ERRORS, 1);
     log_info("client %" PRIu64 " %s: %s; closing the connection", c->id, c->peer, msg);
+    c->silent_cmd = c->reply_off || c->skip_next; /* Redis does not answer it then either */
     cl_reply_local(c, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
     c->closing = 1;
 }

@@ -425,6 +425,29 @@ class ProxySemantics(FgTestCase):
         self.assertEqual(got["fencegate"], got["direct"])
         self.assertEqual(got["direct"][:3], ["OK", b"2", b"b"])
 
+    def test_replies_fencegate_makes_itself_follow_resp3_pushes_as_redis_sends_them(self):
+        # In RESP3, SUBSCRIBE and UNSUBSCRIBE are answered with pushes only; the +OK of a CLIENT
+        # REPLY ON (which fencegate answers) came before them (found by resp_diff.py). Under
+        # CLIENT REPLY OFF, a protocol error is not answered (Redis leaves the connection open
+        # then; fencegate closes it).
+        seq = (encode("CLIENT", "REPLY", "SKIP") + encode("HELLO", "3")
+               + encode("SUBSCRIBE", "ch") + encode("PUBLISH", "ch", "m") + encode("UNSUBSCRIBE")
+               + encode("CLIENT", "REPLY", "ON") + encode("ECHO", "end"))
+        got = {}
+        for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
+            c = harness.RawConn(port, timeout=5)
+            self.addCleanup(c.close)
+            c.send(seq)
+            data = b""
+            deadline = time.monotonic() + 5
+            while not data.endswith(b"$3\r\nend\r\n") and time.monotonic() < deadline:
+                data += c.read_available(wait=0.05)
+            got[name] = data
+            c.send(encode("CLIENT", "REPLY", "OFF") + b"*1\r\n$abc\r\n")
+            self.assertEqual(c.read_available(wait=0.3), b"", name)
+        self.assertEqual(got["fencegate"], got["direct"])
+        self.assertIn(b"+OK\r\n$3\r\nend\r\n", got["direct"])
+
     def test_subscriptions_and_their_messages_pass_client_reply_off(self):
         # Redis pushes pub/sub confirmations and messages whatever the reply mode (its own
         # suite checks keyspace notifications this way).
