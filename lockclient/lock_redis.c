@@ -1198,6 +1198,15 @@ static int rd_drop_again(struct rd_call *k)
     return 1;
 }
 
+/* Whether reply is the error of a replica refusing a write (-READONLY) or, with
+ * replica-serve-stale-data off, anything (-MASTERDOWN): the script did not run. */
+static int rd_is_replica_error(const redisReply *reply)
+{
+    return reply->type == REDIS_REPLY_ERROR && reply->str &&
+           (strncmp(reply->str, "READONLY ", 9) == 0 ||
+            strncmp(reply->str, "MASTERDOWN ", 11) == 0);
+}
+
 static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
     struct rd_call *k = privdata;
@@ -1223,9 +1232,25 @@ static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
             return;
         }
     }
-    if (k->kind == RD_CALL_DROP && (reply == NULL || k->timed_out) && rd_drop_again(k))
+    int replica = reply && rd_is_replica_error(reply);
+    if (replica) {
+        /* The server is a replica now (a failover demoted it) and nothing ran. Behind a name or
+         * an address that now leads to the new primary, only a new connection gets there: this
+         * one would be refused for as long as it lasts. */
+        lock_fmt(msg, sizeof(msg), "%s is a replica (%.120s); connecting again", rc->where,
+                 reply->str);
+        if (ac == rc->main.ac)
+            rd_conn_drop(&rc->main, msg); /* counted as a backend error */
+        else
+            rc->lc->stats.backend_errors++;
+    }
+    if (k->kind == RD_CALL_DROP && (reply == NULL || k->timed_out || replica) && rd_drop_again(k))
         return;
-    if (k->timed_out) {
+    if (replica && k->kind == RD_CALL_ACQUIRE) {
+        rd_acquire_outcome(k, NULL, msg, 0); /* tries again on the next connection if it may */
+    } else if (replica) {
+        rd_call_fail(k, msg, 0);
+    } else if (k->timed_out) {
         lock_fmt(msg, sizeof(msg), "no reply from %s within %lld ms", rc->where,
                  rc->lc->opt.op_timeout_ms);
         rd_call_fail(k, msg, 1);

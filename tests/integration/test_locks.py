@@ -3,7 +3,10 @@ tokens strictly increase across holders, connections, sidecars and restarts; WAI
 over as soon as it is free; a connection is a session; leases expire or are renewed; a lost
 token counter is repaired past the store's mark; pipelined lock commands keep their order."""
 
+import select
 import signal
+import socket
+import threading
 import time
 import unittest
 
@@ -513,6 +516,89 @@ class Pipelining(LockTestCase):
         self.assertGreaterEqual(m.get("fencegate_lock_hold_seconds_count", 0) -
                                 m0.get("fencegate_lock_hold_seconds_count", 0), 2)
 
+
+
+class Forwarder:
+    """A TCP address in front of a Redis, as a virtual IP or a Kubernetes Service is in front of
+    whichever server is primary: each new connection goes to the port `target` names when it is
+    accepted; connections already made stay with their server, as connection tracking keeps
+    them. Stopped by the test's cleanup."""
+
+    def __init__(self, target):
+        self.target = target
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.done = threading.Event()
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.done.is_set():
+            if not select.select([self.lsock], [], [], 0.1)[0]:
+                continue
+            try:
+                c, _ = self.lsock.accept()
+                u = socket.create_connection(("127.0.0.1", self.target), timeout=2)
+            except OSError:
+                continue
+            self.socks += [c, u]
+            threading.Thread(target=self._pipe, args=(c, u), daemon=True).start()
+
+    def _pipe(self, a, b):
+        while not self.done.is_set():
+            try:
+                ready = select.select([a, b], [], [], 0.1)[0]
+                for s in ready:
+                    data = s.recv(65536)
+                    if not data:
+                        raise OSError("closed")
+                    (b if s is a else a).sendall(data)
+            except OSError:
+                break
+        for s in (a, b):
+            s.close()
+
+    def close(self):
+        self.done.set()
+        self.lsock.close()
+
+
+class Failover(LockTestCase):
+    """The lock Redis fails over behind one address (a virtual IP, a Service): the old primary,
+    now a replica, answers -READONLY on the connection the sidecar still has to it."""
+
+    def test_a_backend_that_became_a_replica_is_left_for_the_address_new_primary(self):
+        old, new = self.start_redis(), self.start_redis()
+        vip = Forwarder(old.port)
+        self.addCleanup(vip.close)
+        fg = self.fencegate("--backend", "redis://127.0.0.1:%d" % vip.port)
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:f1")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:f1"), 1)
+        h = self.raw(fg.resp_port)
+        self.acquire(h, "wallet:held")  # a lease of 10 s, renewed every 3.3 s
+        # The failover: the old primary follows the new one (which never had the lock: its
+        # replica lagged), and the address leads there.
+        old.client().execute_command("REPLICAOF", "127.0.0.1", str(new.port))
+        vip.target = new.port
+        # An acquisition that meets the old primary is refused saying why, or waits for the
+        # new one; soon every acquisition is granted there (before: -READONLY for as long as
+        # the sidecar's connection to the old primary lasted).
+        r = c.call("FENCE.ACQUIRE", "wallet:f2", "WAIT", 3000, timeout=10)
+        self.assertTrue(isinstance(r, int) or "READONLY" in r, r)
+
+        def granted():
+            r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "wallet:f3", "WAIT", 0)
+            return isinstance(r, int) and r > 0
+        harness.wait_until(granted, 5, 0.2, "an acquisition on the new primary")
+        self.assertEqual(new.client().exists(lock_key("wallet:f3")), 1)
+        # The lock held across it is reported lost by its next renewal, made on the new primary
+        # (before: held until its lease ran out, renewals refused -READONLY on the old one).
+        harness.wait_until(lambda: h.call("FENCE.LOCKS")[0][3] == b"lost", 5, 0.1,
+                           "wallet:held reported lost")
 
 
 class SlowNameService(LockTestCase):
