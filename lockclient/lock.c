@@ -132,6 +132,37 @@ void lock_note_repair(struct lock_client *c, const char *name, size_t len, int r
     c->opt.warn(c->opt.warn_arg, msg);
 }
 
+/* Counts a token refused for not being above a store's mark (a backend that went back in time:
+ * an etcd restored from an old snapshot, or started anew) and tells the owner's warn callback:
+ * at once, then at most once per LOCK_REGRESSION_WARN_MS with the count since, since every
+ * acquisition is refused until the backend's tokens pass the marks. */
+static void lock_note_regression(struct lock_client *c, const char *msg)
+{
+    char line[LOCK_MSG_MAX + 128];
+    int64_t now = lock_now_ms();
+
+    c->stats.token_regressions++;
+    if (c->opt.warn == NULL)
+        return;
+    if (c->regress_warned_ms != 0 && now - c->regress_warned_ms < LOCK_REGRESSION_WARN_MS) {
+        c->regress_unsaid++;
+        return;
+    }
+    if (c->regress_unsaid > 0)
+        lock_fmt(line, sizeof(line),
+                 "%s (the backend's tokens went back; %llu more since the "
+                 "last such line)",
+                 msg, (unsigned long long)c->regress_unsaid);
+    else
+        lock_fmt(line, sizeof(line),
+                 "%s (the backend's tokens went back: restored from an old "
+                 "snapshot, or its data lost?)",
+                 msg);
+    c->regress_warned_ms = now;
+    c->regress_unsaid = 0;
+    c->opt.warn(c->opt.warn_arg, line);
+}
+
 int lock_token_parse(const char *s, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
@@ -760,6 +791,7 @@ static void lock_fence_done_cb(void *ctx, int status, uint64_t repaired_min, con
                  "lock %s: token %llu is not above the stores' mark %llu and %s; refusing it",
                  r->name, (unsigned long long)r->token, (unsigned long long)repaired_min,
                  c->ops->repair ? "repairs did not converge" : "this backend cannot repair");
+        lock_note_regression(c, msg);
         lock_fence_fail(r, e, msg);
     } else {
         r->fence_rounds++;

@@ -205,6 +205,9 @@ struct lock_stats {
         backend_errors;
     uint64_t backend_batches; /* backend calls that carried several acquires/releases (etcd) */
     uint64_t backend_batched; /* the acquires and releases those carried */
+    /* grants refused because the token was not above a store's mark and could not be raised
+     * past it (etcd: revisions went back, e.g. restored from an old snapshot) */
+    uint64_t token_regressions;
 };
 void lock_client_stats(const struct lock_client *c, struct lock_stats *out);
 

@@ -11,9 +11,10 @@
 struct event;
 
 #define LOCK_DEFAULT_OP_TIMEOUT_MS 2000
-#define LOCK_MAX_FENCE_ROUNDS      3   /* hook calls after repairs before an acquire gives up */
-#define LOCK_UID_LEN               32  /* hex digits of a client's random 128-bit id */
-#define LOCK_MSG_MAX               512 /* longest message handed to a callback */
+#define LOCK_MAX_FENCE_ROUNDS      3     /* hook calls after repairs before an acquire gives up */
+#define LOCK_UID_LEN               32    /* hex digits of a client's random 128-bit id */
+#define LOCK_MSG_MAX               512   /* longest message handed to a callback */
+#define LOCK_REGRESSION_WARN_MS    10000 /* refused tokens are logged at most this often */
 
 #if defined(__GNUC__)
 #define LOCK_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -131,6 +132,8 @@ struct lock_client {
     struct event *dispatch_ev;
     int dispatching;
     int free_pending;
+    int64_t regress_warned_ms; /* a refused token was last logged then (0: never) */
+    uint64_t regress_unsaid;   /* refused since, not logged */
 };
 
 /* A backend. Every entry point runs on the client's loop; none calls a user callback directly

@@ -369,6 +369,28 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(self.direct.get(mark), str(t2).encode())
         self.assertEqual(c.call("SET", "wallet:q", "y"), "OK")
 
+    def test_an_etcd_whose_revisions_went_back_is_refused_and_logged(self):
+        # etcd started anew (its data lost) or restored from an old snapshot: its revisions are
+        # below the marks the store keeps. etcd cannot raise them, so every acquisition is
+        # refused, and the operator must learn why from the log (DESIGN.md: "logs it"), once per
+        # 10 s, not from each application's error alone.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:old")
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:old"), 1)
+        self.direct.set("fencegate:hwm:{wallet:old}", t + 1000)  # as before the wipe
+        for _ in range(3):
+            r = c.call("FENCE.ACQUIRE", "wallet:old")
+            self.assertIsInstance(r, Err)
+            self.assertTrue(r.startswith("UNAVAILABLE ") and "is not above the stores' mark %d"
+                            % (t + 1000) in r, r)
+        self.assertEqual(self.etcd.keys(PREFIX + "wallet:old/"), [], "a refused grant's key")
+        harness.wait_until(lambda: "went back" in self.fg_log(fg), 2, 0.05, "the log line")
+        lines = [ln for ln in self.fg_log(fg).splitlines() if "went back" in ln]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("lock wallet:old: token", lines[0])
+        self.assertIn("warn", lines[0])
+
     def test_lease_revoked_behind_our_back_loses_every_lock_of_the_session(self):
         fg = self.fencegate("--session-ttl-ms", "3000")
         c = self.raw(fg.resp_port)
