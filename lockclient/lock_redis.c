@@ -959,6 +959,13 @@ static void rd_acquire_outcome(struct rd_call *k, const redisReply *reply, const
                 const char *name = rd_key_name(k, 0, &len);
                 lock_note_repair(rc->lc, name, len, 0, t);
             }
+            if (r && now - k->sent_ms >= r->ttl_ms && now < r->deadline_ms) {
+                /* Redis held the call back (CLIENT PAUSE, a long script) past the lease, which
+                 * counts from the send: the grant is of no use. The wait has time left, so ask
+                 * again: the key is ours, and the script grants it anew with a new token. */
+                rd_wait_attempt(wl);
+                return;
+            }
             if (r) {
                 rd_wait_remove(wl, r);
                 lock_granted(r, t, k->sent_ms);

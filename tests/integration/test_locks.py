@@ -202,6 +202,29 @@ class Waiting(LockTestCase):
         self.assertGreaterEqual(dt, 0.45, "gave up before WAIT ran out")
         self.assertLess(dt, 2.0, "WAIT 500 took %.2fs" % dt)
 
+    def test_a_grant_answered_after_its_lease_ran_out_is_tried_again_within_the_wait(self):
+        # Redis holds the acquire script back (CLIENT PAUSE WRITE, a long script) for longer
+        # than the lease asked for: the grant comes back already expired, as the lease counts
+        # from the send. With WAIT time left the sidecar asks again rather than answering
+        # UNAVAILABLE to a caller who said it would wait.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.direct.execute_command("CLIENT", "PAUSE", 1200, "WRITE")
+        t0 = time.monotonic()
+        r = c.call("FENCE.ACQUIRE", "wallet:paused", "TTL", 500, "WAIT", 5000, timeout=10)
+        self.assertIsInstance(r, int, r)
+        self.assertGreater(time.monotonic() - t0, 1.0, "granted while Redis was paused")
+        self.assertEqual(c.call("FENCE.LOCKS")[0][3], b"held")
+        self.assertEqual(c.call("SET", "wallet:paused", "v"), "OK")
+        # Without time left the answer stays what it was: the lock was not held in time.
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:paused"), 1)
+        self.direct.execute_command("CLIENT", "PAUSE", 1200, "WRITE")
+        r = c.call("FENCE.ACQUIRE", "wallet:paused", "TTL", 500, timeout=10)
+        self.assertIsInstance(r, Err)
+        self.assertIn("its lease ran out before it could be reported", r)
+        harness.wait_until(lambda: self.direct.exists(lock_key("wallet:paused")) == 0, 3, 0.05,
+                           "the expired grant's key freed")
+
     def test_backend_down_answers_within_the_wait_and_its_return_is_noticed_at_once(self):
         # With the lock backend down, an acquire waits for it no longer than its WAIT (about
         # 0.1 s for a try-once one, not the 2 s a call may take); once Redis is back, the next
