@@ -25,6 +25,7 @@
 #define RD_SHA_LEN        40
 #define RD_MAX_DB         1000000
 #define RD_MAX_HANDSHAKE  8
+#define RD_WARN_MS        30000 /* a lock connection that keeps failing is logged this seldom */
 
 enum rd_script { RD_ACQUIRE, RD_RENEW, RD_RELEASE, RD_REPAIR, RD_MARK, RD_CHECK, RD_NSCRIPTS };
 
@@ -210,6 +211,8 @@ struct rd_client {
     size_t unsent_drops;
     struct lock_map waits; /* struct rd_wait by name */
     int closing;
+    int warned; /* a failure was logged at warned_ms, and no call has succeeded since */
+    int64_t warned_ms;
 };
 
 static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
@@ -233,6 +236,25 @@ static void rd_conn_backoff(struct rd_conn *cn)
     evtimer_add(cn->timer, &tv);
 }
 
+/* The lock connection failed (why): tells lock_options.warn at once, then at most once per
+ * RD_WARN_MS until a call succeeds again, so that a Redis that stays away (or keeps refusing:
+ * a wrong password, a replica) is in the log without a line per reconnect. */
+static void rd_warn_down(struct rd_conn *cn, const char *why)
+{
+    struct rd_client *rc = cn->rc;
+    struct lock_client *c = rc->lc;
+    int64_t now = lock_now_ms();
+    char msg[LOCK_MSG_MAX];
+
+    if (cn->is_sub || why == NULL || c->opt.warn == NULL ||
+        (rc->warned && now - rc->warned_ms < RD_WARN_MS))
+        return;
+    rc->warned = 1;
+    rc->warned_ms = now;
+    lock_fmt(msg, sizeof(msg), "%s: %s (acquisitions fail until it answers again)", rc->where, why);
+    c->opt.warn(c->opt.warn_arg, msg);
+}
+
 /* ac of cn is gone or going (hiredis frees it, or the caller does right after): every call sent
  * on it fails through its NULL reply, new calls wait for the next connection. Idempotent. */
 static void rd_conn_lost(struct rd_conn *cn, const redisAsyncContext *ac, const char *why)
@@ -245,6 +267,7 @@ static void rd_conn_lost(struct rd_conn *cn, const redisAsyncContext *ac, const 
     if (why)
         lock_fmt(rc->last_error, sizeof(rc->last_error), "%s", why);
     rc->lc->stats.backend_errors++;
+    rd_warn_down(cn, why);
     if (cn->is_sub) {
         size_t b = 0;
         struct lock_hnode *it = NULL, *n;
@@ -381,6 +404,7 @@ static void rd_conn_failed(struct rd_conn *cn, const char *why, int count)
     lock_fmt(rc->last_error, sizeof(rc->last_error), "%s", why);
     if (count)
         rc->lc->stats.backend_errors++;
+    rd_warn_down(cn, why);
     evtimer_del(cn->timer);
     rd_conn_backoff(cn);
 }
@@ -1244,10 +1268,11 @@ static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
         /* The server is a replica now (a failover demoted it) and nothing ran. Behind a name or
          * an address that now leads to the new primary, only a new connection gets there: this
          * one would be refused for as long as it lasts. */
-        lock_fmt(msg, sizeof(msg), "%s is a replica (%.120s); connecting again", rc->where,
-                 reply->str);
+        char why[200];
+        lock_fmt(why, sizeof(why), "it is a replica now (%.120s); connecting again", reply->str);
+        lock_fmt(msg, sizeof(msg), "%s: %s", rc->where, why);
         if (ac == rc->main.ac)
-            rd_conn_drop(&rc->main, msg); /* counted as a backend error */
+            rd_conn_drop(&rc->main, why); /* counted as a backend error */
         else
             rc->lc->stats.backend_errors++;
     }
@@ -1270,6 +1295,7 @@ static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
         lock_fmt(msg, sizeof(msg), "%s answered an error: %s", rc->where, reply->str);
         rd_call_fail(k, msg, 0);
     } else {
+        rc->warned = 0; /* it answers: a later failure is news again */
         rd_call_done(k, reply);
     }
     rd_call_free(k);

@@ -624,6 +624,34 @@ class Failover(LockTestCase):
                            "wallet:held reported lost")
 
 
+class BackendLog(LockTestCase):
+    """An operator learns from the log that the lock Redis is gone, and why, as with etcd: at
+    once, then once per 30 s while it lasts, not from each application's error alone."""
+
+    def test_a_lock_redis_that_goes_away_is_logged_once_with_the_reason(self):
+        locks = self.start_redis()
+        fg = self.fencegate("--backend", locks.url)
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:d1")
+        locks.kill()
+        where = "lock backend: redis 127.0.0.1:%d" % locks.port
+
+        def lines():
+            return [ln for ln in fg.log().splitlines() if where in ln]
+        harness.wait_until(lambda: lines(), 3, 0.05, "a log line naming the lock Redis")
+        time.sleep(2.5)  # reconnects fail every 0.1..1.6 s meanwhile
+        got = lines()
+        self.assertEqual(len(got), 1, got)
+        self.assertIn("warn", got[0])
+        self.assertRegex(got[0], "connection closed|connect failed", got[0])
+        locks.start()
+
+        def granted():
+            r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "wallet:d2", "WAIT", 0)
+            return isinstance(r, int)
+        harness.wait_until(granted, 10, 0.2, "an acquisition once the lock Redis is back")
+
+
 class SlowNameService(LockTestCase):
     """The lock Redis' host name is looked up off the event loop: a DNS server that stops
     answering fails acquisitions, saying why, but never stalls the store's pass-through."""
