@@ -1306,6 +1306,21 @@ static void ed_acq_own(struct ed_acq *a)
     struct lock_req *r = a->r;
     struct ed_sess *es = r->s->b_sess;
     struct ed_lease *l = a->lease;
+    int64_t now = lock_now_ms();
+    if (now - l->confirmed_ms >= r->ttl_ms && now < r->deadline_ms) {
+        /* etcd held the calls back (a stall) past the lease's length: its last confirmation is
+         * too old for the grant to count. The wait has time left and our key heads the queue,
+         * so nobody else gets the lock meanwhile: have the lease confirmed, then look again (a
+         * lease that ran out in etcd took the key with it, and the acquisition starts over). A
+         * fixed lease is never extended: it starts over on a new one. */
+        if (l->norenew) {
+            ed_acq_restart(a, "its fixed lease ran out while etcd held the acquisition back");
+            return;
+        }
+        ed_lease_keepalive(l);
+        ed_acq_pause(a);
+        return;
+    }
     struct ed_held *h = calloc(1, sizeof(*h) + a->keylen + 1);
     char msg[LOCK_MSG_MAX];
     if (h == NULL) {

@@ -346,6 +346,27 @@ class EtcdLocks(EtcdTestCase):
         self.assertTrue(r.startswith(("STALE", "LOCKLOST")), r)
         self.assertEqual(self.direct.get("wallet:7"), b"from-b")
 
+    def test_a_grant_answered_after_the_lease_is_confirmed_within_the_wait(self):
+        # etcd's answers are held up (dropped here, then sent again) for longer than the
+        # session's lease while an acquisition with a WAIT is in flight: etcd applied it, and
+        # its grant comes back with the lease last confirmed too long ago to be reported. Our
+        # key heads the queue, so the sidecar has the lease confirmed and answers the token,
+        # rather than -UNAVAILABLE to a caller who said it would wait.
+        fg = self.fencegate("--session-ttl-ms", "1000")
+        c = self.raw(fg.resp_port, timeout=15)
+        self.acquire(c, "wallet:warm")  # the session's lease exists
+        heal = self.cut_answers(self.etcd.members[0])
+        c.send(harness.encode("FENCE.ACQUIRE", "wallet:late", "WAIT", 8000))
+        time.sleep(1.2)
+        heal()
+        r = c.read_reply(timeout=12)
+        self.assertIsInstance(r, int, r)
+        state = {lk[0]: lk[3] for lk in c.call("FENCE.LOCKS")}
+        self.assertEqual(state[b"wallet:late"], b"held", state)
+        self.assertEqual(c.call("SET", "wallet:late", "v"), "OK")
+        keys = self.etcd.keys(PREFIX + "wallet:late/")
+        self.assertEqual([k[1] for k in keys], [r], "one key, the token's")
+
     def test_a_store_mark_lost_in_a_failover_gives_the_lock_up_and_frees_its_key(self):
         # etcd keeps the lock, the store Redis fails over to a replica that missed the raise
         # fence on acquire made: the write is refused (a former holder may have written with the
