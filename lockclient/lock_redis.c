@@ -675,8 +675,19 @@ static void rd_call_send(struct rd_call *k)
     struct rd_conn *m = &rc->main;
     if (m->state != RD_READY || k->sent)
         return;
-    k->argv[1] = rc->sha[k->script];
-    k->argvlen[1] = RD_SHA_LEN;
+    if (k->script == RD_RELEASE) {
+        /* Releases go with the script's body, never answered NOSCRIPT: one sent again after
+         * NOSCRIPT would run behind the calls pipelined after it, and if one of them granted
+         * the same lock to the same owner anew (the acquire script cached again meanwhile, by
+         * another call's retry), the release would delete that grant's key. */
+        k->argv[0] = "EVAL";
+        k->argvlen[0] = 4;
+        k->argv[1] = rd_scripts[RD_RELEASE];
+        k->argvlen[1] = strlen(rd_scripts[RD_RELEASE]);
+    } else {
+        k->argv[1] = rc->sha[k->script];
+        k->argvlen[1] = RD_SHA_LEN;
+    }
     redisAsyncContext *ac = m->ac;
     if (redisAsyncCommandArgv(ac, rd_reply_cb, k, k->argc, k->argv, k->argvlen) != REDIS_OK) {
         if (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING))

@@ -1149,6 +1149,41 @@ static void test_script_cache_flushed(void **state)
     client_free(c);
 }
 
+/* A release and a new acquisition of one lock by one session, sent together (two HTTP clients
+ * of one sidecar share its session) right after SCRIPT FLUSH, while only the acquire script is
+ * cached again (another call's NOSCRIPT retry loaded it): the release must still run first. Were
+ * it answered NOSCRIPT and sent again behind the grant, it would delete the grant's key, and the
+ * session would hold a lock any other owner could take. */
+static void test_script_flush_keeps_a_release_before_a_later_grant(void **state)
+{
+    struct acq a, again, other_a;
+    struct rel r;
+    struct lock_client *c = client_new(g_redis.port, NULL);
+    struct lock_client *c2 = client_new(g_redis.port, NULL);
+    struct lock_session *s = lock_session_new(c, 10000, NULL, NULL);
+    struct lock_session *s2 = lock_session_new(c, 10000, NULL, NULL);
+    struct lock_session *other = lock_session_new(c2, 10000, NULL, NULL);
+    char ok[16];
+    assert_int_equal(acquire_sync(s, "order-1", 0, 0, 0, &a), LOCK_OK);
+    assert_true(admin_str(g_redis.port, ok, sizeof(ok), "SCRIPT FLUSH"));
+    assert_int_equal(acquire_sync(s2, "order-2", 0, 0, 0, &other_a), LOCK_OK);
+    memset(&r, 0, sizeof(r));
+    memset(&again, 0, sizeof(again));
+    assert_int_equal(lock_release(s, "order-1", 7, rel_cb, &r), 0);
+    assert_int_equal(lock_acquire(s, "order-1", 7, 0, 0, 0, acq_cb, &again), 0);
+    assert_true(run_until(&again.done, 1, 3000));
+    assert_true(run_until(&r.done, 1, 3000));
+    assert_int_equal(r.status, LOCK_OK);
+    assert_int_equal(again.status, LOCK_OK);
+    assert_true(again.token > a.token);
+    run_for(100);
+    assert_int_equal(lock_state(s, "order-1", 7, NULL, NULL), 1);
+    assert_int_equal(key_exists(g_redis.port, "order-1"), 1);
+    assert_int_equal(acquire_sync(other, "order-1", 0, 0, 0, &other_a), LOCK_BUSY);
+    client_free(c2);
+    client_free(c);
+}
+
 static void test_url_auth_and_db(void **state)
 {
     struct acq a;
@@ -1834,6 +1869,8 @@ int main(void)
                                         test_teardown),
         cmocka_unit_test_setup_teardown(test_session_free_releases, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_script_cache_flushed, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_script_flush_keeps_a_release_before_a_later_grant,
+                                        test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_url_auth_and_db, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_acl_user_without_channels_releases, test_setup,
                                         test_teardown),
