@@ -287,7 +287,7 @@ static void fencing_on_released(void *arg, int status, const char *msg)
         log_warn("client %" PRIu64 " %s: release: %s (the backend deletes the key once it can; "
                  "at worst its lease runs out)",
                  c->id, c->peer, msg ? msg : "backend error");
-    fencing_fill(c, ":1");
+    fencing_fill(c, status == LOCK_NOT_HELD ? ":0" : ":1"); /* NOT_HELD: a newer holder's key */
     if (!c->processing)
         cl_update(c);
 }

@@ -147,6 +147,7 @@ static void http_metrics(struct http_api *h, struct httpd_req *req)
     fg_metrics.counter[M_LOCK_RENEWALS] = st.renewals;
     fg_metrics.counter[M_LOCK_RENEWAL_TRIPS] = st.renewal_round_trips;
     fg_metrics.counter[M_TOKEN_REPAIRS] = st.token_repairs;
+    fg_metrics.counter[M_TOKEN_REGRESSIONS] = st.token_regressions;
     fg_metrics.counter[M_LOCK_BATCHES] = st.backend_batches;
     fg_metrics.counter[M_LOCK_BATCHED] = st.backend_batched;
 

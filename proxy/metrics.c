@@ -61,6 +61,10 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
          "Renewal round trips to the lock backend (one per session per TTL/3)."},
     [M_TOKEN_REPAIRS] = {"fencegate_token_repairs_total",
                          "Token counters raised past a store's high-water mark."},
+    [M_TOKEN_REGRESSIONS] = {"fencegate_token_regressions_total",
+                             "Grants refused because their token was not above a store's "
+                             "high-water mark and could not be raised past it (etcd restored "
+                             "from an old snapshot, say)."},
     [M_LOCK_BATCHES] = {"fencegate_lock_backend_batches_total",
                         "Lock backend calls that carried several acquisitions or releases at once "
                         "(etcd Txns)."},

@@ -28,6 +28,7 @@ enum metric_counter {
     M_LOCK_RENEWALS,      /* lock leases extended (from the lock client) */
     M_LOCK_RENEWAL_TRIPS, /* renewal round trips (one per session per TTL/3) */
     M_TOKEN_REPAIRS,      /* token counters raised past a store's mark */
+    M_TOKEN_REGRESSIONS,  /* grants refused: a token not above a store's mark, not raisable */
     M_LOCK_BATCHES,       /* backend calls carrying several acquires/releases (from the client) */
     M_LOCK_BATCHED,       /* the acquires and releases they carried (from the lock client) */
     M_FENCED_WRITES,      /* fenced writes sent to Redis (scripts, or in a transaction) */

@@ -411,6 +411,7 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(len(lines), 1, lines)
         self.assertIn("lock wallet:old: token", lines[0])
         self.assertIn("warn", lines[0])
+        self.assertEqual(fg.metrics().get("fencegate_token_regressions_total"), 3)
 
     def test_lease_revoked_behind_our_back_loses_every_lock_of_the_session(self):
         fg = self.fencegate("--session-ttl-ms", "3000")

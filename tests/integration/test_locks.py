@@ -109,6 +109,19 @@ class Tokens(LockTestCase):
             harness.wait_until(lambda: self.direct.exists(lock_key("rel")) == 0, 2, 0.01,
                                "the lock key to go")
 
+    def test_a_release_of_a_lock_another_holder_took_answers_0_and_leaves_it(self):
+        # The backend lost A's key (a flush, a failover) and B took the lock before A's renewal
+        # noticed: A's release finds the key is not A's. It answered 1 ("released") as if A had
+        # let go of it; the HTTP API answers 404 there.
+        f1, f2 = self.fencegate(), self.fencegate()
+        a, b = self.raw(f1.resp_port), self.raw(f2.resp_port)
+        self.acquire(a, "taken")
+        self.direct.delete(lock_key("taken"))
+        self.acquire(b, "taken")
+        self.assertEqual(a.call("FENCE.RELEASE", "taken"), 0)
+        self.assertEqual(self.direct.exists(lock_key("taken")), 1, "B's key was deleted")
+        self.assertEqual(b.call("FENCE.RELEASE", "taken"), 1)
+
     def test_token_increases_after_sidecar_kill9_and_restart(self):
         fg = self.fencegate("--session-ttl-ms", "1000")
         c = self.raw(fg.resp_port)
