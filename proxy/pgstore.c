@@ -938,6 +938,23 @@ static int pg_job_stale(const struct pg_job *j)
            strstr(j->errmsg, PG_STALE_MARKER) != NULL;
 }
 
+/* Which of fencegate's own statements the batch's first error is in ("BEGIN", ...), or NULL when
+ * it is in one of the batch's statements (or there is none). At COMMIT only a missing prepared
+ * statement (26000) is fencegate's; a deferred constraint there is the batch's. */
+static const char *pg_job_own_error(const struct pg_job *j)
+{
+    static const char *const pre[PG_NPRE] = {"BEGIN", "the settings and the advisory lock",
+                                             "the fence check"};
+
+    if (j->err_index >= 0 && j->err_index < PG_NPRE)
+        return pre[j->err_index];
+    if (j->err_index == PG_NPRE + j->rq.nstmts)
+        return "the check after the statements";
+    if (j->err_index == PG_Q_COMMIT && !strcmp(j->sqlstate, "26000"))
+        return "COMMIT";
+    return NULL;
+}
+
 /* Answers an HTTP batch: after COMMIT's answer, or (failed) before its ROLLBACK. */
 static void pg_job_done(struct pg_job *j)
 {
@@ -1023,11 +1040,11 @@ static void pg_job_done(struct pg_job *j)
                  "back: acquire it again",
                  name, (int)(j->rq.lock_len > 200 ? 200 : j->rq.lock_len), j->rq.lock, j->tokstr);
         http_reply_error(j->req, 409, "lock_lost", text);
-    } else if (j->err_index < PG_NPRE) {
+    } else if (pg_job_own_error(j)) {
         snprintf(text, sizeof(text),
-                 "postgresql store '%s': fencegate's own statement %d failed: %s "
+                 "postgresql store '%s': fencegate's own statement (%s) failed: %s "
                  "(SQLSTATE %s); nothing was committed",
-                 name, j->err_index, j->errmsg ? j->errmsg : "", j->sqlstate);
+                 name, pg_job_own_error(j), j->errmsg ? j->errmsg : "", j->sqlstate);
         metrics_inc(&fg_metrics, M_PG_UNAVAILABLE, 1);
         http_reply_error(j->req, 503, "store_unavailable", text);
     } else {
@@ -1087,12 +1104,20 @@ static void pc_phase1_done(struct pg_conn *c)
      * refused lock_lost and their locks given up, and the next grants set the rows again. */
     int table_gone = j && !strcmp(j->sqlstate, "42P01") &&
                      (j->err_index == PG_Q_F || (j->fence && j->err_index == PG_Q_R2));
+    /* fencegate's prepared statements are gone: DEALLOCATE is not transactional, and dynamic SQL
+     * (DO, a function) reaches it past the filter. Only a new connection prepares them again;
+     * without one, every later batch and fence on acquire on this connection would fail. */
+    int stmts_gone = j && !strcmp(j->sqlstate, "26000") && (j->fence || pg_job_own_error(j));
 
     c->job = NULL;
     if (j)
         pg_job_done(j);
     if (table_gone) {
         pc_broken(c, "fencegate_fence does not exist (dropped?); reconnecting, which creates it");
+        return;
+    }
+    if (stmts_gone) {
+        pc_broken(c, "fencegate's prepared statements were deallocated; reconnecting");
         return;
     }
     if (!open) {

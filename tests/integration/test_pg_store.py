@@ -217,6 +217,27 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(st, 200, body)
         self.assertEqual(self.rows()[0], "1|fenced|10")
 
+    def test_a_batch_that_deallocates_fencegates_statements_does_not_break_the_connection(self):
+        """DEALLOCATE is refused, but dynamic SQL still reaches it, and it is not transactional:
+        the rolled-back batch leaves its pooled connection without fencegate's prepared
+        statements. That batch is answered as fencegate's failure (503, nothing committed, not a
+        422 naming a statement the batch does not have), and the connection is made anew. The
+        binary before kept it: every later batch and fence on acquire on it failed ("prepared
+        statement fencegate_fence_begin does not exist") until fencegate restarted, while
+        /readyz said ready."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = 'gone' WHERE id = 1"},
+                                 {"sql": "DO $$BEGIN EXECUTE 'DEALLOCATE ALL'; END$$"}])
+        self.assertEqual((st, body["error"]), (503, "store_unavailable"), body)
+        self.assertIn("nothing was committed", body["message"])
+        self.assertEqual(self.rows()[0], "1|alice|10")
+        update = [{"sql": "UPDATE accounts SET owner = 'back' WHERE id = 1"}]
+        wait_until(lambda: self.sql(fg, update)[0] == 200, 10, 0.1, "a batch committed again")
+        self.assertEqual(self.rows()[0], "1|back|10")
+        m = self.acquire(fg, "M")
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
+
     def test_a_row_reset_while_the_batch_waits_for_its_advisory_lock_is_seen(self):
         """The batch waits for the lock's advisory lock, held by another session that deletes
         the fence row meanwhile: once it runs, its check reads the row as committed then, so it
