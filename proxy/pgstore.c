@@ -262,6 +262,17 @@ static void pg_job_done(struct pg_job *j);
 
 /* ---- jobs ---------------------------------------------------------------------------------- */
 
+/* How much of a lock name (len bytes of UTF-8) an answer shows: at most max bytes, cut between
+ * characters (a character cut in two would make the answer invalid UTF-8, so invalid JSON). */
+static int pg_name_len(const char *name, size_t len, size_t max)
+{
+    if (len <= max)
+        return (int)len;
+    while (max > 0 && ((unsigned char)name[max] & 0xC0) == 0x80)
+        max--;
+    return (int)max;
+}
+
 /* Frees j, whose client is answered (which freed its request) or gone. */
 static void pg_job_free(struct pg_job *j)
 {
@@ -1038,7 +1049,7 @@ static void pg_job_done(struct pg_job *j)
                  "(the row fence on acquire set was deleted, or lost in a failover), so a former "
                  "holder may have written since; the lock was given up and the batch rolled "
                  "back: acquire it again",
-                 name, (int)(j->rq.lock_len > 200 ? 200 : j->rq.lock_len), j->rq.lock, j->tokstr);
+                 name, pg_name_len(j->rq.lock, j->rq.lock_len, 200), j->rq.lock, j->tokstr);
         http_reply_error(j->req, 409, "lock_lost", text);
     } else if (pg_job_own_error(j)) {
         snprintf(text, sizeof(text),
@@ -1346,7 +1357,7 @@ static void pg_next_job(struct pgstore *s, struct pg_conn *c)
             snprintf(msg, sizeof(msg),
                      "lock %.*s was released or lost while the batch waited for a connection; "
                      "nothing was sent to the store",
-                     (int)(j->rq.lock_len > 100 ? 100 : j->rq.lock_len), j->rq.lock);
+                     pg_name_len(j->rq.lock, j->rq.lock_len, 100), j->rq.lock);
             metrics_inc(&fg_metrics, M_PG_NOLOCK, 1);
             pg_job_fail(j, 409, "lock_lost", msg);
             continue;
@@ -1494,7 +1505,7 @@ void pgstore_handle(void *arg, const struct cfg_store *store, const char *rest,
         snprintf(text, sizeof(text),
                  "lock %.*s is %s by this sidecar; acquire it with POST /v1/locks/{name}; "
                  "nothing was sent to the store",
-                 (int)(rq.lock_len > 200 ? 200 : rq.lock_len), rq.lock,
+                 pg_name_len(rq.lock, rq.lock_len, 200), rq.lock,
                  st < 0 ? "lost (no longer held)" : "not held");
         http_reply_error(req, 409, "lock_lost", text);
         pgjson_request_free(&rq);

@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.parse
 
 import harness
 from harness import (FENCEGATE_BIN, PSQL, FgTestCase, PostgresServer, PromptPoller, clean_env,
@@ -298,6 +299,24 @@ class PgStoreTest(FgTestCase):
         st, body = self.sql(fg, [{"sql": "SELECT 1"}], lock='a"b\\c\u00e9')
         self.assertEqual((st, body["error"]), (409, "lock_lost"))
         self.assertIn('lock a"b\\c\u00e9 is not held', body["message"])
+
+    def test_a_long_lock_name_is_cut_whole_characters_in_answers(self):
+        """Answers name the lock cut to a length; cut inside a character, the answer was not
+        UTF-8, so not JSON a client could read (json.loads raised UnicodeDecodeError)."""
+        fg = self.fencegate()
+        name = "a" + "\u00e9" * 200
+        st, _, data = http_request(fg.http_port, "POST", "/v1/stores/pg/sql",
+                                   {"lock": name, "statements": [{"sql": "SELECT 1"}]})
+        body = json.loads(data)
+        self.assertEqual((st, body["error"]), (409, "lock_lost"), body)
+        self.assertIn("lock a\u00e9\u00e9", body["message"])
+        self.acquire(fg, urllib.parse.quote(name))
+        self.pg.sql("DELETE FROM fencegate_fence")
+        st, _, data = http_request(fg.http_port, "POST", "/v1/stores/pg/sql",
+                                   {"lock": name, "statements": [{"sql": "SELECT 1"}]})
+        body = json.loads(data)
+        self.assertEqual((st, body["error"]), (409, "lock_lost"), body)
+        self.assertIn("the fence row of lock a\u00e9\u00e9", body["message"])
 
     def test_token_claim_must_match_the_held_token(self):
         """Clients of one sidecar share its session: a client whose lock was lost and taken
