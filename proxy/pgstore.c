@@ -2,9 +2,9 @@
  *
  * Each store has a pool of connections. A connection is set up once: statement_timeout; the
  * schema the side table lives in (current_schema() of the fresh connection, so a batch's later
- * search_path or temporary table can never redirect the fence); the table, created there; and
- * the prepared statements, which name it fully qualified and call pg_catalog's functions and
- * operators explicitly.
+ * search_path or temporary table can never redirect the fence); the table, created there unless
+ * it is there already; and the prepared statements, which name it fully qualified and call
+ * pg_catalog's functions and operators explicitly.
  *
  * A batch runs in a transaction block that fencegate opens and closes itself, in one round trip
  * when all goes well:
@@ -191,6 +191,7 @@ struct pg_conn {
     int setup_stage; /* 1: settings and current_schema(); 2: the table and prepared statements */
     int setup_syncs; /* set-up segments of this stage still to complete */
     char *table;     /* the side table's quoted, schema-qualified name (malloc) */
+    int create;      /* stage 2 creates the table: no schema on the search_path has one */
     struct pg_job *job;
     int phase;     /* PC_BUSY: 1 the batch (its statements and COMMIT), 2 a ROLLBACK after it */
     int qi;        /* the query whose results are being read */
@@ -566,6 +567,9 @@ static void pc_setup_schema(struct pg_conn *c, const PGresult *r)
                  schema);
         return;
     }
+    /* Only when no schema has it: CREATE TABLE IF NOT EXISTS needs CREATE on the schema even
+     * when the table exists, which a role given only what the application needs lacks. */
+    c->create = col == 1;
     n = strlen(q) + sizeof(".fencegate_fence");
     free(c->table);
     c->table = malloc(n);
@@ -589,15 +593,17 @@ static int pg_fill(char *out, size_t n, const char *tmpl, const char *table)
     return w >= 0 && (size_t)w < n;
 }
 
-/* Stage 2: the table in that schema (a failing CREATE must not undo the rest: its own segment)
- * and the prepared statements, which name it qualified. */
+/* Stage 2: the table in that schema unless it is there (a failing CREATE must not undo the rest:
+ * its own segment) and the prepared statements, which name it qualified. */
 static void pc_setup2(struct pg_conn *c)
 {
     char sql[1024];
-    int ok;
+    int ok = 1;
 
-    ok = pg_fill(sql, sizeof(sql), pg_sql_create, c->table) &&
-         pq.PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) && pq.PQpipelineSync(c->pg);
+    if (c->create)
+        ok = pg_fill(sql, sizeof(sql), pg_sql_create, c->table) &&
+             pq.PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0) &&
+             pq.PQpipelineSync(c->pg);
     for (int i = 0; ok && i < PG_NPREPARED; i++)
         ok = pg_fill(sql, sizeof(sql), pg_prepared[i].sql, c->table) &&
              pq.PQsendPrepare(c->pg, pg_prepared[i].name, sql, pg_prepared[i].nparams,
@@ -607,8 +613,8 @@ static void pc_setup2(struct pg_conn *c)
         return;
     }
     c->setup_stage = 2;
-    c->setup_syncs = 2;
-    c->syncs = 2;
+    c->setup_syncs = c->create ? 2 : 1;
+    c->syncs = c->setup_syncs;
     c->qi = 0;
     c->in_query = 0;
     pc_flush(c);
@@ -848,7 +854,7 @@ static void pc_result(struct pg_conn *c, PGresult *r)
         if (st == PGRES_FATAL_ERROR && !c->err[0]) {
             const char *code = pq.PQresultErrorField(r, PG_DIAG_SQLSTATE);
             /* Two connections creating the side table at once: one loses, harmlessly. */
-            if (!(c->setup_stage == 2 && c->setup_syncs == 2 && code &&
+            if (!(c->setup_stage == 2 && c->create && c->setup_syncs == 2 && code &&
                   (!strcmp(code, "42P07") || !strcmp(code, "23505"))))
                 snprintf(c->err, sizeof(c->err), "setting up the connection: %s",
                          pq.PQresultErrorMessage(r));

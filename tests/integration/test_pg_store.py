@@ -520,6 +520,25 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(self.pg.sql("SELECT lock, token FROM public.fencegate_fence "
                                      "ORDER BY lock").splitlines(), ["L|%d" % t, "M|%d" % m])
 
+    def test_a_role_that_may_not_create_tables_uses_a_table_made_for_it(self):
+        """The role in the URL has only what the application needs: no CREATE on public
+        (PostgreSQL 15's default for roles that do not own it), DML on the table fencegate_fence
+        an administrator made for it. The binary before ran CREATE TABLE IF NOT EXISTS on every
+        connection, which PostgreSQL refuses without CREATE even when the table exists: the
+        store never came up (503 "permission denied for schema public")."""
+        self.pg.sql("CREATE TABLE fencegate_fence (lock text PRIMARY KEY, token bigint NOT NULL)")
+        self.pg.sql("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        self.pg.sql("CREATE ROLE app LOGIN")
+        self.pg.sql("GRANT SELECT, INSERT, UPDATE ON fencegate_fence, accounts TO app")
+        url = self.pg.url.replace(self.pg.user + "@", "app@")
+        cfg = self.write_file("fg-app.yaml", "stores:\n  - name: pg\n    url: %s\n" % url)
+        fg = self.start_fencegate(self.redis, args=["--config", cfg])
+        t = self.acquire(fg)
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'L'"), str(t))
+        st, body = self.sql(fg, [{"sql": "UPDATE accounts SET owner = current_user WHERE id = 1"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.rows()[0], "1|app|10")
+
     def test_session_defaults_cannot_break_batches_or_fences(self):
         """A session made READ ONLY (or SERIALIZABLE) by default: fencegate's BEGIN says READ
         WRITE, READ COMMITTED, so batches and fence on acquire still work."""
