@@ -1086,25 +1086,31 @@ static void pg_job_done(struct pg_job *j)
     pg_job_free(j);
 }
 
-/* An idle connection that read a large result is closed and made again at once (PC_WAIT), which
- * gives its input buffer back; the store counts as reachable meanwhile, and batches wait for a
- * connection as they do behind busy ones. */
-static void pc_recycle(struct pg_conn *c)
+/* An idle connection that read a large result, or whose session a batch left in another
+ * client_encoding, is closed and made again at once (PC_WAIT), which gives its input buffer back
+ * or sets UTF8 again; the store counts as reachable meanwhile, and batches wait for a connection
+ * as they do behind busy ones. */
+static void pc_recycle(struct pg_conn *c, const char *why)
 {
-    log_debug("postgresql store '%s': a connection read a result of %u MiB or more; making it "
-              "anew to give that memory back",
-              c->s->cfg->name, PG_RECYCLE_BYTES >> 20);
+    log_debug("postgresql store '%s': %s; making the connection anew", c->s->cfg->name, why);
     c->recycle = 0;
     pc_disconnect(c);
     c->backoff_ms = 0;
     pc_timer(c, 0);
 }
 
-/* An idle connection takes the next batch waiting, unless it is to be made anew first. */
+/* An idle connection takes the next batch waiting, unless it is to be made anew first. A batch
+ * can change its session's client_encoding (set_config(), which the filter does not see): later
+ * batches on it would then store UTF-8 text as another encoding, and fence on acquire would
+ * raise the row of a lock name so garbled, leaving the row a former holder checks unraised. */
 static void pc_next(struct pg_conn *c)
 {
+    const char *enc = pq.PQparameterStatus(c->pg, "client_encoding");
+
     if (c->recycle)
-        pc_recycle(c);
+        pc_recycle(c, "it read a large result; giving that memory back");
+    else if (!enc || strcmp(enc, "UTF8") != 0)
+        pc_recycle(c, "a batch changed its session's client_encoding");
     else
         pg_next_job(c->s, c);
 }

@@ -39,6 +39,7 @@
     X(PQgetvalue)                                                                                  \
     X(PQisBusy)                                                                                    \
     X(PQnfields)                                                                                   \
+    X(PQparameterStatus)                                                                           \
     X(PQntuples)                                                                                   \
     X(PQpipelineSync)                                                                              \
     X(PQresultErrorField)                                                                          \

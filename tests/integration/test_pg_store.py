@@ -92,6 +92,29 @@ class PgStoreTest(FgTestCase):
                            capture_output=True, timeout=30, env=clean_env())
         self.assertEqual(p.stdout.decode().strip(), "1|1")
 
+    def test_a_batch_that_changes_the_client_encoding_does_not_garble_later_ones(self):
+        """A session-level SET is refused, but set_config() still reaches the pooled session.
+        A batch that sets client_encoding keeps it to itself: the connection is made anew after
+        it. The binary before kept the connection: later batches on it stored 'caf\u00e9' as
+        'caf\u00c3\u00a9' (answering 200 with the text looking right), and fence on acquire wrote
+        the row of lock '\u00f6' under another name, so a former holder's batches, checking the
+        row of '\u00f6', still found their own token there."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [
+            {"sql": "SELECT set_config('client_encoding', 'LATIN1', false)"}])
+        self.assertEqual(st, 200, body)
+        st, body = self.sql(fg, [
+            {"sql": "UPDATE accounts SET owner = $1 WHERE id = 1", "params": ["caf\u00e9"]},
+            {"sql": "SELECT owner, 'caf\u00e9' AS lit FROM accounts WHERE id = 1"}])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["results"][1]["rows"], [["caf\u00e9", "caf\u00e9"]])
+        self.assertEqual(self.rows()[0], "1|caf\u00e9|10")
+        self.sql(fg, [{"sql": "SELECT set_config('client_encoding', 'LATIN1', false)"}])
+        t = self.acquire(fg, urllib.parse.quote("\u00f6"))
+        self.assertEqual(self.pg.sql("SELECT lock, token FROM fencegate_fence WHERE lock <> 'L'"),
+                         "\u00f6|%d" % t)
+
     def test_an_application_error_that_quotes_fencegate_is_its_own(self):
         """A statement's own error is the application's (422), even when its text is the one
         fencegate's last check uses to say the batch escaped its transaction."""
