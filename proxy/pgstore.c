@@ -27,6 +27,7 @@
  *            block (COMMIT got past the filter) took the LOCAL setting with it, so C fails and
  *            rolls back everything after that COMMIT. Inside a block, procedures and DO cannot
  *            COMMIT at all (PostgreSQL refuses), so this is a second line.
+ *        U   UNLISTEN *: a LISTEN reached through dynamic SQL never outlives the batch;
  *        COMMIT.
  * The first error skips everything up to the Sync, COMMIT included: nothing is committed, and the
  * block, left open (failed), is closed by a ROLLBACK in a second round trip after the client was
@@ -162,6 +163,9 @@ static const struct {
      "'fencegate.batch', true), '') OPERATOR(pg_catalog.||) ')' AS pg_catalog.int4) END",
      1,
      {25}},
+    /* Ends a LISTEN a batch reached through dynamic SQL before it takes effect at COMMIT: a
+     * pooled connection left listening would keep every notification in libpq for its life. */
+    {"fencegate_fence_u", "UNLISTEN *", 0, {0}},
 };
 #define PG_NPREPARED ((int)(sizeof(pg_prepared) / sizeof(pg_prepared[0])))
 
@@ -967,6 +971,8 @@ static const char *pg_job_own_error(const struct pg_job *j)
         return pre[j->err_index];
     if (j->err_index == PG_NPRE + j->rq.nstmts)
         return "the check after the statements";
+    if (j->err_index == PG_NPRE + j->rq.nstmts + 1)
+        return "UNLISTEN *";
     if (j->err_index == PG_Q_COMMIT && !strcmp(j->sqlstate, "26000"))
         return "COMMIT";
     return NULL;
@@ -1330,8 +1336,9 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
         for (int i = 0; ok && i < j->rq.nstmts; i++)
             ok = pq.PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
                                       j->rq.stmts[i].params, NULL, NULL, 0);
-        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_c", 1, cp, NULL, NULL, 0);
-        j->commit_qi = PG_NPRE + j->rq.nstmts + 1;
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_c", 1, cp, NULL, NULL, 0) &&
+             pq.PQsendQueryPrepared(c->pg, "fencegate_fence_u", 0, NULL, NULL, NULL, 0);
+        j->commit_qi = PG_NPRE + j->rq.nstmts + 2;
     }
     ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_commit", 0, NULL, NULL, NULL, 0);
     if (!ok || !pq.PQpipelineSync(c->pg)) {

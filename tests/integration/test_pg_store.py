@@ -262,6 +262,25 @@ class PgStoreTest(FgTestCase):
         m = self.acquire(fg, "M")
         self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
 
+    def test_a_batch_cannot_leave_its_connection_listening(self):
+        """LISTEN is refused, but dynamic SQL still reaches it. A pooled connection left
+        listening kept every notification on its channel in libpq for the connection's life:
+        20000 NOTIFYs of 7 kB grew the sidecar by about 140 MB while it was idle, and more once
+        a batch made libpq parse them. The batch's block now ends with UNLISTEN *."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "DO $$BEGIN EXECUTE 'LISTEN ch'; END$$"}])
+        self.assertEqual(st, 200, body)
+        st, body = self.sql(fg, [{"sql": "SELECT count(*) AS n FROM pg_listening_channels()"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[0]]), body)
+        before = harness.rss_kib(fg.pid)
+        for _ in range(4):
+            self.pg.sql("SELECT count(pg_notify('ch', i || repeat('x', 7000))) "
+                        "FROM generate_series(1, 5000) i")
+        st, body = self.sql(fg, [{"sql": "SELECT 1 AS one"}])
+        self.assertEqual(st, 200, body)
+        self.assertLess(harness.rss_kib(fg.pid) - before, 16 * 1024)
+
     def test_a_row_reset_while_the_batch_waits_for_its_advisory_lock_is_seen(self):
         """The batch waits for the lock's advisory lock, held by another session that deletes
         the fence row meanwhile: once it runs, its check reads the row as committed then, so it
