@@ -26,7 +26,8 @@
  *        C   an error unless fencegate.batch still holds the id: a statement that ended the
  *            block (COMMIT got past the filter) took the LOCAL setting with it, so C fails and
  *            rolls back everything after that COMMIT. Inside a block, procedures and DO cannot
- *            COMMIT at all (PostgreSQL refuses), so this is a second line.
+ *            COMMIT at all (PostgreSQL refuses), so this is a second line. C also sets the
+ *            session's role back to its own: a role set by set_config() outlives the batch;
  *        U   UNLISTEN *: a LISTEN reached through dynamic SQL never outlives the batch;
  *        COMMIT.
  * The first error skips everything up to the Sync, COMMIT included: nothing is committed, and the
@@ -156,11 +157,14 @@ static const struct {
      2,
      {25, 20}},
     {"fencegate_fence_r2", "SELECT token FROM {T} WHERE lock OPERATOR(pg_catalog.=) $1", 1, {25}},
+    /* The batch's last check; and the role set back to the session's own (a role set at session
+     * level, by set_config(), would outlive the batch, for every client's later batches). */
     {"fencegate_fence_c",
      "SELECT CASE WHEN pg_catalog.current_setting('fencegate.batch', true) "
      "OPERATOR(pg_catalog.=) $1 THEN 0 ELSE CAST('" PG_ESCAPE_MARKER
      " (' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting("
-     "'fencegate.batch', true), '') OPERATOR(pg_catalog.||) ')' AS pg_catalog.int4) END",
+     "'fencegate.batch', true), '') OPERATOR(pg_catalog.||) ')' AS pg_catalog.int4) END, "
+     "pg_catalog.set_config('role', 'none', false)",
      1,
      {25}},
     /* Ends a LISTEN a batch reached through dynamic SQL before it takes effect at COMMIT: a

@@ -262,6 +262,26 @@ class PgStoreTest(FgTestCase):
         m = self.acquire(fg, "M")
         self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
 
+    def test_a_batch_cannot_leave_its_connection_in_another_role(self):
+        """SET ROLE is refused, but set_config('role', ..., false) still reaches the pooled
+        session: the block's last check sets the role back to the session's own. The binary
+        before kept the role: later batches of every client ran as it, and with a role that may
+        not read fencegate_fence, every batch and fence on acquire on that connection failed
+        (503 permission denied) until fencegate restarted. SET LOCAL ROLE still holds within
+        its batch."""
+        self.pg.sql("CREATE ROLE other")
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [{"sql": "SELECT set_config('role', 'other', false)"},
+                                 {"sql": "SELECT current_user"}])
+        self.assertEqual((st, body["results"][1]["rows"]), (200, [["other"]]), body)
+        st, body = self.sql(fg, [{"sql": "SELECT current_user"}])
+        self.assertEqual((st, body["results"][0]["rows"]), (200, [[self.pg.user]]), body)
+        m = self.acquire(fg, "M")
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
+        st, body = self.sql(fg, [{"sql": "SET LOCAL ROLE other"}, {"sql": "SELECT current_user"}])
+        self.assertEqual((st, body["results"][1]["rows"]), (200, [["other"]]), body)
+
     def test_a_batch_cannot_leave_its_connection_listening(self):
         """LISTEN is refused, but dynamic SQL still reaches it. A pooled connection left
         listening kept every notification on its channel in libpq for the connection's life:
