@@ -209,6 +209,8 @@ struct pg_conn {
     struct pc_lookup *lk; /* one per host of the URL when it names any (pgstore.hosts) */
     int lookups;          /* lookups in flight (PC_RESOLVING) */
     int recycle;          /* read a result of PG_RECYCLE_BYTES or more: closed once idle */
+    /* session_authorization once set up, as the server reported it */
+    char session_user[128];
 };
 
 struct pg_job {
@@ -1110,17 +1112,21 @@ static void pc_recycle(struct pg_conn *c, const char *why)
 }
 
 /* An idle connection takes the next batch waiting, unless it is to be made anew first. A batch
- * can change its session's client_encoding (set_config(), which the filter does not see): later
- * batches on it would then store UTF-8 text as another encoding, and fence on acquire would
- * raise the row of a lock name so garbled, leaving the row a former holder checks unraised. */
+ * can change its session's client_encoding or (a superuser's) session user through set_config(),
+ * which the filter does not see: later batches on it would then store UTF-8 text as another
+ * encoding, and fence on acquire would raise the row of a lock name so garbled, leaving the row a
+ * former holder checks unraised; or they would all run as another user. */
 static void pc_next(struct pg_conn *c)
 {
     const char *enc = pq.PQparameterStatus(c->pg, "client_encoding");
+    const char *user = pq.PQparameterStatus(c->pg, "session_authorization");
 
     if (c->recycle)
         pc_recycle(c, "it read a large result; giving that memory back");
     else if (!enc || strcmp(enc, "UTF8") != 0)
         pc_recycle(c, "a batch changed its session's client_encoding");
+    else if (strcmp(user ? user : "", c->session_user) != 0)
+        pc_recycle(c, "a batch changed its session user");
     else
         pg_next_job(c->s, c);
 }
@@ -1197,6 +1203,10 @@ static void pc_sync(struct pg_conn *c)
         evtimer_del(c->timer);
         c->state = PC_IDLE;
         c->backoff_ms = 0;
+        snprintf(c->session_user, sizeof(c->session_user), "%s",
+                 pq.PQparameterStatus(c->pg, "session_authorization")
+                     ? pq.PQparameterStatus(c->pg, "session_authorization")
+                     : "");
         pg_update_live(c->s);
         pg_next_job(c->s, c);
         return;

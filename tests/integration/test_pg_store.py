@@ -282,6 +282,24 @@ class PgStoreTest(FgTestCase):
         st, body = self.sql(fg, [{"sql": "SET LOCAL ROLE other"}, {"sql": "SELECT current_user"}])
         self.assertEqual((st, body["results"][1]["rows"]), (200, [["other"]]), body)
 
+    def test_a_batch_that_changes_the_session_user_has_it_to_itself(self):
+        """SET SESSION AUTHORIZATION is refused, but set_config() still reaches it when the URL's
+        role is a superuser: the connection is made anew after such a batch. The binary before
+        kept it, and every later batch and fence on acquire on it ran as that user (here one
+        that may not read fencegate_fence: 503 until fencegate restarted)."""
+        self.pg.sql("CREATE ROLE other")
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        st, body = self.sql(fg, [
+            {"sql": "SELECT set_config('session_authorization', 'other', false)"},
+            {"sql": "SELECT session_user"}])
+        self.assertEqual((st, body["results"][1]["rows"]), (200, [["other"]]), body)
+        st, body = self.sql(fg, [{"sql": "SELECT session_user"}])
+        self.assertEqual((st, body.get("results", [{}])[0].get("rows")), (200, [[self.pg.user]]),
+                         body)
+        m = self.acquire(fg, "M")
+        self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
+
     def test_a_batch_cannot_leave_its_connection_listening(self):
         """LISTEN is refused, but dynamic SQL still reaches it. A pooled connection left
         listening kept every notification on its channel in libpq for the connection's life:
