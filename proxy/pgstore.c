@@ -173,6 +173,13 @@ static const struct {
 };
 #define PG_NPREPARED ((int)(sizeof(pg_prepared) / sizeof(pg_prepared[0])))
 
+/* Settings the server reports (ParameterStatus) whose session-level change by a batch, through
+ * set_config() (the filter refuses SET), would reach every client's later batches on the
+ * connection: they run as another user, or read and show values otherwise. */
+static const char *const pg_reported[] = {"session_authorization", "TimeZone", "DateStyle",
+                                          "IntervalStyle", "standard_conforming_strings"};
+#define PG_NREPORTED ((int)(sizeof(pg_reported) / sizeof(pg_reported[0])))
+
 enum pc_state { PC_WAIT, PC_RESOLVING, PC_CONNECTING, PC_SETUP, PC_IDLE, PC_BUSY };
 
 struct pg_job;
@@ -209,8 +216,7 @@ struct pg_conn {
     struct pc_lookup *lk; /* one per host of the URL when it names any (pgstore.hosts) */
     int lookups;          /* lookups in flight (PC_RESOLVING) */
     int recycle;          /* read a result of PG_RECYCLE_BYTES or more: closed once idle */
-    /* session_authorization once set up, as the server reported it */
-    char session_user[128];
+    char reported[PG_NREPORTED][128]; /* pg_reported once set up, as the server reported them */
 };
 
 struct pg_job {
@@ -1111,24 +1117,50 @@ static void pc_recycle(struct pg_conn *c, const char *why)
     pc_timer(c, 0);
 }
 
-/* An idle connection takes the next batch waiting, unless it is to be made anew first. A batch
- * can change its session's client_encoding or (a superuser's) session user through set_config(),
- * which the filter does not see: later batches on it would then store UTF-8 text as another
- * encoding, and fence on acquire would raise the row of a lock name so garbled, leaving the row a
- * former holder checks unraised; or they would all run as another user. */
-static void pc_next(struct pg_conn *c)
+/* Setting i of pg_reported as the server last reported it, into out[0..n). */
+static void pc_reported(struct pg_conn *c, int i, char *out, size_t n)
+{
+    const char *v = pq.PQparameterStatus(c->pg, pg_reported[i]);
+
+    snprintf(out, n, "%s", v ? v : "");
+}
+
+/* The first setting a batch changed for the session (pg_reported, or client_encoding away from
+ * UTF8), or NULL. */
+static const char *pc_session_changed(struct pg_conn *c)
 {
     const char *enc = pq.PQparameterStatus(c->pg, "client_encoding");
-    const char *user = pq.PQparameterStatus(c->pg, "session_authorization");
+    char now[sizeof(c->reported[0])];
 
-    if (c->recycle)
+    if (!enc || strcmp(enc, "UTF8") != 0)
+        return "client_encoding";
+    for (int i = 0; i < PG_NREPORTED; i++) {
+        pc_reported(c, i, now, sizeof(now));
+        if (strcmp(now, c->reported[i]) != 0)
+            return pg_reported[i];
+    }
+    return NULL;
+}
+
+/* An idle connection takes the next batch waiting, unless it is to be made anew first. A batch
+ * can change its session's settings through set_config(), which the filter does not see: with
+ * another client_encoding, later batches on it would store UTF-8 text garbled, and fence on
+ * acquire would raise the row of a lock name so garbled, leaving the row a former holder checks
+ * unraised; with another session user or pg_reported setting, every client's later batches would
+ * run as that user, or read and show values otherwise. */
+static void pc_next(struct pg_conn *c)
+{
+    const char *changed = c->recycle ? NULL : pc_session_changed(c);
+    char why[96];
+
+    if (c->recycle) {
         pc_recycle(c, "it read a large result; giving that memory back");
-    else if (!enc || strcmp(enc, "UTF8") != 0)
-        pc_recycle(c, "a batch changed its session's client_encoding");
-    else if (strcmp(user ? user : "", c->session_user) != 0)
-        pc_recycle(c, "a batch changed its session user");
-    else
+    } else if (changed) {
+        snprintf(why, sizeof(why), "a batch changed its session's %s", changed);
+        pc_recycle(c, why);
+    } else {
         pg_next_job(c->s, c);
+    }
 }
 
 /* The batch's pipeline answered: the outcome is known; answer it. A block left open (an error
@@ -1203,10 +1235,8 @@ static void pc_sync(struct pg_conn *c)
         evtimer_del(c->timer);
         c->state = PC_IDLE;
         c->backoff_ms = 0;
-        snprintf(c->session_user, sizeof(c->session_user), "%s",
-                 pq.PQparameterStatus(c->pg, "session_authorization")
-                     ? pq.PQparameterStatus(c->pg, "session_authorization")
-                     : "");
+        for (int i = 0; i < PG_NREPORTED; i++)
+            pc_reported(c, i, c->reported[i], sizeof(c->reported[i]));
         pg_update_live(c->s);
         pg_next_job(c->s, c);
         return;

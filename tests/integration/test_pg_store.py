@@ -300,6 +300,30 @@ class PgStoreTest(FgTestCase):
         m = self.acquire(fg, "M")
         self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
 
+    def test_a_batch_that_changes_how_its_session_reads_text_has_it_to_itself(self):
+        """Settings that change how other clients' statements read and show values (TimeZone,
+        DateStyle, IntervalStyle, standard_conforming_strings), set at session level through
+        set_config(): the connection is made anew after such a batch. The binary before kept
+        it, and later batches of every client read '2024-01-01 10:00' as Tokyo time and the
+        backslash in 'a\\b' as an escape."""
+        fg = self.fencegate("    pool_size: 1\n")
+        self.acquire(fg)
+        show = [{"sql": "SELECT CAST('2024-01-01 10:00+00' AS timestamptz) = "
+                        "CAST('2024-01-01 10:00' AS timestamptz) AS utc, 'a\\b' AS s, "
+                        "CAST(CAST('2024-01-02' AS date) AS text) AS d, "
+                        "CAST(CAST('1 day' AS interval) AS text) AS i"}]
+        st, body = self.sql(fg, show)
+        self.assertEqual(st, 200, body)
+        want = body["results"][0]["rows"]
+        self.assertEqual(want, [[True, "a\\b", "2024-01-02", "1 day"]])
+        for name, value in (("TimeZone", "Asia/Tokyo"), ("standard_conforming_strings", "off"),
+                            ("DateStyle", "SQL, DMY"), ("IntervalStyle", "sql_standard")):
+            st, body = self.sql(fg, [{"sql": "SELECT set_config($1, $2, false)",
+                                      "params": [name, value]}])
+            self.assertEqual(st, 200, body)
+            st, body = self.sql(fg, show)
+            self.assertEqual((st, body.get("results", [{}])[0].get("rows")), (200, want), name)
+
     def test_a_batch_cannot_leave_its_connection_listening(self):
         """LISTEN is refused, but dynamic SQL still reaches it. A pooled connection left
         listening kept every notification on its channel in libpq for the connection's life:
