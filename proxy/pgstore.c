@@ -27,7 +27,8 @@
  *            block (COMMIT got past the filter) took the LOCAL setting with it, so C fails and
  *            rolls back everything after that COMMIT. Inside a block, procedures and DO cannot
  *            COMMIT at all (PostgreSQL refuses), so this is a second line. C also sets the
- *            session's role back to its own: a role set by set_config() outlives the batch;
+ *            session's role back to the one it started with: a role set by set_config()
+ *            outlives the batch;
  *        U   UNLISTEN *: a LISTEN reached through dynamic SQL never outlives the batch;
  *        COMMIT.
  * The first error skips everything up to the Sync, COMMIT included: nothing is committed, and the
@@ -96,7 +97,8 @@
 #define PG_Q_COMMIT       1000000 /* err_index of an error at COMMIT */
 
 /* Where the table is: the first schema on the connection's search_path that has one (as an
- * unqualified name would resolve), else the first schema, where it is created. Sidecars whose
+ * unqualified name would resolve), else the first schema, where it is created; and the role the
+ * session starts with (the URL's options or the login role's settings may name one). Sidecars whose
  * roles differ in search_path then still meet in a table that exists, and a schema named after
  * the role created later ("$user" comes first) does not split the marks. */
 static const char pg_sql_schema[] =
@@ -104,7 +106,7 @@ static const char pg_sql_schema[] =
     "WITH ORDINALITY AS p(s, i) JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) "
     "p.s JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname "
     "OPERATOR(pg_catalog.=) 'fencegate_fence' AND c.relkind OPERATOR(pg_catalog.=) 'r' "
-    "ORDER BY p.i LIMIT 1), pg_catalog.current_schema()";
+    "ORDER BY p.i LIMIT 1), pg_catalog.current_schema(), pg_catalog.current_setting('role')";
 
 /* Statements name the table as {T}: its quoted, schema-qualified name goes there. */
 static const char pg_sql_create[] =
@@ -157,16 +159,17 @@ static const struct {
      2,
      {25, 20}},
     {"fencegate_fence_r2", "SELECT token FROM {T} WHERE lock OPERATOR(pg_catalog.=) $1", 1, {25}},
-    /* The batch's last check; and the role set back to the session's own (a role set at session
-     * level, by set_config(), would outlive the batch, for every client's later batches). */
+    /* The batch's last check; and the role set back to the one the session started with (a role
+     * set at session level, by set_config(), would outlive the batch, for every client's later
+     * batches). */
     {"fencegate_fence_c",
      "SELECT CASE WHEN pg_catalog.current_setting('fencegate.batch', true) "
      "OPERATOR(pg_catalog.=) $1 THEN 0 ELSE CAST('" PG_ESCAPE_MARKER
      " (' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting("
      "'fencegate.batch', true), '') OPERATOR(pg_catalog.||) ')' AS pg_catalog.int4) END, "
-     "pg_catalog.set_config('role', 'none', false)",
-     1,
-     {25}},
+     "pg_catalog.set_config('role', $2, false)",
+     2,
+     {25, 25}},
     /* Ends a LISTEN a batch reached through dynamic SQL before it takes effect at COMMIT: a
      * pooled connection left listening would keep every notification in libpq for its life. */
     {"fencegate_fence_u", "UNLISTEN *", 0, {0}},
@@ -217,6 +220,7 @@ struct pg_conn {
     int lookups;          /* lookups in flight (PC_RESOLVING) */
     int recycle;          /* read a result of PG_RECYCLE_BYTES or more: closed once idle */
     char reported[PG_NREPORTED][128]; /* pg_reported once set up, as the server reported them */
+    char role[128];                   /* current_setting('role') once connected */
 };
 
 struct pg_job {
@@ -555,15 +559,21 @@ static void pc_setup(struct pg_conn *c)
 }
 
 /* Stage 1's answer: the first schema on the search_path that has the table, else the first
- * schema (NULL when search_path names none). */
+ * schema (NULL when search_path names none); and the role the session started with. */
 static void pc_setup_schema(struct pg_conn *c, const PGresult *r)
 {
-    int col = pq.PQntuples(r) == 1 && pq.PQnfields(r) == 2 && pq.PQgetisnull(r, 0, 0) ? 1 : 0;
+    int col = pq.PQntuples(r) == 1 && pq.PQnfields(r) == 3 && pq.PQgetisnull(r, 0, 0) ? 1 : 0;
     const char *schema =
         pq.PQntuples(r) == 1 && !pq.PQgetisnull(r, 0, col) ? pq.PQgetvalue(r, 0, col) : NULL;
     char *q;
     size_t n;
 
+    if (pq.PQntuples(r) != 1 || pq.PQnfields(r) != 3 || pq.PQgetisnull(r, 0, 2) ||
+        pq.PQgetlength(r, 0, 2) >= (int)sizeof(c->role)) {
+        snprintf(c->err, sizeof(c->err), "setting up the connection: cannot read its role");
+        return;
+    }
+    snprintf(c->role, sizeof(c->role), "%s", pq.PQgetvalue(r, 0, 2));
     if (!schema) {
         snprintf(c->err, sizeof(c->err),
                  "setting up the connection: no schema to create fencegate_fence in (the "
@@ -1359,7 +1369,7 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
 {
     const char *fp[2] = {j->fence ? j->name : j->rq.lock, j->tokstr};
     const char *sp[3] = {j->batch, c->s->timeout_str, fp[0]};
-    const char *cp[1] = {j->batch};
+    const char *cp[2] = {j->batch, c->role};
     int ok;
 
     c->job = j;
@@ -1380,7 +1390,7 @@ static void pc_run(struct pg_conn *c, struct pg_job *j)
         for (int i = 0; ok && i < j->rq.nstmts; i++)
             ok = pq.PQsendQueryParams(c->pg, j->rq.stmts[i].sql, j->rq.stmts[i].nparams, NULL,
                                       j->rq.stmts[i].params, NULL, NULL, 0);
-        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_c", 1, cp, NULL, NULL, 0) &&
+        ok = ok && pq.PQsendQueryPrepared(c->pg, "fencegate_fence_c", 2, cp, NULL, NULL, 0) &&
              pq.PQsendQueryPrepared(c->pg, "fencegate_fence_u", 0, NULL, NULL, NULL, 0);
         j->commit_qi = PG_NPRE + j->rq.nstmts + 2;
     }

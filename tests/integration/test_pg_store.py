@@ -281,6 +281,15 @@ class PgStoreTest(FgTestCase):
         self.assertEqual(self.pg.sql("SELECT token FROM fencegate_fence WHERE lock = 'M'"), str(m))
         st, body = self.sql(fg, [{"sql": "SET LOCAL ROLE other"}, {"sql": "SELECT current_user"}])
         self.assertEqual((st, body["results"][1]["rows"]), (200, [["other"]]), body)
+        # A role the URL sets is the session's own: batches keep running as it.
+        self.pg.sql("GRANT SELECT, INSERT, UPDATE ON fencegate_fence TO other")
+        cfg = self.write_file("fg-role.yaml", "stores:\n  - name: pg\n    url: %s?options="
+                              "-crole%%3Dother\n    pool_size: 1\n" % self.pg.url)
+        fg2 = self.start_fencegate(self.redis, args=["--config", cfg])
+        self.acquire(fg2, "R")
+        for _ in range(2):
+            st, body = self.sql(fg2, [{"sql": "SELECT current_user"}], lock="R")
+            self.assertEqual((st, body["results"][0]["rows"]), (200, [["other"]]), body)
 
     def test_a_batch_that_changes_the_session_user_has_it_to_itself(self):
         """SET SESSION AUTHORIZATION is refused, but set_config() still reaches it when the URL's
