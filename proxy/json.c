@@ -820,18 +820,28 @@ int json_parse_lock_request(const char *body, size_t len, long long *ttl_ms, lon
 
 void json_escape(char *out, size_t cap, const char *s)
 {
-    size_t o = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0, len = strlen(s), i = 0;
 
-    for (; *s && o + 7 < cap; s++) {
-        unsigned char ch = (unsigned char)*s;
+    while (i < len && o + 7 < cap) {
+        unsigned char ch = u[i];
+        int n = json_utf8_len(u, len, i);
         if (ch == '"' || ch == '\\') {
             out[o++] = '\\';
             out[o++] = (char)ch;
         } else if (ch < 0x20) {
             o += (size_t)snprintf(out + o, cap - o, "\\u%04x", ch);
+        } else if (n <= 0) { /* not UTF-8 (a store's message, say): JSON text must be */
+            o += (size_t)snprintf(out + o, cap - o, "\\ufffd");
+        } else if (n > 1) {
+            memcpy(out + o, s + i, (size_t)n); /* whole: n <= 4 < 7 */
+            o += (size_t)n;
+            i += (size_t)n;
+            continue;
         } else {
             out[o++] = (char)ch;
         }
+        i++;
     }
     out[o] = '\0';
 }

@@ -85,8 +85,8 @@ const char *json_reader_error(const struct json_reader *r);
 int json_unescape(const char *s, size_t len, char *out, size_t cap, size_t *outlen) FG_MUST_CHECK;
 
 /* Writes the NUL-terminated text s into out (cap > 0 bytes, NUL-terminated) as the inside of a
- * JSON string: quotes, backslashes and control bytes escaped; cut short, at a whole escape, when
- * it does not fit. */
+ * JSON string: quotes, backslashes and control bytes escaped, a byte that is not part of valid
+ * UTF-8 as \ufffd; cut short, at a whole escape or character, when it does not fit. */
 void json_escape(char *out, size_t cap, const char *s);
 
 /* Whether the string token t (JSON_KEY or JSON_STRING) decodes to exactly the NUL-terminated

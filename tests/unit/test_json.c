@@ -919,6 +919,16 @@ static void test_escape(void **state)
         assert_int_equal(strncmp(small, out, strlen(small)), 0);
         assert_int_equal(json_unescape(small, strlen(small), back, sizeof(back), &n), FG_OK);
     }
+    /* UTF-8 passes whole, never cut inside a character; bytes that are not UTF-8 (a store's
+     * error message in another encoding) become U+FFFD, so the answer stays valid JSON. */
+    json_escape(out, sizeof(out), "caf\xc3\xa9 \xe9t\xe9 \xed\xa0\x80 \xf0\x9f\x98\x80");
+    assert_string_equal(out, "caf\xc3\xa9 \\ufffdt\\ufffd \\ufffd\\ufffd\\ufffd \xf0\x9f\x98\x80");
+    for (size_t cap = 1; cap < 40; cap++) {
+        char small[40];
+        json_escape(small, cap, "\xc3\xa9\xc3\xa9\xc3\xa9\xf0\x9f\x98\x80\xf0\x9f\x98\x80");
+        assert_true(strlen(small) < cap);
+        assert_true(json_utf8_valid(small, strlen(small)));
+    }
 }
 
 int main(void)
