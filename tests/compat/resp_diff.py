@@ -4,7 +4,7 @@ straight to one redis-server and through fencegate to another, and the replies c
 byte.
 
 Usage: tests/compat/resp_diff.py [--bin PATH] [--seconds S] [--steps N] [--seed N] [--conns N]
-                                 [--protect | --fenced] [--multiplex true|false]
+                                 [--protect | --fenced] [--concurrent] [--multiplex true|false]
 
 Starts two redis-servers and fencegate (in front of the second) on free 127.0.0.1 ports. Each
 step picks one of --conns connection pairs and sends both the same batch: 1-12 commands (typed
@@ -24,7 +24,10 @@ fencegate holds a lock of its own (FENCE.ACQUIRE, answered before the run), so t
 fences every write it sends (Lua scripts, pipelined runs as transactions, held-back MULTI
 blocks), and the replies must still be Redis's own; it leaves out what README says fencing
 refuses or changes (blocking commands, RESP3, SELECT inside MULTI, FUNCTION LOAD). Exit status 0
-when every step matched, 1 on a difference, 2 on a setup failure.
+when every step matched, 1 on a difference, 2 on a setup failure. --concurrent sends batches of
+up to four connections at once, each connection on keys of its own (so that their answers do not
+depend on how they interleave): fenced writes of several connections then meet on fencegate's
+shared upstream connection and go as one group script.
 """
 import argparse
 import os
@@ -58,16 +61,21 @@ class Gen:
     """The random stream of one run; tracks each connection's state so that batches end where
     the sentinel can be answered (no MULTI left open)."""
 
-    def __init__(self, rnd, protect, fenced):
+    def __init__(self, rnd, protect, fenced, concurrent):
         self.r = rnd
         self.protect = protect or fenced  # MULTI held back, unknown commands refused
         self.fenced = fenced
+        self.concurrent = concurrent
+        self.prefix = b""  # with --concurrent, each connection's keys and channel are its own
         self.resp3 = {}
         self.watching = {}
 
     def key(self, kind=None):
         ks = [k for k in KEYS if kind is None or k.startswith(kind)]
-        return self.r.choice(ks if self.r.random() < 0.9 else KEYS)
+        return self.prefix + self.r.choice(ks if self.r.random() < 0.9 else KEYS)
+
+    def chan(self):
+        return self.prefix + b"ch"
 
     def val(self):
         if self.r.random() < 0.02:
@@ -179,7 +187,7 @@ class Gen:
             lambda: [b"FUNCTION", b"LOAD", b"REPLACE", LIBRARY],
             lambda: [b"EXEC"],                      # without MULTI
             lambda: [b"DISCARD"],                   # without MULTI
-            lambda: [b"PUBLISH", b"ch", self.val()],
+            lambda: [b"PUBLISH", self.chan(), self.val()],
             lambda: [b"OBJECT", b"FREQ", self.key()],  # an error (no LFU policy)
         ])()
         if self.protect and c[0] == b"NOSUCHCMD":
@@ -187,7 +195,7 @@ class Gen:
             return [b"ECHO", b"unknown"]
         if self.fenced and c[0] in (b"BLPOP", b"FUNCTION"):
             return [b"ECHO", b"not fenced"]  # refused: cannot run inside a script
-        if self.fenced and c[0] in (b"FLUSHDB", b"SWAPDB", b"DBSIZE"):
+        if (self.fenced or self.concurrent) and c[0] in (b"FLUSHDB", b"SWAPDB", b"DBSIZE"):
             return [b"ECHO", b"marks"]  # the marks are keys of database 0
         if self.fenced and in_multi and c[0] == b"WATCH":
             return [b"PING"]  # after an EXEC inside the body it would watch, unseen by alone()
@@ -236,7 +244,8 @@ class Gen:
                 self.resp3[conn] = ver == b"3"
                 out.append(enc([b"CLIENT", b"REPLY", b"SKIP"]) + enc([b"HELLO", ver]))
             elif p < 0.15 and self.resp3.get(conn):  # pushes and replies interleave in RESP3
-                out.append(enc([b"SUBSCRIBE", b"ch"]) + enc([b"PUBLISH", b"ch", self.val()]) +
+                out.append(enc([b"SUBSCRIBE", self.chan()]) +
+                           enc([b"PUBLISH", self.chan(), self.val()]) +
                            enc([b"UNSUBSCRIBE"]))
             elif p < 0.17:
                 cmd = self.alone(conn)
@@ -281,12 +290,14 @@ class Pair:
             if not buf.startswith(b":"):
                 raise OSError("FENCE.ACQUIRE %s: %r" % (self.lock.decode(), buf))
 
-    def exchange(self, pieces, until, timeout=10.0):
-        """Sends the pieces to both sides, then reads each until `until` ends what it has read
-        (None: until the peer closes). Returns the two byte strings, or raises on a timeout."""
+    def send(self, pieces):
         for s in self.socks:
             for piece in pieces:
                 s.sendall(piece)
+
+    def collect(self, until, timeout=10.0):
+        """Reads each side until `until` ends what it has read (None: until the peer closes).
+        Returns the two byte strings, or raises on a timeout."""
         got = []
         for side, s in zip(("redis", "fencegate"), self.socks):
             buf = b""
@@ -332,14 +343,16 @@ def main():
     ap.add_argument("--conns", type=int, default=3)
     ap.add_argument("--protect", action="store_true")
     ap.add_argument("--fenced", action="store_true")
+    ap.add_argument("--concurrent", action="store_true")
     ap.add_argument("--multiplex", choices=["true", "false"], default="true")
     a = ap.parse_args()
     if a.bin:
         harness.FENCEGATE_BIN = os.path.abspath(a.bin)
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
-    print("resp_diff: seed %d, %d connections%s, multiplex %s" % (
+    print("resp_diff: seed %d, %d connections%s%s, multiplex %s" % (
         seed, a.conns, ", each holding a lock" if a.fenced else ", protect rule"
-        if a.protect else "", a.multiplex), flush=True)
+        if a.protect else "", ", concurrent" if a.concurrent else "", a.multiplex),
+        flush=True)
     rnd = random.Random(seed)
     servers = []
     try:
@@ -368,7 +381,7 @@ def main():
         for s in reversed(servers):
             s.cleanup()
         return 2
-    gen = Gen(rnd, a.protect, a.fenced)
+    gen = Gen(rnd, a.protect, a.fenced, a.concurrent)
     if a.fenced:  # as its body would be refused inside the fence's script, loaded beforehand
         for port in (direct.port, fg.resp_port):
             c = harness.RawConn(port)
@@ -379,36 +392,48 @@ def main():
     rc, steps, closes = 0, 0, 0
     t_end = time.monotonic() + a.seconds
     try:
-        while steps < a.steps and time.monotonic() < t_end:
+        while rc == 0 and steps < a.steps and time.monotonic() < t_end:
             steps += 1
-            ci = rnd.randrange(a.conns)
-            reqs, bad = gen.batch(ci)
-            sentinel = b"end-%d-%d" % (seed, steps)
-            data = b"".join(reqs)
-            if bad is None:
-                data += enc([b"CLIENT", b"REPLY", b"ON"]) + enc([b"PING", sentinel])
-                until = sentinel + b"\r\n"
-            else:
-                # Under CLIENT REPLY OFF Redis answers a protocol error with nothing and leaves
-                # the connection open, unread, for good; fencegate closes it: not compared.
-                data += enc([b"CLIENT", b"REPLY", b"ON"]) + bad
-                until = None
-            try:
-                got = pairs[ci].exchange(split(rnd, data), until)
-            except (TimeoutError, OSError) as e:
-                print("step %d (connection %d): %s\nrequests: %s" % (steps, ci, e, show(data)))
-                rc = 1
-                break
-            if got[0] != got[1]:
-                print("step %d (connection %d): the answers differ\nrequests:  %s\n"
-                      "redis:     %s\nfencegate: %s" % (steps, ci, show(data), show(got[0]),
-                                                        show(got[1])))
-                rc = 1
-                break
-            if bad is not None:
-                closes += 1
-                pairs[ci].open()
-                gen.resp3[ci] = gen.watching[ci] = False
+            # With --concurrent several connections' batches are in flight at once (on the
+            # shared upstream connection their fenced writes meet in one group script); their
+            # keys are apart, so each connection's answers are still Redis's alone.
+            group = rnd.sample(range(a.conns), rnd.randrange(1, min(4, a.conns) + 1)
+                               if a.concurrent else 1)
+            sent = []
+            for ci in group:
+                gen.prefix = b"c%d:" % ci if a.concurrent else b""
+                reqs, bad = gen.batch(ci)
+                sentinel = b"end-%d-%d-%d" % (seed, steps, ci)
+                data = b"".join(reqs)
+                if bad is None:
+                    data += enc([b"CLIENT", b"REPLY", b"ON"]) + enc([b"PING", sentinel])
+                    until = sentinel + b"\r\n"
+                else:
+                    # Under CLIENT REPLY OFF Redis answers a protocol error with nothing and
+                    # leaves the connection open, unread, for good; fencegate closes it: not
+                    # compared.
+                    data += enc([b"CLIENT", b"REPLY", b"ON"]) + bad
+                    until = None
+                pairs[ci].send(split(rnd, data))
+                sent.append((ci, data, until, bad))
+            for ci, data, until, bad in sent:
+                try:
+                    got = pairs[ci].collect(until)
+                except (TimeoutError, OSError) as e:
+                    print("step %d (connection %d): %s\nrequests: %s" % (steps, ci, e,
+                                                                         show(data)))
+                    rc = 1
+                    break
+                if got[0] != got[1]:
+                    print("step %d (connection %d): the answers differ\nrequests:  %s\n"
+                          "redis:     %s\nfencegate: %s" % (steps, ci, show(data),
+                                                            show(got[0]), show(got[1])))
+                    rc = 1
+                    break
+                if bad is not None:
+                    closes += 1
+                    pairs[ci].open()
+                    gen.resp3[ci] = gen.watching[ci] = False
         if not fg.alive():
             print("fencegate exited")
             rc = 1
