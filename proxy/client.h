@@ -182,6 +182,7 @@ struct server {
     int lfd;
     struct event *lev;
     struct event *accept_timer; /* resumes accepting after running out of descriptors */
+    int accept_held;            /* not accepting until the upstream's first probe has an outcome */
     struct client *clients;
     int nclients;
     uint64_t next_id;

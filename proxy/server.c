@@ -2415,6 +2415,16 @@ static void srv_on_accept_resume(evutil_socket_t fd, short what, void *arg)
 {
     struct server *s = arg;
 
+    if (s->lev && !s->accept_held)
+        event_add(s->lev, NULL);
+}
+
+/* The upstream's first probe has an outcome: accept the connections waiting in the backlog. */
+static void srv_on_first_probe(void *arg)
+{
+    struct server *s = arg;
+
+    s->accept_held = 0;
     if (s->lev)
         event_add(s->lev, NULL);
 }
@@ -2561,7 +2571,15 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     }
     s->lev = event_new(base, s->lfd, EV_READ | EV_PERSIST, srv_on_accept, s);
     s->accept_timer = evtimer_new(base, srv_on_accept_resume, s);
-    if (!s->lev || !s->accept_timer || event_add(s->lev, NULL) < 0) {
+    if (!s->lev || !s->accept_timer) {
+        snprintf(err, errlen, "out of memory");
+        server_free(s);
+        return NULL;
+    }
+    /* Connections wait in the backlog until Redis has been looked at: one that sends a command
+     * at once gets Redis's answer (or why Redis is down), not "not probed yet". */
+    s->accept_held = !upstream_on_first_probe(up, srv_on_first_probe, s);
+    if (!s->accept_held && event_add(s->lev, NULL) < 0) {
         snprintf(err, errlen, "out of memory");
         server_free(s);
         return NULL;
@@ -2590,6 +2608,8 @@ void server_free(struct server *s)
     if (!s)
         return;
     s->drained = NULL;
+    if (s->accept_held)
+        upstream_on_first_probe(s->up, NULL, NULL);
     server_close_all(s);
     srv_stop_listening(s);
     lk_free(s->shared);

@@ -61,6 +61,9 @@ struct upstream {
     long long woken_ms;       /* when a refused client last made it probe at once */
     int woken;                /* the probe in flight is such a one */
     int unanswered;           /* down because a PING on a connection Redis took went unanswered */
+    int probed;               /* a probe has had an outcome */
+    void (*probed_cb)(void *arg); /* upstream_on_first_probe() */
+    void *probed_arg;
 };
 
 static void up_schedule(struct upstream *u, int ms);
@@ -118,6 +121,14 @@ static void up_set_state(struct upstream *u, int up, const char *why)
     u->unanswered = 0;
     snprintf(u->error, sizeof(u->error), "%s", up ? "" : why);
     fg_metrics.gauge[G_UPSTREAM_UP] = up;
+    if (!u->probed) {
+        void (*cb)(void *arg) = u->probed_cb;
+
+        u->probed = 1;
+        u->probed_cb = NULL;
+        if (cb)
+            cb(u->probed_arg);
+    }
 }
 
 static void up_close_probe(struct upstream *u)
@@ -522,6 +533,15 @@ void upstream_free(struct upstream *u)
         event_free(u->timer);
     cmd_table_free(u->commands);
     free(u);
+}
+
+int upstream_on_first_probe(struct upstream *u, void (*cb)(void *arg), void *arg)
+{
+    if (u->probed)
+        return 1;
+    u->probed_cb = cb;
+    u->probed_arg = arg;
+    return 0;
 }
 
 int upstream_is_up(const struct upstream *u)

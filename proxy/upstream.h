@@ -43,6 +43,11 @@ void upstream_report_failure(struct upstream *u, const char *why);
  * down (a partition looks the same as a busy Redis: DEBUG SLEEP, a long command); these bytes
  * say it was busy, so it is up again at once, not after the probe's next round. */
 void upstream_report_alive(struct upstream *u);
+/* Calls cb(arg) once, when the first probe has an outcome (up, or down and why), and returns 0;
+ * returns 1 without keeping cb when that has happened already. A NULL cb forgets the one kept.
+ * The Redis endpoint accepts connections from then on: Redis serves what a client sends once
+ * its port accepts, and a command sent before the first probe would be refused unprobed. */
+int upstream_on_first_probe(struct upstream *u, void (*cb)(void *arg), void *arg);
 /* A client was refused because the upstream is down: probe now instead of at the end of the
  * backoff (at most every 100 ms), so that once Redis is back the next request finds it up. */
 void upstream_wake(struct upstream *u);

@@ -618,6 +618,23 @@ class ProxySemantics(FgTestCase):
         self.assertEqual(c.read_exact(7), b"+PONG\r\n")
         self.assertEqual(c.read_available(0.3), b"", "an empty request was answered")
 
+    # -- start ------------------------------------------------------------------------------
+
+    def test_a_command_sent_once_the_port_accepts_is_served_not_refused(self):
+        # Test harnesses and supervisors wait for the port, then send commands (Perl Redis.pm's
+        # test suite: connect, then INFO). A Redis whose port accepts serves them; fencegate
+        # did not until its first probe of Redis returned: they got -UNAVAILABLE ... not
+        # probed yet. Redis paused for 500 ms holds that probe back.
+        self.direct.execute_command("CLIENT", "PAUSE", "500", "ALL")
+        fg = self.start_fencegate(self.redis, ready=False)
+        harness.wait_until(lambda: harness.port_accepts(fg.resp_port), 5, 0.005,
+                           "the RESP port accepting")
+        c = harness.RawConn(fg.resp_port)
+        self.addCleanup(c.close)
+        c.send(encode("SET", "first", "v") + encode("GET", "first"))
+        self.assertEqual(c.read_reply(), "OK")
+        self.assertEqual(c.read_reply(), b"v")
+
     # -- redis-cli --------------------------------------------------------------------------
 
     def _cli(self, *args, input=None):
