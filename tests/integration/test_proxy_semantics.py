@@ -373,13 +373,7 @@ class ProxySemantics(FgTestCase):
         seq += encode("PING")
         got = {}
         for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
-            c = harness.RawConn(port, timeout=10)
-            self.addCleanup(c.close)
-            c.send(seq)
-            data = b""
-            deadline = time.monotonic() + 10
-            while not data.endswith(b"+PONG\r\n") and time.monotonic() < deadline:
-                data += c.read_available(wait=0.2)
+            _, data = self.sent_and_read(port, seq, b"+PONG\r\n")
             got[name] = data[data.index(b"$4\r\nmode\r\n"):]  # past HELLO's connection id
         self.assertIn(b"(123  123\r\n", got["direct"])
         self.assertIn(b",3.5\r\n", got["direct"])
@@ -404,6 +398,17 @@ class ProxySemantics(FgTestCase):
         c.send(encode("UNSUBSCRIBE"))
         self.assertEqual(c.read_reply(), [b"unsubscribe", b"news", 0])
         self.assertEqual(c.call("SET", "after", "1"), "OK")
+
+    def sent_and_read(self, port, seq, end, timeout=10):
+        """Sends seq on a new connection to port; returns it and what came back up to `end`."""
+        c = harness.RawConn(port, timeout=timeout)
+        self.addCleanup(c.close)
+        c.send(seq)
+        data = b""
+        deadline = time.monotonic() + timeout
+        while not data.endswith(end) and time.monotonic() < deadline:
+            data += c.read_available(wait=0.05)
+        return c, data
 
     # -- CLIENT REPLY ---------------------------------------------------------------------------
 
@@ -435,14 +440,7 @@ class ProxySemantics(FgTestCase):
                + encode("CLIENT", "REPLY", "ON") + encode("ECHO", "end"))
         got = {}
         for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
-            c = harness.RawConn(port, timeout=5)
-            self.addCleanup(c.close)
-            c.send(seq)
-            data = b""
-            deadline = time.monotonic() + 5
-            while not data.endswith(b"$3\r\nend\r\n") and time.monotonic() < deadline:
-                data += c.read_available(wait=0.05)
-            got[name] = data
+            c, got[name] = self.sent_and_read(port, seq, b"$3\r\nend\r\n")
             c.send(encode("CLIENT", "REPLY", "OFF") + b"*1\r\n$abc\r\n")
             self.assertEqual(c.read_available(wait=0.3), b"", name)
         self.assertEqual(got["fencegate"], got["direct"])
