@@ -2028,11 +2028,11 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         }
     }
     /* A request under CLIENT REPLY OFF, or the one after SKIP, gets silent ops; subscription
-     * confirmations are pushed by Redis whatever the mode, and RESET turns replies on before it
-     * answers, so neither is silenced. */
+     * confirmations are pushed by Redis whatever the mode, and RESET turns OFF off before it
+     * answers, so neither is silenced (a SKIP still silences RESET's answer, as in Redis). */
     c->silent_cmd = (c->reply_off || c->skip_next) &&
                     !((is_subscribe(name, nlen) && r->argc >= 2) || is_unsubscribe(name, nlen) ||
-                      name_is(name, nlen, "reset"));
+                      (c->reply_off && name_is(name, nlen, "reset")));
     c->skip_next = 0;
     /* Fenced writes need the connection's database: the marks live in the store's. Redis
      * refuses a SELECT argument it would not read as this number, so the database stays; one

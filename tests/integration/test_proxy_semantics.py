@@ -418,14 +418,16 @@ class ProxySemantics(FgTestCase):
                + encode("CLIENT", "REPLY", "ON") + encode("GET", "cr")
                + encode("CLIENT", "REPLY", "SKIP") + encode("ECHO", "a") + encode("ECHO", "b")
                + encode("CLIENT", "REPLY", "MAYBE") + encode("PING")
-               + encode("CLIENT", "REPLY", "OFF") + encode("RESET") + encode("ECHO", "c"))
+               + encode("CLIENT", "REPLY", "OFF") + encode("RESET") + encode("ECHO", "c")
+               # RESET turns OFF off before it answers, but a SKIP still silences its answer
+               + encode("CLIENT", "REPLY", "SKIP") + encode("RESET") + encode("ECHO", "d"))
         got = {}
         for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
             self.direct.delete("cr")
             c = harness.RawConn(port, timeout=5)
             self.addCleanup(c.close)
             c.send(seq)
-            got[name] = [c.read_reply() for _ in range(7)]
+            got[name] = [c.read_reply() for _ in range(8)]
             self.assertEqual(c.read_available(wait=0.2), b"", name)
         self.assertEqual(got["fencegate"], got["direct"])
         self.assertEqual(got["direct"][:3], ["OK", b"2", b"b"])
