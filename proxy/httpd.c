@@ -650,10 +650,9 @@ static int httpd_take_head(struct httpd_conn *c, const struct httpmsg_request *m
     free(copy);
     /* RFC 9112 §3.2: an HTTP/1.1 request without a Host field, or with more than one, is 400. */
     if (r->minor >= 1) {
-        size_t hosts = 0;
+        int hosts;
 
-        for (i = 0; i < m->nheaders; i++)
-            hosts += m->headers[i].name.n == 4 && strncasecmp(m->headers[i].name.p, "host", 4) == 0;
+        (void)httpd_req_header(r, "Host", &hosts);
         if (hosts != 1) {
             httpd_refuse(c, 400, "bad_request",
                          hosts ? "the request has more than one Host header"

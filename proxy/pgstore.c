@@ -467,7 +467,8 @@ static void pc_disconnect(struct pg_conn *c)
     c->pg = NULL;
     free(c->table);
     c->table = NULL;
-    evtimer_del(c->timer);
+    if (c->timer)
+        evtimer_del(c->timer);
     c->state = PC_WAIT;
     c->syncs = 0;
 }
@@ -1754,19 +1755,12 @@ void pgstores_free(struct pgstores *p)
             struct pg_conn *c = &s->conns[k];
             struct pg_job *j = c->job;
             c->job = NULL;
-            pc_cancel_lookups(c);
+            pc_disconnect(c);
             free(c->lk);
             c->lk = NULL;
-            pc_events_free(c);
-            if (c->pg)
-                pq.PQfinish(c->pg);
-            c->pg = NULL;
-            free(c->table);
-            c->table = NULL;
             if (c->timer)
                 event_free(c->timer);
             c->timer = NULL;
-            c->state = PC_WAIT;
             if (j)
                 pg_job_fail(j, 503, "unavailable", "shutting down");
         }

@@ -300,17 +300,7 @@ class EtcdTestCase(harness.FgTestCase):
         until the heal returned is called or the test ends: requests still reach it and are
         applied, their answers are late (TCP sends them again after the heal). Skips without
         root or iptables."""
-        if os.geteuid() != 0 or not shutil.which("iptables"):
-            self.skipTest("needs root and iptables (scripts/deps.sh test installs it)")
-        rule = ["INPUT", "-i", "lo", "-p", "tcp", "-s", "127.0.0.1", "--sport",
-                str(member.client_port), "-m", "comment", "--comment", "fencegate-test", "-j",
-                "DROP"]
-        r = subprocess.run(["iptables", "-w", "-I"] + rule, capture_output=True, text=True)
-        if r.returncode != 0:
-            self.skipTest("iptables refused the rule: %s" % r.stderr.strip())
-        heal = lambda: subprocess.run(["iptables", "-w", "-D"] + rule, capture_output=True)
-        self.addCleanup(heal)
-        return heal
+        return self.drop_on_loopback(["-s", "127.0.0.1", "--sport", str(member.client_port)])
 
     def start_fg_etcd(self, redis_server, etcd, args=(), **kw):
         """fencegate in front of redis_server with etcd as the lock backend."""

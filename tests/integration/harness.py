@@ -631,10 +631,15 @@ class FgTestCase(unittest.TestCase):
         returned is called (iptables, this test's own port on loopback only); skips without root
         or iptables. Dropped on arrival, as a network loses them: the sender's TCP backs off as
         it would (a packet dropped on its way out is reported to the sender at once)."""
+        return self.drop_on_loopback(["-d", "127.0.0.1", "--dport", str(port)])
+
+    def drop_on_loopback(self, match):
+        """Drops the TCP packets arriving on loopback that match (iptables arguments) until the
+        test ends or the heal returned is called; skips without root or iptables."""
         if os.geteuid() != 0 or not shutil.which("iptables"):
             self.skipTest("needs root and iptables (scripts/deps.sh test installs it)")
-        rule = ["INPUT", "-i", "lo", "-p", "tcp", "-d", "127.0.0.1", "--dport", str(port),
-                "-m", "comment", "--comment", "fencegate-test", "-j", "DROP"]
+        rule = (["INPUT", "-i", "lo", "-p", "tcp"] + match +
+                ["-m", "comment", "--comment", "fencegate-test", "-j", "DROP"])
         r = subprocess.run(["iptables", "-w", "-I"] + rule, capture_output=True, text=True)
         if r.returncode != 0:
             self.skipTest("iptables refused the rule: %s" % r.stderr.strip())
