@@ -577,7 +577,7 @@ static void lock_session_schedule(struct lock_session *s)
     } else if (s->next_renew_ms > now) {
         if (s->next_renew_ms < at)
             at = s->next_renew_ms;
-    } else if (!s->renew_inflight && c->ops->ready(c)) {
+    } else if (!s->renew_inflight && !c->ops->not_ready(c)) {
         at = now;
     }
     if (at == INT64_MAX) {
@@ -611,7 +611,7 @@ static void lock_session_tick(evutil_socket_t fd, short what, void *arg)
         lock_mark_lost(s, e, why);
     }
     lock_session_scan(s, &earliest, &min_ttl);
-    if (min_ttl > 0 && s->next_renew_ms <= now && !s->renew_inflight && c->ops->ready(c)) {
+    if (min_ttl > 0 && s->next_renew_ms <= now && !s->renew_inflight && !c->ops->not_ready(c)) {
         /* Fixed rate, not fixed delay: ticks stay ttl/3 apart however late the timer runs. */
         s->renew_inflight = 1;
         s->next_renew_ms += min_ttl / 3;
@@ -944,7 +944,14 @@ void lock_client_free(struct lock_client *c)
 
 int lock_client_ready(const struct lock_client *c)
 {
-    return c && !c->free_pending && c->ops->ready(c);
+    return lock_client_not_ready(c) == NULL;
+}
+
+const char *lock_client_not_ready(const struct lock_client *c)
+{
+    if (!c || c->free_pending)
+        return "the lock client is closing";
+    return c->ops->not_ready(c);
 }
 
 struct lock_session *lock_session_new(struct lock_client *c, long long ttl_ms, lock_lost_cb lost,

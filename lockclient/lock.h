@@ -89,6 +89,8 @@ struct lock_client *lock_client_new(struct event_base *base, const char *url,
 void lock_client_free(struct lock_client *c);
 /* 1 while the backend connection is up. */
 int lock_client_ready(const struct lock_client *c);
+/* NULL while the backend connection is up, else why not (valid until the next call into c). */
+const char *lock_client_not_ready(const struct lock_client *c);
 
 /* A lease's bounds, in milliseconds: session leases and a lock's own TTL. */
 #define LOCK_MIN_TTL_MS 500

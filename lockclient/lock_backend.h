@@ -147,7 +147,9 @@ struct lock_backend_ops {
     /* Sends what is buffered (best effort), drops the connections, frees c->impl. Every session is
      * already closed. */
     void (*close)(struct lock_client *c);
-    int (*ready)(const struct lock_client *c);
+    /* NULL while calls can start, else why not (the backend's buffer, valid until its next call).
+     */
+    const char *(*not_ready)(const struct lock_client *c);
     /* Takes r (an acquire); ends with lock_granted() or lock_req_finish(), unless cancelled. */
     void (*acquire)(struct lock_req *r);
     /* Takes r (a release of a lock already dropped from the session); ends with

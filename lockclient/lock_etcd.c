@@ -1898,9 +1898,10 @@ static void ed_op_renew(struct lock_session *s, int64_t now_ms)
     lock_renew_done(s);
 }
 
-static int ed_op_ready(const struct lock_client *c)
+static const char *ed_op_not_ready(const struct lock_client *c)
 {
-    return ed_ready(ed_of(c));
+    struct ed_client *ec = ed_of(c);
+    return ed_ready(ec) ? NULL : ed_not_ready(ec);
 }
 
 /* ---- high-water marks kept in etcd (lock_mark_raise) ---- */
@@ -2409,7 +2410,7 @@ const struct lock_backend_ops lock_etcd_ops = {
     .default_prefix = "/fencegate/locks/",
     .open = ed_op_open,
     .close = ed_op_close,
-    .ready = ed_op_ready,
+    .not_ready = ed_op_not_ready,
     .acquire = ed_op_acquire,
     .release = ed_op_release,
     .cancel = ed_op_cancel,

@@ -201,6 +201,7 @@ struct rd_client {
     int db;
     char where[300]; /* "redis HOST:PORT", for messages */
     char last_error[256];
+    char down_why[LOCK_MSG_MAX]; /* rd_op_not_ready()'s answer */
     char sha[RD_NSCRIPTS][RD_SHA_LEN + 1];
     size_t plen;           /* strlen(prefix) */
     char lock_prefix[300]; /* <prefix>lock: */
@@ -1624,9 +1625,16 @@ static void rd_op_mark_raise(struct lock_client *c, const char *key, size_t len,
     rd_call_submit(k);
 }
 
-static int rd_op_ready(const struct lock_client *c)
+static const char *rd_op_not_ready(const struct lock_client *c)
 {
-    return rd_of(c)->main.state == RD_READY;
+    struct rd_client *rc = rd_of(c);
+
+    if (rc->main.state == RD_READY)
+        return NULL;
+    lock_fmt(rc->down_why, sizeof(rc->down_why), "%s is not connected (%s%s)", rc->where,
+             rc->last_error[0] ? rc->last_error : "not connected yet",
+             rc->main.resolving ? "; its name is being looked up" : "");
+    return rc->down_why;
 }
 
 /* Parses a decimal in [lo, hi] (0 <= lo <= hi <= INT_MAX) from s (n bytes). Returns 0 or -1. */
@@ -1793,7 +1801,7 @@ const struct lock_backend_ops lock_redis_ops = {
     .default_prefix = "fencegate:",
     .open = rd_op_open,
     .close = rd_op_close,
-    .ready = rd_op_ready,
+    .not_ready = rd_op_not_ready,
     .acquire = rd_op_acquire,
     .release = rd_op_release,
     .cancel = rd_op_cancel,

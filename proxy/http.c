@@ -117,14 +117,14 @@ static void http_readyz(struct http_api *h, struct httpd_req *req)
         http_json(req, 503, "Service Unavailable", body);
         return;
     }
-    if (!lock_client_ready(h->locks)) {
-        http_json(req, 503, "Service Unavailable",
-                  "{\"error\":\"unavailable\",\"message\":\"the lock backend is not "
-                  "connected\"}");
+    const char *no = lock_client_not_ready(h->locks);
+    if (no) {
+        snprintf(why, sizeof(why), "the lock backend is not ready: %s", no);
+        http_reply_error(req, 503, "unavailable", why);
         return;
     }
     for (int i = 0; i < h->nready; i++) {
-        const char *no = h->ready[i].fn(h->ready[i].arg);
+        no = h->ready[i].fn(h->ready[i].arg);
         if (no) {
             http_reply_error(req, 503, "unavailable", no);
             return;

@@ -630,6 +630,9 @@ class EtcdLocks(EtcdTestCase):
         m = self.etcd.members[0]
         m.kill()
         harness.wait_until(lambda: fg.http("/readyz")[0] == 503, 5, 0.1, "/readyz 503")
+        body = fg.http("/readyz")[1].decode()
+        self.assertIn("the lock backend is not ready: etcd", body)
+        self.assertIn(m.endpoint, body)
         r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "other", "WAIT", 0, timeout=10)
         self.assertTrue(isinstance(r, Err) and r.startswith("UNAVAILABLE"), r)
         m.start(state="existing")
@@ -731,7 +734,10 @@ class EtcdAuth(EtcdTestCase):
         fg = self.start(password="nope")
         harness.wait_until(lambda: "authentication as 'fg' failed" in self.fg_log(fg), 10, 0.1,
                            "the failure logged")
-        self.assertEqual(fg.http("/readyz")[0], 503)
+        status, body = fg.http("/readyz")[:2]
+        self.assertEqual(status, 503)
+        self.assertIn("the lock backend is not ready: etcd", body.decode())
+        self.assertIn("authentication as 'fg' failed", body.decode())
         r = self.raw(fg.resp_port).call("FENCE.ACQUIRE", "wallet:1", "WAIT", 0, timeout=10)
         self.assertIsInstance(r, Err)
         self.assertIn("authentication as 'fg' failed", r)

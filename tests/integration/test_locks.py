@@ -265,6 +265,16 @@ class Waiting(LockTestCase):
         self.assertIsInstance(r, int, "the first acquire after the backend came back: %r" % (r,))
         self.assertLess(took, 0.5, "it waited %.2f s for a reconnect" % took)
 
+    def test_readyz_names_a_lock_backend_that_is_down(self):
+        other = self.start_redis()
+        fg = self.start_fencegate(self.redis, args=["--backend", other.url])
+        self.assertEqual(fg.http("/readyz")[0], 200)
+        other.kill()
+        harness.wait_until(lambda: fg.http("/readyz")[0] == 503, 5, 0.1, "/readyz 503")
+        body = fg.http("/readyz")[1].decode()
+        self.assertIn("the lock backend is not ready: redis 127.0.0.1:%d is not connected"
+                      % other.port, body)
+
     def test_closing_a_connection_releases_all_its_locks(self):
         a = self.raw(self.fg.resp_port)
         self.acquire(a, "s1")
