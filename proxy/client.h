@@ -69,6 +69,8 @@ enum op_flag {
                                    means it is not loaded after all */
     OPF_SELECT = 1 << 13,       /* SELECT n: an error means the database stayed (out of range) */
     OPF_NULL_ARRAY = 1 << 14,   /* a fenced write whose null reply is "*-1" (its script's: "$-1") */
+    OPF_MAY_END = 1 << 15,      /* SHUTDOWN, CLIENT KILL: Redis may close the connection on purpose,
+                                   without a reply (SHUTDOWN) or after it (a kill of itself) */
 };
 
 struct op {
@@ -133,6 +135,7 @@ struct client {
     unsigned stalled : 1;       /* parsing stopped with whole requests left in `in` */
     unsigned closing : 1;       /* close once `out` is written; read nothing more */
     unsigned quit_sent : 1;     /* QUIT forwarded, or the end passed on: the upstream will close */
+    unsigned end_expected : 1;  /* the last reply was a CLIENT KILL's: it may have killed us */
     unsigned rd_eof : 1;        /* the client ended its side: answer what it sent, then close */
     unsigned reply_off : 1;     /* CLIENT REPLY OFF (fencegate's own: Redis always replies) */
     unsigned skip_next : 1;     /* CLIENT REPLY SKIP */

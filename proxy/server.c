@@ -605,7 +605,10 @@ static void up_drop(struct client *c, const char *why)
 {
     if (c->dead)
         return;
-    if (c->quit_sent) {
+    /* Redis closes on purpose after QUIT, after a CLIENT KILL that named this connection, and
+     * in place of SHUTDOWN's reply: what was sent behind them is never answered, as with Redis. */
+    if (c->quit_sent || c->end_expected ||
+        (c->ops_count && (op_at(c, 0)->flags & OPF_MAY_END) && !c->reply_partial)) {
         c->closing = 1;
         up_close_fd(c);
         c->ustate = U_DOWN;
@@ -1654,6 +1657,7 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
     }
     if (--o->nreplies > 0 && c->mode == MODE_NORMAL)
         return 0;
+    c->end_expected = (o->flags & OPF_MAY_END) && type != '-';
     metrics_observe(&fg_metrics, H_COMMAND_LATENCY, batch_now() - o->t0_us);
     if (o->flags & OPF_BARRIER)
         cl_unblock(c);
@@ -1700,6 +1704,7 @@ static long rep_process(struct client *c, const char *src, size_t len)
             if (++c->txn_seen < k + SRV_TXN_EXTRA_REPLIES)
                 continue; /* the transaction's next reply */
             c->txn_seen = 0;
+            c->end_expected = 0;
             if (up_deliver_txn(c, src + pos, scan - pos, k, &sp) < 0) {
                 span_flush(c, &sp, 0);
                 if (!c->dead)
@@ -2113,6 +2118,10 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         return REQ_SKIP;
     }
     o->flags |= flags;
+    if (!c->in_multi && !c->txn &&
+        (name_is(name, nlen, "shutdown") || (r->argc >= 2 && name_is(name, nlen, "client") &&
+                                             name_is(m + r->argv[1].off, r->argv[1].len, "kill"))))
+        o->flags |= OPF_MAY_END;
     o->nreplies = nreplies;
     o->t0_us = batch_now();
     if (flags & OPF_BARRIER)

@@ -301,6 +301,43 @@ class ProxySemantics(FgTestCase):
         ids = [int(l["id"]) for l in self.direct.client_list()]
         self.assertNotIn(vid, ids)
 
+    def test_client_kill_of_its_own_connection_ends_it_as_redis_does(self):
+        # Redis answers a CLIENT KILL that names the caller's own connection, then closes it:
+        # what was pipelined behind the kill gets no reply at all (redis-rb's suite kills itself
+        # by address, then lists the clients again on a new connection). fencegate answered those
+        # requests -UNAVAILABLE "upstream ... is unreachable", an error no retry follows.
+        fg_off = self.start_fencegate(self.redis, args=["--upstream-multiplex", "false"])
+        for port in (self.redis.port, self.fg.resp_port, fg_off.resp_port):
+            for form in ("addr", "ID"):  # the old form, and a filter without SKIPME's default
+                c = super().raw(port)
+                self.assertEqual(c.call("CLIENT", "SETNAME", "kill-self"), "OK")
+                me = [l for l in self.direct.client_list() if l.get("name") == "kill-self"]
+                self.assertEqual(len(me), 1, me)
+                if form == "ID":
+                    kill, want = ("ID", me[0]["id"], "SKIPME", "no"), b":1\r\n"
+                else:
+                    kill, want = (me[0]["addr"],), b"+OK\r\n"
+                c.send(encode("CLIENT", "KILL", *kill) + encode("PING") + encode("GET", "k"))
+                self.assertEqual(c.read_until_close(timeout=5), want,
+                                 "CLIENT KILL %s of itself on port %d" % (form, port))
+                harness.wait_until(
+                    lambda: not [l for l in self.direct.client_list()
+                                 if l.get("name") == "kill-self"],
+                    5, what="the killed connection gone from CLIENT LIST")
+        self.assertEqual(self.r.ping(), True)
+
+    def test_shutdown_ends_the_connection_without_a_reply(self):
+        # SHUTDOWN that succeeds is never answered: Redis closes every connection, the caller's
+        # too (redis-rb's shutdown() takes the closed connection for success). fencegate
+        # answered the caller -UNAVAILABLE "upstream ... is unreachable".
+        for multiplex in ("true", "false"):
+            victim = self.start_redis()
+            fg = self.start_fencegate(victim, args=["--upstream-multiplex", multiplex])
+            c = super().raw(fg.resp_port)
+            c.send(encode("SHUTDOWN", "NOSAVE") + encode("PING"))
+            self.assertEqual(c.read_until_close(timeout=10), b"",
+                             "SHUTDOWN with upstream_multiplex %s" % multiplex)
+
     def test_client_reply_off_skip_on(self):
         c = self.raw()
         c.send(b"".join([
