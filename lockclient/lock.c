@@ -659,6 +659,19 @@ void lock_renew_result(struct lock_session *s, const char *name, size_t len, uin
     }
 }
 
+void lock_held_gone(struct lock_session *s, const char *name, size_t len, uint64_t token,
+                    const char *why)
+{
+    struct lock_entry *e = lock_entry_find(s, name, len);
+    if (e == NULL || e->token != token || e->state == LOCK_ENTRY_LOST)
+        return;
+    if (e->state == LOCK_ENTRY_FENCING) {
+        e->expiry_ms = INT64_MIN; /* the fence completion reports it */
+        return;
+    }
+    lock_mark_lost(s, e, why);
+}
+
 void lock_renew_done(struct lock_session *s)
 {
     s->renew_inflight = 0;

@@ -205,6 +205,11 @@ void lock_repaired(struct lock_req *r, int status, uint64_t token, const char *m
  * backend no longer has it. Ignored unless s still has name with this token. */
 void lock_renew_result(struct lock_session *s, const char *name, size_t len, uint64_t token,
                        int64_t sent_ms, int held);
+/* The backend saw that s no longer holds name with token (its key was deleted or taken over),
+ * outside a renewal: the lock is lost at once, as when a renewal is refused, with why as the
+ * reason. Ignored unless s still holds name with this token. */
+void lock_held_gone(struct lock_session *s, const char *name, size_t len, uint64_t token,
+                    const char *why);
 /* The renewal round trip of s ended (successfully or not). */
 void lock_renew_done(struct lock_session *s);
 /* Result of ops->mark_raise: LOCK_OK, LOCK_STALE with the mark, or LOCK_UNAVAILABLE with a

@@ -11,7 +11,9 @@
  *     only the deletion of the key just before its own (FIFO, no herd), then looks again in one
  *     Txn that also reads its own key: it reports ownership only if that key still exists (the
  *     check etcd 3.4's mutex lacks, etcd issue 11456);
- *   - release deletes the key only while its create_revision is still the token.
+ *   - release deletes the key only while its create_revision is still the token;
+ *   - every held key is watched, so a key deleted or overwritten behind the session's back makes
+ *     its lock lost at once (see "the watch on held keys").
  * Acquire and release Txns that start in the same turn of the event loop go to etcd as one Txn
  * (see "Txns sent as one" below): one Raft proposal for many locks. Two Txns of one lock never
  * share one, so every key of a lock still has a create_revision of its own.
@@ -34,6 +36,8 @@
  * a new Authenticate; the watch stream, which keeps the token it was opened with, is reopened. */
 #include <event2/event.h>
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,11 +98,32 @@ struct ed_lease {
     char hex[ED_LEASE_HEX_MAX];
 };
 
+/* Where the watch on a held key stands (see "the watch on held keys"). */
+enum ed_hw {
+    ED_HW_NONE,    /* to be watched, from wrev */
+    ED_HW_PENDING, /* its watch create is sent, not answered yet */
+    ED_HW_ACTIVE,  /* watched: watch_id, and in ec->hwatch */
+    ED_HW_CHECK,   /* its watch could not resume: to be read with a Range, then watched */
+    ED_HW_GONE,    /* no longer watched (reported lost, or on its way out) */
+};
+
+struct ed_check;
+
 /* A lock the backend granted to a session. */
 struct ed_held {
     struct lock_hnode node;
+    struct lock_hnode wnode; /* by watch id (wid) in ec->hwatch while ED_HW_ACTIVE */
+    struct ed_sess *es;
     struct ed_lease *lease;
     int64_t rev;
+    int64_t wrev; /* its watch starts (again) from this revision: nothing before it is unseen */
+    int64_t watch_id;
+    struct ed_wpend *wpend;
+    struct ed_check *check; /* the re-check in flight, which has it at check->h[check_idx] */
+    size_t check_idx;
+    enum ed_hw hw;
+    int key_gone; /* etcd has no key of it any more: nothing to delete when it is dropped */
+    char wid[ED_LEASE_HEX_MAX];
     size_t keylen;
     char key[]; /* the name is the tail of the key */
 };
@@ -122,9 +147,20 @@ struct ed_dirty {
 struct ed_sess {
     struct lock_session *s;
     struct ed_lease *leases;
-    struct lock_map held;  /* struct ed_held by name */
-    struct lock_map dirty; /* struct ed_dirty by name */
-    struct ed_dirty *idle; /* dirty names between clean-ups */
+    struct lock_map held;    /* struct ed_held by name */
+    struct lock_map dirty;   /* struct ed_dirty by name */
+    struct ed_dirty *idle;   /* dirty names between clean-ups */
+    int hw_due;              /* a held key is ED_HW_NONE or ED_HW_CHECK */
+    struct ed_check *checks; /* re-checks in flight */
+};
+
+/* A re-check of held keys of one session whose watch could not resume: one Txn of Ranges. */
+struct ed_check {
+    struct ed_check *next; /* es->checks */
+    struct ed_sess *es;
+    struct ed_rpc *call;
+    size_t n;
+    struct ed_held *h[ETCDPB_TXN_MAX_OPS]; /* NULL once forgotten */
 };
 
 enum ed_acq_phase {
@@ -213,10 +249,12 @@ struct ed_mark {
     uint64_t token;
 };
 
-/* A watch create sent and not yet answered (answers come in order). a is NULL once cancelled. */
+/* A watch create sent and not yet answered (answers come in order): of a waiter (a) or of a held
+ * key (h); both NULL once cancelled. */
 struct ed_wpend {
     struct ed_wpend *next;
     struct ed_acq *a;
+    struct ed_held *h;
 };
 
 struct ed_client {
@@ -228,6 +266,10 @@ struct ed_client {
     struct grpc_call *ka;
     struct grpc_call *watch;
     struct ed_wpend *wp_head, *wp_tail;
+    struct lock_map hwatch; /* struct ed_held (wnode) by watch id, hex */
+    int hw_due;             /* a session has hw_due set */
+    struct event *hwkick;   /* ed_hw_service() at the end of the loop turn */
+    int64_t hw_warned_ms;   /* a held key that could not be watched was logged then (0: never) */
     struct ed_orphan *orphans;
     size_t norphans;
     struct ed_mark *marks;
@@ -261,6 +303,11 @@ static void ed_acq_restart(struct ed_acq *a, const char *why);
 static void ed_lease_unref(struct ed_lease *l);
 static void ed_orphans_flush(struct ed_client *ec);
 static void ed_dirty_clean(struct ed_dirty *d);
+static void ed_held_unwatch(struct ed_held *h);
+static void ed_held_watch(struct ed_held *h);
+static void ed_hw_service(struct ed_client *ec);
+static void ed_hw_kick(struct ed_client *ec);
+static int ed_kv_txn_decode(const uint8_t *p, size_t n, struct etcdpb_txn_resp *t, size_t want);
 
 static struct ed_client *ed_of(const struct lock_client *c)
 {
@@ -799,6 +846,7 @@ static struct ed_held *ed_held_find(struct ed_sess *es, const char *name, size_t
 static void ed_held_drop_record(struct ed_held *h)
 {
     struct ed_lease *l = h->lease;
+    ed_held_unwatch(h);
     free(h);
     ed_lease_unref(l);
 }
@@ -1070,13 +1118,50 @@ static void ed_lease_tick(evutil_socket_t fd, short what, void *arg)
     ed_lease_arm(l, l->ttl_ms / 3);
 }
 
-/* ---- the watch stream ---- */
+/* ---- the watch stream ----
+ *
+ * One Watch stream per client carries every watch: a waiter's on its predecessor's key, and one
+ * per held key (below). etcd answers creates in the order they were sent (ec->wp_head). */
 
 static void ed_watch_cancel_id(struct ed_client *ec, int64_t id)
 {
     etcdpb_buf_reset(&ec->out);
     if (ec->watch && etcdpb_watch_cancel_encode(&ec->out, id) == 0)
         grpc_call_send(ec->watch, ec->out.p, ec->out.len);
+}
+
+static const struct grpc_call_cbs ed_watch_cbs;
+
+/* Sends a create watching key[0..len) from revision `from` on, on the stream (opened if need
+ * be). Returns its place among the creates awaiting an answer (the caller sets its a or h), or
+ * NULL when etcd is not ready, the stream refused it, or out of memory. */
+static struct ed_wpend *ed_watch_create(struct ed_client *ec, const void *key, size_t len,
+                                        int64_t from, unsigned filters)
+{
+    struct etcdpb_watch_create wc;
+    struct ed_wpend *wp;
+    if (!ed_ready(ec))
+        return NULL;
+    if (ec->watch == NULL)
+        ec->watch = grpc_call_start(ec->ch, ED_PATH_WATCH, ed_hasleader, 1, 0, &ed_watch_cbs, ec);
+    if (ec->watch == NULL || (wp = calloc(1, sizeof(*wp))) == NULL)
+        return NULL;
+    memset(&wc, 0, sizeof(wc));
+    wc.key = ed_s(key, len);
+    wc.start_revision = from;
+    wc.filters = filters;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_watch_create_encode(&ec->out, &wc) != 0 ||
+        grpc_call_send(ec->watch, ec->out.p, ec->out.len) != 0) {
+        free(wp);
+        return NULL;
+    }
+    if (ec->wp_tail)
+        ec->wp_tail->next = wp;
+    else
+        ec->wp_head = wp;
+    ec->wp_tail = wp;
+    return wp;
 }
 
 /* Stops a's watch (or its pending create). */
@@ -1100,6 +1185,321 @@ static struct ed_acq *ed_acq_by_watch(struct ed_client *ec, int64_t id)
     return NULL;
 }
 
+/* ---- the watch on held keys ----
+ *
+ * A keepalive proves the lease, not the keys on it: a key deleted (`etcdctl del`) or put anew
+ * behind the session's back would stay "held" until released. So every held key is watched, one
+ * watcher per key on the client's one stream (a sidecar hears of its own keys only, not of every
+ * lock under the prefix), from the revision after its creation, so nothing in between is missed.
+ * A DELETE, or a PUT that leaves the key with another create_revision or another lease, makes
+ * the lock lost at once, as a refused renewal does. When the watch cannot resume where it was
+ * (the stream or the connection broke, or etcd compacted past it), the session's keys are read
+ * again with one Txn of Ranges (up to 128 keys each) before they are watched from after that
+ * read. While a key cannot be watched (etcd unreachable, the watch refused) nothing is lost for
+ * that alone: the lease's keepalive still decides, and the failure is logged. */
+
+#define ED_HW_WARN_MS 30000 /* a key that cannot be watched is logged at most this often */
+
+static void ed_hw_warn(struct ed_client *ec, const char *fmt, ...) LOCK_PRINTF(2, 3);
+static void ed_hw_warn(struct ed_client *ec, const char *fmt, ...)
+{
+    char msg[LOCK_MSG_MAX];
+    va_list ap;
+    int64_t now = lock_now_ms();
+    if (!ec->c->opt.warn || (ec->hw_warned_ms && now - ec->hw_warned_ms < ED_HW_WARN_MS))
+        return;
+    ec->hw_warned_ms = now;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ec->c->opt.warn(ec->c->opt.warn_arg, msg);
+}
+
+/* h needs its watch set up (NONE) or its key read first (CHECK): at the next ed_hw_service(). */
+static void ed_hw_due(struct ed_held *h, enum ed_hw st)
+{
+    h->hw = st;
+    h->es->hw_due = 1;
+    h->lease->ec->hw_due = 1;
+}
+
+static void ed_hw_kick(struct ed_client *ec)
+{
+    if (ec->hwkick)
+        event_active(ec->hwkick, EV_TIMEOUT, 0);
+}
+
+/* Stops h's watch, its pending create and its re-check: h is no longer watched. */
+static void ed_held_unwatch(struct ed_held *h)
+{
+    struct ed_client *ec = h->lease->ec;
+    if (h->wpend) {
+        h->wpend->h = NULL;
+        h->wpend = NULL;
+    }
+    if (h->hw == ED_HW_ACTIVE) {
+        lock_map_remove(&ec->hwatch, &h->wnode);
+        ed_watch_cancel_id(ec, h->watch_id);
+    }
+    if (h->check) {
+        h->check->h[h->check_idx] = NULL;
+        h->check = NULL;
+    }
+    h->watch_id = -1;
+    h->hw = ED_HW_GONE;
+}
+
+/* Watches h's key from h->wrev on, or leaves it due for the next try. */
+static void ed_held_watch(struct ed_held *h)
+{
+    struct ed_client *ec = h->lease->ec;
+    struct ed_wpend *wp = ed_watch_create(ec, h->key, h->keylen, h->wrev, 0);
+    if (wp == NULL) {
+        ed_hw_due(h, ED_HW_NONE);
+        if (ed_ready(ec))
+            ed_hw_warn(ec,
+                       "etcd %s: lock key %.*s could not be watched (the watch stream refused "
+                       "it); tried again every second, its lease's keepalive still decides",
+                       grpc_channel_endpoint(ec->ch), (int)(h->keylen > 300 ? 300 : h->keylen),
+                       h->key);
+        return;
+    }
+    wp->h = h;
+    h->wpend = wp;
+    h->hw = ED_HW_PENDING;
+}
+
+/* etcd says h's lock is no longer the session's: reported lost as a refused renewal is. */
+static void ed_held_lost(struct ed_held *h, int key_gone, const char *fmt, ...) LOCK_PRINTF(3, 4);
+static void ed_held_lost(struct ed_held *h, int key_gone, const char *fmt, ...)
+{
+    char why[LOCK_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    ed_held_unwatch(h);
+    h->key_gone = key_gone;
+    lock_held_gone(h->es->s, h->node.name, h->node.len, (uint64_t)h->rev, why);
+}
+
+/* What etcd shows of h's key (kv, NULL when it has none) says about h's lock; how it was seen. */
+static int ed_held_judge(struct ed_held *h, const struct etcdpb_kv *kv, const char *seen)
+{
+    if (kv == NULL) {
+        ed_held_lost(h, 1, "its key is gone from etcd (%s)", seen);
+        return 0;
+    }
+    if (kv->create_revision != h->rev) {
+        ed_held_lost(h, 1, "its key was deleted in etcd and created again at revision %lld (%s)",
+                     (long long)kv->create_revision, seen);
+        return 0;
+    }
+    if (kv->lease != h->lease->id) {
+        ed_held_lost(h, 0,
+                     "its key was overwritten in etcd at revision %lld and is no longer on the "
+                     "session's lease %s (%s)",
+                     (long long)kv->mod_revision, h->lease->hex, seen);
+        return 0;
+    }
+    return 1;
+}
+
+/* The answer to h's watch create. */
+static void ed_held_created(struct ed_client *ec, struct ed_held *h,
+                            const struct etcdpb_watch_resp *w)
+{
+    h->wpend = NULL;
+    if (w->canceled && w->compact_revision == 0) {
+        /* Refused ("permission denied": with authentication, the stream's token may have
+         * expired): a new token and stream; the key is watched again within a second. */
+        if (ec->have_auth && lock_now_ms() - ec->watch_refresh_ms >= 5000) {
+            ec->watch_refresh_ms = lock_now_ms();
+            ed_auth_send(ec);
+        }
+        ed_hw_due(h, ED_HW_NONE);
+        ed_hw_warn(ec,
+                   "etcd %s refused to watch lock key %.*s: %.*s; tried again every second, its "
+                   "lease's keepalive still decides",
+                   grpc_channel_endpoint(ec->ch), (int)(h->keylen > 300 ? 300 : h->keylen), h->key,
+                   (int)(w->cancel_reason.n > 200 ? 200 : w->cancel_reason.n),
+                   w->cancel_reason.p ? (const char *)w->cancel_reason.p : "");
+        return;
+    }
+    if (w->canceled) { /* compacted past wrev: read the key instead */
+        ed_hw_due(h, ED_HW_CHECK);
+        ed_hw_kick(ec);
+        return;
+    }
+    h->watch_id = w->watch_id;
+    lock_fmt(h->wid, sizeof(h->wid), "%" PRIx64, (uint64_t)w->watch_id);
+    lock_hnode_init(&h->wnode, h->wid, strlen(h->wid));
+    if (lock_map_insert(&ec->hwatch, &h->wnode) != 0) {
+        ed_watch_cancel_id(ec, w->watch_id);
+        h->watch_id = -1;
+        ed_hw_due(h, ED_HW_NONE);
+        return;
+    }
+    h->hw = ED_HW_ACTIVE;
+}
+
+/* Events (or the end) of a held key's watch; ignored when the id is not one. */
+static void ed_held_watch_msg(struct ed_client *ec, const struct etcdpb_watch_resp *w)
+{
+    char wid[ED_LEASE_HEX_MAX];
+    struct etcdpb_event ev;
+    size_t off = 0;
+    lock_fmt(wid, sizeof(wid), "%" PRIx64, (uint64_t)w->watch_id);
+    struct lock_hnode *n = lock_map_find(&ec->hwatch, wid, strlen(wid));
+    if (n == NULL)
+        return; /* cancelled meanwhile (a release's own delete, say) */
+    struct ed_held *h = (struct ed_held *)(void *)((char *)n - offsetof(struct ed_held, wnode));
+    while (etcdpb_watch_resp_next(w, &off, &ev) == 1) {
+        if (ev.kv.mod_revision >= h->wrev)
+            h->wrev = ev.kv.mod_revision + 1;
+        if (ev.type == ETCDPB_EVENT_DELETE) {
+            ed_held_lost(h, 1, "its key was deleted in etcd at revision %lld (its watch saw it)",
+                         (long long)ev.kv.mod_revision);
+            return;
+        }
+        if (!ed_held_judge(h, &ev.kv, "its watch saw it"))
+            return;
+    }
+    if (w->canceled || w->compact_revision > 0) {
+        if (!w->canceled)
+            ed_watch_cancel_id(ec, h->watch_id);
+        lock_map_remove(&ec->hwatch, &h->wnode);
+        h->watch_id = -1;
+        ed_hw_due(h, w->compact_revision > 0 ? ED_HW_CHECK : ED_HW_NONE);
+        ed_hw_kick(ec);
+    }
+}
+
+static void ed_check_free(struct ed_check *k)
+{
+    for (struct ed_check **p = &k->es->checks; *p; p = &(*p)->next)
+        if (*p == k) {
+            *p = k->next;
+            break;
+        }
+    for (size_t i = 0; i < k->n; i++)
+        if (k->h[i])
+            k->h[i]->check = NULL;
+    free(k);
+}
+
+static void ed_check_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_check *k = arg;
+    struct ed_client *ec = ed_of(k->es->s->c);
+    static struct etcdpb_txn_resp t; /* one loop thread; too large for the stack */
+    struct etcdpb_range_resp q;
+    struct etcdpb_kv kv;
+    k->call = NULL;
+    if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, k->n) != 0) {
+        ed_hw_warn(ec,
+                   "lock keys whose watch ended could not be read again: %s; tried again every "
+                   "second, their lease's keepalive still decides",
+                   status == GRPC_STATUS_OK ? "malformed Txn response" : err);
+        for (size_t i = 0; i < k->n; i++)
+            if (k->h[i])
+                ed_hw_due(k->h[i], ED_HW_CHECK);
+        ed_check_free(k);
+        return;
+    }
+    for (size_t i = 0; i < k->n; i++) {
+        struct ed_held *h = k->h[i];
+        size_t off = 0;
+        if (h == NULL)
+            continue;
+        k->h[i] = NULL;
+        h->check = NULL;
+        if (etcdpb_range_resp_decode(t.responses[i].body.p, t.responses[i].body.n, &q) != 0) {
+            ed_hw_due(h, ED_HW_CHECK);
+            continue;
+        }
+        int have = etcdpb_range_resp_next(&q, &off, &kv) == 1;
+        if (!ed_held_judge(h, have ? &kv : NULL, "read again after its watch ended"))
+            continue;
+        if (t.header.revision >= h->wrev)
+            h->wrev = t.header.revision + 1;
+        ed_held_watch(h);
+    }
+    ed_check_free(k);
+}
+
+/* Sends k (its keys' Ranges in one Txn); when it cannot go, its keys stay due. */
+static void ed_check_send(struct ed_client *ec, struct ed_check *k)
+{
+    struct etcdpb_op ops[ETCDPB_TXN_MAX_OPS];
+    memset(ops, 0, sizeof(ops));
+    for (size_t i = 0; i < k->n; i++) {
+        ops[i].kind = ETCDPB_OP_RANGE;
+        ops[i].u.range.key = ed_s(k->h[i]->key, k->h[i]->keylen);
+        ops[i].u.range.keys_only = 1;
+    }
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_txn_req_encode(&ec->out, NULL, 0, ops, k->n, NULL, 0) == 0 &&
+        (k->call = ed_rpc_start(ec, ED_PATH_TXN, ed_check_done, k)) != NULL)
+        return;
+    for (size_t i = 0; i < k->n; i++)
+        ed_hw_due(k->h[i], ED_HW_CHECK);
+    ed_check_free(k);
+}
+
+/* Watches the held keys that are due, reading first those whose watch could not resume. */
+static void ed_hw_service(struct ed_client *ec)
+{
+    if (!ec->hw_due || !ed_ready(ec))
+        return;
+    ec->hw_due = 0;
+    for (struct lock_session *s = ec->c->sessions; s; s = s->next) {
+        struct ed_sess *es = s->b_sess;
+        struct ed_check *k = NULL;
+        size_t b = 0;
+        struct lock_hnode *it = NULL, *n;
+        if (es == NULL || !es->hw_due)
+            continue;
+        es->hw_due = 0;
+        while ((n = lock_map_next(&es->held, &b, &it)) != NULL) {
+            struct ed_held *h = (struct ed_held *)(void *)n;
+            if (h->hw == ED_HW_NONE) {
+                ed_held_watch(h);
+                continue;
+            }
+            if (h->hw != ED_HW_CHECK || h->check)
+                continue;
+            if (k && k->n == ETCDPB_TXN_MAX_OPS) {
+                ed_check_send(ec, k);
+                k = NULL;
+            }
+            if (k == NULL && (k = calloc(1, sizeof(*k))) != NULL) {
+                k->es = es;
+                k->next = es->checks;
+                es->checks = k;
+            }
+            if (k == NULL) {
+                ed_hw_due(h, ED_HW_CHECK);
+                continue;
+            }
+            h->check = k;
+            h->check_idx = k->n;
+            k->h[k->n++] = h;
+        }
+        if (k)
+            ed_check_send(ec, k);
+    }
+}
+
+static void ed_hw_kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ed_hw_service(arg);
+}
+
+/* ---- watch answers ---- */
+
 static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, size_t len)
 {
     struct ed_client *ec = arg;
@@ -1119,7 +1519,12 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
         if (ec->wp_head == NULL)
             ec->wp_tail = NULL;
         a = wp->a;
+        struct ed_held *h = wp->h;
         free(wp);
+        if (h) {
+            ed_held_created(ec, h, &w);
+            return;
+        }
         if (a == NULL) { /* cancelled meanwhile */
             if (!w.canceled)
                 ed_watch_cancel_id(ec, w.watch_id);
@@ -1143,8 +1548,10 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
         a->watch_id = w.watch_id;
     }
     a = ed_acq_by_watch(ec, w.watch_id);
-    if (a == NULL)
+    if (a == NULL) {
+        ed_held_watch_msg(ec, &w);
         return;
+    }
     while (etcdpb_watch_resp_next(&w, &off, &ev) == 1)
         if (ev.type == ETCDPB_EVENT_DELETE)
             deleted = 1;
@@ -1157,8 +1564,10 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
 }
 
 /* The watch stream is gone: its pending creates are forgotten and every watching acquisition
- * pauses, to look again and watch on a new stream. */
-static void ed_watch_reset(struct ed_client *ec)
+ * pauses, to look again and watch on a new stream. Held keys are watched again from where their
+ * watch was; when the stream broke (rather than being replaced for a new token), they are read
+ * again first. */
+static void ed_watch_reset(struct ed_client *ec, int broke)
 {
     ec->watch = NULL;
     while (ec->wp_head) {
@@ -1166,6 +1575,8 @@ static void ed_watch_reset(struct ed_client *ec)
         ec->wp_head = wp->next;
         if (wp->a)
             wp->a->wpend = NULL;
+        if (wp->h)
+            wp->h->wpend = NULL;
         free(wp);
     }
     ec->wp_tail = NULL;
@@ -1175,13 +1586,27 @@ static void ed_watch_reset(struct ed_client *ec)
             ed_acq_pause(a);
         }
     }
+    for (struct lock_session *s = ec->c->sessions; s; s = s->next) {
+        struct ed_sess *es = s->b_sess;
+        size_t b = 0;
+        struct lock_hnode *it = NULL, *n;
+        while (es && (n = lock_map_next(&es->held, &b, &it)) != NULL) {
+            struct ed_held *h = (struct ed_held *)(void *)n;
+            if (h->hw != ED_HW_PENDING && h->hw != ED_HW_ACTIVE)
+                continue;
+            if (h->hw == ED_HW_ACTIVE)
+                lock_map_remove(&ec->hwatch, &h->wnode);
+            h->watch_id = -1;
+            ed_hw_due(h, broke ? ED_HW_CHECK : ED_HW_NONE);
+        }
+    }
 }
 
 static void ed_watch_end(void *arg, struct grpc_call *call, int status, const char *message)
 {
     struct ed_client *ec = arg;
     (void)call;
-    ed_watch_reset(ec);
+    ed_watch_reset(ec, 1);
     if (status != GRPC_STATUS_OK)
         ec->c->stats.backend_errors++;
     if (status == GRPC_STATUS_UNAUTHENTICATED)
@@ -1194,29 +1619,10 @@ static const struct grpc_call_cbs ed_watch_cbs = {ed_watch_msg, ed_watch_end};
 /* Watches the deletion of pred from revision `from` on. Returns 0, or -1 when not connected. */
 static int ed_acq_watch(struct ed_acq *a, const uint8_t *pred, size_t plen, int64_t from)
 {
-    struct ed_client *ec = a->ec;
-    struct etcdpb_watch_create wc;
-    struct ed_wpend *wp;
-    if (ec->watch == NULL)
-        ec->watch = grpc_call_start(ec->ch, ED_PATH_WATCH, ed_hasleader, 1, 0, &ed_watch_cbs, ec);
-    if (ec->watch == NULL || (wp = calloc(1, sizeof(*wp))) == NULL)
+    struct ed_wpend *wp = ed_watch_create(a->ec, pred, plen, from, ETCDPB_FILTER_NOPUT);
+    if (wp == NULL)
         return -1;
-    memset(&wc, 0, sizeof(wc));
-    wc.key = ed_s(pred, plen);
-    wc.start_revision = from;
-    wc.filters = ETCDPB_FILTER_NOPUT;
-    etcdpb_buf_reset(&ec->out);
-    if (etcdpb_watch_create_encode(&ec->out, &wc) != 0 ||
-        grpc_call_send(ec->watch, ec->out.p, ec->out.len) != 0) {
-        free(wp);
-        return -1;
-    }
     wp->a = a;
-    if (ec->wp_tail)
-        ec->wp_tail->next = wp;
-    else
-        ec->wp_head = wp;
-    ec->wp_tail = wp;
     a->wpend = wp;
     a->phase = ED_ACQ_WATCH;
     return 0;
@@ -1328,8 +1734,12 @@ static void ed_acq_own(struct ed_acq *a)
         ed_acq_fail(a, LOCK_UNAVAILABLE, msg);
         return;
     }
+    h->es = es;
     h->lease = l;
     h->rev = a->rev;
+    h->wrev = a->rev + 1; /* every change after its creation */
+    h->watch_id = -1;
+    h->hw = ED_HW_GONE;
     h->keylen = a->keylen;
     memcpy(h->key, a->key, a->keylen);
     lock_hnode_init(&h->node, h->key + strlen(a->ec->c->opt.prefix), r->len);
@@ -1344,6 +1754,7 @@ static void ed_acq_own(struct ed_acq *a)
     }
     a->lease = NULL; /* the reference moves to h */
     a->rev = 0;
+    ed_held_watch(h);
     int64_t since = l->confirmed_ms;
     ed_acq_free(a);
     /* The lease is only known to last from its last confirmed grant or keepalive. */
@@ -1818,6 +2229,7 @@ static void ed_op_release(struct lock_req *r)
     while (locklen > 0 && h->key[locklen - 1] != '/')
         locklen--; /* the lock's keys: prefix name "/" */
     lock_map_remove(&es->held, &h->node);
+    ed_held_unwatch(h); /* its own delete is no news */
     ed_delete_ops(h->key, h->keylen, h->rev, &cmp, &del);
     if ((r->b_call = ed_txn_start(ec, h->key, locklen, &cmp, 1, &del, 1, NULL, 0, ed_release_done,
                                   r)) == NULL) {
@@ -1839,7 +2251,8 @@ static void ed_op_drop(struct lock_session *s, const char *name, size_t len)
     struct ed_held *h = es ? ed_held_find(es, name, len) : NULL;
     if (h == NULL)
         return;
-    ed_orphan(ed_of(s->c), h->key, h->keylen, h->rev);
+    if (!h->key_gone)
+        ed_orphan(ed_of(s->c), h->key, h->keylen, h->rev);
     ed_held_forget(es, h);
 }
 
@@ -1850,9 +2263,14 @@ static void ed_op_close_session(struct lock_session *s)
         return;
     size_t b = 0;
     struct lock_hnode *it = NULL, *n;
+    while (es->checks) {
+        ed_rpc_cancel(es->checks->call);
+        ed_check_free(es->checks);
+    }
     while ((n = lock_map_next(&es->held, &b, &it)) != NULL) {
         struct ed_held *h = (struct ed_held *)(void *)n;
         lock_map_remove(&es->held, n);
+        ed_held_unwatch(h);
         h->lease->refs--;
         free(h);
     }
@@ -2099,9 +2517,10 @@ static void ed_auth_done(void *arg, int status, const char *err, const uint8_t *
                 ed_ready_up(ec);
             } else if (ec->watch) { /* it holds the old token: a new stream, new watches */
                 struct grpc_call *w = ec->watch;
-                ed_watch_reset(ec);
+                ed_watch_reset(ec, 0);
                 grpc_call_cancel(w);
             }
+            ed_hw_kick(ec);
             ed_rpc_resend_waiting(ec);
             return;
         }
@@ -2148,6 +2567,7 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
     ed_warn_down(ec);
     if (!ed_ready(ec))
         return;
+    ed_hw_service(ec);
     if (ec->norphans > 0)
         ed_orphans_flush(ec);
     if (ec->ndirty == 0)
@@ -2174,6 +2594,7 @@ static void ed_ready_up(struct ed_client *ec)
     struct lock_hnode *it = NULL, *n;
     while ((n = lock_map_next(&ec->leases, &b, &it)) != NULL)
         ed_lease_keepalive((struct ed_lease *)(void *)n);
+    ed_hw_service(ec); /* held keys whose watch broke with the last connection */
     for (struct lock_session *s = ec->c->sessions; s; s = s->next) {
         struct ed_sess *es = s->b_sess;
         if (es == NULL)
@@ -2340,7 +2761,8 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
     ec->batch_max = ED_BATCH_MAX;
     ec->maint = event_new(c->base, -1, EV_PERSIST, ed_maint_cb, ec);
     ec->txflush = event_new(c->base, -1, 0, ed_txq_flush, ec);
-    ec->ch = ec->maint && ec->txflush
+    ec->hwkick = event_new(c->base, -1, 0, ed_hw_kick_cb, ec);
+    ec->ch = ec->maint && ec->txflush && ec->hwkick
                  ? grpc_channel_new(c->base, eps, neps, &copts, &ed_channel_cbs, ec)
                  : NULL;
     if (ec->ch == NULL) {
@@ -2348,6 +2770,8 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
             event_free(ec->maint);
         if (ec->txflush)
             event_free(ec->txflush);
+        if (ec->hwkick)
+            event_free(ec->hwkick);
         grpc_tls_free(ec->tls);
         lock_fmt(err, errlen, "lock client: out of memory");
         free(ec);
@@ -2399,6 +2823,8 @@ static void ed_op_close(struct lock_client *c)
     grpc_tls_free(ec->tls);
     event_free(ec->maint);
     event_free(ec->txflush);
+    event_free(ec->hwkick);
+    lock_map_clear(&ec->hwatch); /* empty: every session closed first */
     etcdpb_buf_free(&ec->out);
     free(ec);
     c->impl = NULL;

@@ -2,7 +2,8 @@
 key's create_revision; waiters are served first come, first served; try-once leaves nothing
 behind; `etcdctl lock` and fencegate exclude each other; a killed sidecar's locks come free
 within the session lease; a frozen holder's writes are refused at the store; a lease revoked
-behind fencegate's back makes its locks lost at once; a 3-member cluster loses its leader while
+behind fencegate's back makes its locks lost at once, and so does a held key deleted or overwritten
+(its watch, one stream for every key); a 3-member cluster loses its leader while
 locks are held and waited for, and no lock is ever granted twice."""
 
 import json
@@ -428,6 +429,159 @@ class EtcdLocks(EtcdTestCase):
         r = c.call("SET", "wallet:a", "x")
         self.assertTrue(isinstance(r, Err) and r.startswith("LOCKLOST"), r)
         self.assertIsNone(self.direct.get("wallet:a"))
+
+    # ---- a held key that goes away in etcd (the session's watch on its own keys) ----
+
+    def etcd_metric(self, name, etcd=None):
+        """A gauge or counter from etcd's own /metrics (0 when absent)."""
+        m = (etcd or self.etcd).members[0]
+        text = urllib.request.urlopen("http://%s/metrics" % m.endpoint, timeout=5).read()
+        return harness.parse_metrics(text.decode()).get(name, 0)
+
+    def assert_lost_soon(self, c, name, within=1.0):
+        """FENCE.TOKEN of name turns nil within `within` seconds, and the next fenced write
+        under it is refused LOCKLOST."""
+        harness.wait_until(lambda: c.call("FENCE.TOKEN", name) is None, within, 0.01,
+                           "lock %s reported lost" % name)
+        r = c.call("SET", name, "after")
+        self.assertTrue(isinstance(r, Err) and r.startswith("LOCKLOST"), r)
+
+    def test_a_key_deleted_behind_the_holders_back_is_lost_at_once(self):
+        # The keepalive proves the lease (30 s here), not the key: the watch on the session's
+        # own keys sees `etcdctl del` and reports that lock lost at once, as a failed renewal
+        # does (callback, log line, metric); the session's other lock is untouched.
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port)
+        ta = self.acquire(c, "wallet:a")
+        tb = self.acquire(c, "wallet:b")
+        self.assertEqual(c.call("SET", "wallet:a", "1"), "OK")
+        key = self.etcd.keys(PREFIX + "wallet:a/")[0][0]
+        self.etcd.ctl("del", key)
+        self.assert_lost_soon(c, "wallet:a")
+        self.assertEqual(self.direct.get("wallet:a"), b"1")
+        self.assertEqual(sorted((x[0], x[3]) for x in c.call("FENCE.LOCKS")),
+                         [(b"wallet:a", b"lost"), (b"wallet:b", b"held")])
+        self.assertEqual(c.call("FENCE.TOKEN", "wallet:b"), tb)
+        self.assertEqual(c.call("SET", "wallet:b", "2"), "OK")
+        self.assertEqual(fg.metrics().get("fencegate_locks_lost_total"), 1)
+        line = [ln for ln in self.fg_log(fg).splitlines() if "lost:" in ln]
+        self.assertEqual(len(line), 1, line)
+        self.assertIn("lock wallet:a (token %d) lost: its key was deleted in etcd" % ta, line[0])
+        # The name is free for others at once, and its next token is larger.
+        other = self.raw(self.fencegate().resp_port)
+        self.assertGreater(self.acquire(other, "wallet:a", "WAIT", 0), ta)
+
+    def test_a_key_overwritten_behind_the_holders_back_is_lost_and_freed(self):
+        # `etcdctl put` on the key detaches it from the session's lease: the lock is no longer
+        # this session's (its lease no longer keeps or ends it), so it is lost at once, and the
+        # key (its create_revision still the token) is deleted, as for any lock lost: left
+        # there without a lease it would head the queue for ever.
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port)
+        t = self.acquire(c, "wallet:o")
+        key, rev, lease = self.etcd.keys(PREFIX + "wallet:o/")[0]
+        self.etcd.ctl("put", key, "taken")
+        self.assert_lost_soon(c, "wallet:o")
+        harness.wait_until(lambda: self.etcd.keys(PREFIX + "wallet:o/") == [], 3, 0.05,
+                           "the overwritten key deleted")
+        self.assertIn("lock wallet:o (token %d) lost: its key was overwritten" % t,
+                      self.fg_log(fg))
+
+    def test_fencectl_command_is_stopped_when_its_key_is_deleted(self):
+        fg = self.fencegate()
+        p = harness.subprocess.Popen(
+            [harness.FENCECTL_BIN, "--http", "127.0.0.1:%d" % fg.http_port, "lock", "job",
+             "--ttl", "30000", "--", "sleep", "30"], stdin=harness.subprocess.DEVNULL,
+            stdout=harness.subprocess.PIPE, stderr=harness.subprocess.PIPE,
+            env=harness.clean_env())
+        self.addCleanup(p.stdout.close)
+        self.addCleanup(p.stderr.close)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+        harness.wait_until(lambda: self.etcd.keys(PREFIX + "job/") != [], 10, 0.05, "job held")
+        time.sleep(0.3)  # fencectl has started its command and listens for events
+        self.etcd.ctl("del", self.etcd.keys(PREFIX + "job/")[0][0])
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 3, err)
+        self.assertIn(b"lost", err)
+        self.assertLess(time.monotonic() - t0, 2.0, "fencectl stopped its command late")
+        st, doc = harness.http_request(fg.http_port, "GET", "/v1/locks")[::2]
+        self.assertEqual([(x["name"], x["state"]) for x in json.loads(doc)["locks"]],
+                         [("job", "lost")], doc)
+
+    def fg_etcd_ports(self, fg, etcd_port):
+        """The local ports of fg's connections to etcd's client port."""
+        out = harness.subprocess.run(
+            ["ss", "-tnpH", "state", "established", "( dport = :%d )" % etcd_port],
+            capture_output=True, text=True, timeout=10).stdout
+        return [int(ln.split()[2].rsplit(":", 1)[1]) for ln in out.splitlines()
+                if "pid=%d," % fg.pid in ln]
+
+    def test_a_key_deleted_and_compacted_while_the_watch_was_down_is_still_noticed(self):
+        # The DELETE event never reaches the sidecar (etcd's packets to its connection are
+        # dropped), etcd compacts past the watch's revision, then the connection is torn down:
+        # on the new one the watch cannot resume from where it was (compacted), so the held
+        # keys are looked at again, and the lock is lost. The 30 s lease is not what tells.
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port)
+        self.acquire(c, "wallet:k")
+        tkeep = self.acquire(c, "wallet:keep")
+        m = self.etcd.members[0]
+        ports = self.fg_etcd_ports(fg, m.client_port)
+        self.assertEqual(len(ports), 1, ports)
+        heal = self.drop_on_loopback(["-s", "127.0.0.1", "--sport", str(m.client_port),
+                                      "--dport", str(ports[0])])
+        self.etcd.ctl("del", self.etcd.keys(PREFIX + "wallet:k/")[0][0])
+        for i in range(3):
+            self.etcd.ctl("put", "/other/%d" % i, "x")
+        rev = json.loads(self.etcd.ctl("get", "/other/0", "-w", "json"))["header"]["revision"]
+        self.etcd.ctl("compact", str(rev))
+        time.sleep(0.3)
+        self.assertIsNotNone(c.call("FENCE.TOKEN", "wallet:k"),
+                             "noticed before the connection came back")
+        r = harness.subprocess.run(["ss", "-K", "-tn", "state", "established", "( sport = :%d "
+                                    "and dport = :%d )" % (ports[0], m.client_port)],
+                                   capture_output=True, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_lost_soon(c, "wallet:k", within=3.0)
+        heal()
+        self.assertEqual(c.call("FENCE.TOKEN", "wallet:keep"), tkeep)
+        self.assertEqual(fg.metrics().get("fencegate_locks_lost_total"), 1)
+
+    def test_two_hundred_held_locks_share_one_watch_stream_and_are_never_lost_for_nothing(self):
+        # 200 locks of one connection: one Watch stream (one watcher per key on it), no false
+        # loss over several keepalive rounds, through a compaction and a PUT that keeps the
+        # key's lease and revision; released locks stop being watched.
+        fg = self.fencegate("--session-ttl-ms", "1500", config=None)
+        c = self.raw(fg.resp_port, timeout=20)
+        n = 200
+        for i in range(n):
+            c.send(harness.encode("FENCE.ACQUIRE", "many:%d" % i))
+        tokens = [c.read_reply(timeout=20) for _ in range(n)]
+        for t in tokens:
+            self.assertIsInstance(t, int, t)
+        self.assertEqual(self.etcd_metric("etcd_debugging_mvcc_watch_stream_total"), 1)
+        self.assertEqual(self.etcd_metric("etcd_debugging_mvcc_watcher_total"), n)
+        key, _, lease = self.etcd.keys(PREFIX + "many:7/")[0]
+        self.etcd.ctl("put", key, "note", "--lease=%x" % lease)
+        rev = json.loads(self.etcd.ctl("get", key, "-w", "json"))["header"]["revision"]
+        self.etcd.ctl("compact", str(rev))
+        time.sleep(4)  # eight keepalive rounds of the 1.5 s lease
+        locks = c.call("FENCE.LOCKS")
+        self.assertEqual(sorted(x[3] for x in locks), [b"held"] * n)
+        self.assertEqual([c.call("FENCE.TOKEN", "many:%d" % i) for i in range(n)], tokens)
+        self.assertEqual(fg.metrics().get("fencegate_locks_lost_total", 0), 0)
+        self.assertNotIn("lost", self.fg_log(fg))
+        for i in range(0, n, 2):
+            c.send(harness.encode("FENCE.RELEASE", "many:%d" % i))
+        self.assertEqual([c.read_reply(timeout=10) for _ in range(0, n, 2)], [1] * (n // 2))
+        harness.wait_until(
+            lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == n // 2, 5, 0.1,
+            "released locks no longer watched")
+        c.close()
+        harness.wait_until(lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == 0,
+                           5, 0.1, "a closed session's locks no longer watched")
+        self.assertEqual(self.etcd_metric("etcd_debugging_mvcc_watch_stream_total"), 1)
 
     def test_a_lock_lost_locally_frees_its_key(self):
         """Frozen just past its local lease (1.5 s) but not past etcd's (whole seconds: 2 s), the
