@@ -123,6 +123,9 @@ struct ed_held {
     size_t check_idx;
     enum ed_hw hw;
     int key_gone; /* etcd has no key of it any more: nothing to delete when it is dropped */
+    int young;    /* on ec->young until watch_at_ms */
+    struct ed_held *yprev, *ynext;
+    int64_t watch_at_ms;
     char wid[ED_LEASE_HEX_MAX];
     size_t keylen;
     char key[]; /* the name is the tail of the key */
@@ -270,6 +273,8 @@ struct ed_client {
     int hw_due;             /* a session has hw_due set */
     struct event *hwkick;   /* ed_hw_service() at the end of the loop turn */
     int64_t hw_warned_ms;   /* a held key that could not be watched was logged then (0: never) */
+    struct ed_held *young_head, *young_tail; /* held keys not watched yet, oldest grant first */
+    struct event *youngev;                   /* fires when the oldest of them is due */
     struct ed_orphan *orphans;
     size_t norphans;
     struct ed_mark *marks;
@@ -1190,7 +1195,8 @@ static struct ed_acq *ed_acq_by_watch(struct ed_client *ec, int64_t id)
  * A keepalive proves the lease, not the keys on it: a key deleted (`etcdctl del`) or put anew
  * behind the session's back would stay "held" until released. So every held key is watched, one
  * watcher per key on the client's one stream (a sidecar hears of its own keys only, not of every
- * lock under the prefix), from the revision after its creation, so nothing in between is missed.
+ * lock under the prefix), set up ED_WATCH_AFTER_MS after the grant (a lock released sooner costs
+ * no watcher) and starting from the revision after its creation, so nothing in between is missed.
  * A DELETE, or a PUT that leaves the key with another create_revision or another lease, makes
  * the lock lost at once, as a refused renewal does. When the watch cannot resume where it was
  * (the stream or the connection broke, or etcd compacted past it), the session's keys are read
@@ -1198,7 +1204,8 @@ static struct ed_acq *ed_acq_by_watch(struct ed_client *ec, int64_t id)
  * read. While a key cannot be watched (etcd unreachable, the watch refused) nothing is lost for
  * that alone: the lease's keepalive still decides, and the failure is logged. */
 
-#define ED_HW_WARN_MS 30000 /* a key that cannot be watched is logged at most this often */
+#define ED_HW_WARN_MS     30000 /* a key that cannot be watched is logged at most this often */
+#define ED_WATCH_AFTER_MS 100   /* a held key is watched this long after its grant */
 
 static void ed_hw_warn(struct ed_client *ec, const char *fmt, ...) LOCK_PRINTF(2, 3);
 static void ed_hw_warn(struct ed_client *ec, const char *fmt, ...)
@@ -1229,10 +1236,69 @@ static void ed_hw_kick(struct ed_client *ec)
         event_active(ec->hwkick, EV_TIMEOUT, 0);
 }
 
+/* Takes h off the list of keys whose watch starts later, if it is there. */
+static void ed_held_unyoung(struct ed_held *h)
+{
+    struct ed_client *ec = h->lease->ec;
+    if (!h->young)
+        return;
+    if (h->yprev)
+        h->yprev->ynext = h->ynext;
+    else
+        ec->young_head = h->ynext;
+    if (h->ynext)
+        h->ynext->yprev = h->yprev;
+    else
+        ec->young_tail = h->yprev;
+    h->yprev = h->ynext = NULL;
+    h->young = 0;
+}
+
+static void ed_young_arm(struct ed_client *ec, int64_t now)
+{
+    int64_t d = ec->young_head ? ec->young_head->watch_at_ms - now : 0;
+    struct timeval tv = {0, (suseconds_t)((d > 0 ? d : 0) * 1000)};
+    if (ec->young_head && ec->youngev)
+        evtimer_add(ec->youngev, &tv);
+}
+
+/* A key just granted is watched ED_WATCH_AFTER_MS later, from the revision after its creation:
+ * a lock released sooner (a short job, a benchmark's cycle) never costs etcd a watcher, and a
+ * change in between is still seen, when the watch starts. */
+static void ed_held_watch_later(struct ed_held *h)
+{
+    struct ed_client *ec = h->lease->ec;
+    int64_t now = lock_now_ms();
+    h->hw = ED_HW_NONE;
+    h->watch_at_ms = now + ED_WATCH_AFTER_MS;
+    h->young = 1;
+    h->ynext = NULL;
+    h->yprev = ec->young_tail;
+    if (ec->young_tail)
+        ec->young_tail->ynext = h;
+    else
+        ec->young_head = h;
+    ec->young_tail = h;
+    if (h->yprev == NULL)
+        ed_young_arm(ec, now);
+}
+
+static void ed_young_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct ed_client *ec = arg;
+    int64_t now = lock_now_ms();
+    (void)fd;
+    (void)what;
+    while (ec->young_head && ec->young_head->watch_at_ms <= now)
+        ed_held_watch(ec->young_head); /* takes it off the list */
+    ed_young_arm(ec, now);
+}
+
 /* Stops h's watch, its pending create and its re-check: h is no longer watched. */
 static void ed_held_unwatch(struct ed_held *h)
 {
     struct ed_client *ec = h->lease->ec;
+    ed_held_unyoung(h);
     if (h->wpend) {
         h->wpend->h = NULL;
         h->wpend = NULL;
@@ -1253,6 +1319,7 @@ static void ed_held_unwatch(struct ed_held *h)
 static void ed_held_watch(struct ed_held *h)
 {
     struct ed_client *ec = h->lease->ec;
+    ed_held_unyoung(h);
     struct ed_wpend *wp = ed_watch_create(ec, h->key, h->keylen, h->wrev, 0);
     if (wp == NULL) {
         ed_hw_due(h, ED_HW_NONE);
@@ -1464,7 +1531,8 @@ static void ed_hw_service(struct ed_client *ec)
         while ((n = lock_map_next(&es->held, &b, &it)) != NULL) {
             struct ed_held *h = (struct ed_held *)(void *)n;
             if (h->hw == ED_HW_NONE) {
-                ed_held_watch(h);
+                if (!h->young) /* else its own time comes */
+                    ed_held_watch(h);
                 continue;
             }
             if (h->hw != ED_HW_CHECK || h->check)
@@ -1754,7 +1822,7 @@ static void ed_acq_own(struct ed_acq *a)
     }
     a->lease = NULL; /* the reference moves to h */
     a->rev = 0;
-    ed_held_watch(h);
+    ed_held_watch_later(h);
     int64_t since = l->confirmed_ms;
     ed_acq_free(a);
     /* The lease is only known to last from its last confirmed grant or keepalive. */
@@ -2762,7 +2830,8 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
     ec->maint = event_new(c->base, -1, EV_PERSIST, ed_maint_cb, ec);
     ec->txflush = event_new(c->base, -1, 0, ed_txq_flush, ec);
     ec->hwkick = event_new(c->base, -1, 0, ed_hw_kick_cb, ec);
-    ec->ch = ec->maint && ec->txflush && ec->hwkick
+    ec->youngev = evtimer_new(c->base, ed_young_cb, ec);
+    ec->ch = ec->maint && ec->txflush && ec->hwkick && ec->youngev
                  ? grpc_channel_new(c->base, eps, neps, &copts, &ed_channel_cbs, ec)
                  : NULL;
     if (ec->ch == NULL) {
@@ -2772,6 +2841,8 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
             event_free(ec->txflush);
         if (ec->hwkick)
             event_free(ec->hwkick);
+        if (ec->youngev)
+            event_free(ec->youngev);
         grpc_tls_free(ec->tls);
         lock_fmt(err, errlen, "lock client: out of memory");
         free(ec);
@@ -2824,6 +2895,7 @@ static void ed_op_close(struct lock_client *c)
     event_free(ec->maint);
     event_free(ec->txflush);
     event_free(ec->hwkick);
+    event_free(ec->youngev);
     lock_map_clear(&ec->hwatch); /* empty: every session closed first */
     etcdpb_buf_free(&ec->out);
     free(ec);

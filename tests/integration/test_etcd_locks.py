@@ -526,6 +526,8 @@ class EtcdLocks(EtcdTestCase):
         c = self.raw(fg.resp_port)
         self.acquire(c, "wallet:k")
         tkeep = self.acquire(c, "wallet:keep")
+        harness.wait_until(lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == 2,
+                           5, 0.02, "both keys watched")
         m = self.etcd.members[0]
         ports = self.fg_etcd_ports(fg, m.client_port)
         self.assertEqual(len(ports), 1, ports)
@@ -548,6 +550,27 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(c.call("FENCE.TOKEN", "wallet:keep"), tkeep)
         self.assertEqual(fg.metrics().get("fencegate_locks_lost_total"), 1)
 
+    WATCH_MSGS = ('grpc_server_msg_received_total{grpc_method="Watch",'
+                  'grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"}')
+
+    def test_a_lock_held_briefly_costs_etcd_no_watch(self):
+        # A held key is watched 100 ms after its grant (from the revision after its creation,
+        # so nothing is missed): a lock released sooner sends etcd no watch create or cancel.
+        fg = self.fencegate(config=None)
+        c = self.raw(fg.resp_port)
+        before = self.etcd_metric(self.WATCH_MSGS)
+        slow = 0
+        for i in range(50):
+            t0 = time.monotonic()
+            self.acquire(c, "brief")
+            self.assertEqual(c.call("FENCE.RELEASE", "brief"), 1)
+            slow += time.monotonic() - t0 > 0.09  # a loaded machine may hold one longer
+        self.assertLessEqual(self.etcd_metric(self.WATCH_MSGS) - before, 2 * slow)
+        before = self.etcd_metric(self.WATCH_MSGS)
+        self.acquire(c, "long")
+        harness.wait_until(lambda: self.etcd_metric(self.WATCH_MSGS) == before + 1, 2, 0.02,
+                           "the held key watched")
+
     def test_two_hundred_held_locks_share_one_watch_stream_and_are_never_lost_for_nothing(self):
         # 200 locks of one connection: one Watch stream (one watcher per key on it), no false
         # loss over several keepalive rounds, through a compaction and a PUT that keeps the
@@ -560,8 +583,10 @@ class EtcdLocks(EtcdTestCase):
         tokens = [c.read_reply(timeout=20) for _ in range(n)]
         for t in tokens:
             self.assertIsInstance(t, int, t)
+        # Each held key is watched 100 ms after its grant.
+        harness.wait_until(lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == n,
+                           5, 0.05, "one watcher per held key")
         self.assertEqual(self.etcd_metric("etcd_debugging_mvcc_watch_stream_total"), 1)
-        self.assertEqual(self.etcd_metric("etcd_debugging_mvcc_watcher_total"), n)
         key, _, lease = self.etcd.keys(PREFIX + "many:7/")[0]
         self.etcd.ctl("put", key, "note", "--lease=%x" % lease)
         rev = json.loads(self.etcd.ctl("get", key, "-w", "json"))["header"]["revision"]
