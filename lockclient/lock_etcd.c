@@ -100,10 +100,10 @@ struct ed_lease {
 
 /* Where the watch on a held key stands (see "the watch on held keys"). */
 enum ed_hw {
-    ED_HW_NONE,    /* to be watched, from wrev */
+    ED_HW_NONE,    /* to be watched from wrev (just granted: on ec->young) */
     ED_HW_PENDING, /* its watch create is sent, not answered yet */
     ED_HW_ACTIVE,  /* watched: watch_id, and in ec->hwatch */
-    ED_HW_CHECK,   /* its watch could not resume: to be read with a Range, then watched */
+    ED_HW_CHECK,   /* to be watched again: read with a Range first, then watched from there */
     ED_HW_GONE,    /* no longer watched (reported lost, or on its way out) */
 };
 
@@ -1198,11 +1198,13 @@ static struct ed_acq *ed_acq_by_watch(struct ed_client *ec, int64_t id)
  * lock under the prefix), set up ED_WATCH_AFTER_MS after the grant (a lock released sooner costs
  * no watcher) and starting from the revision after its creation, so nothing in between is missed.
  * A DELETE, or a PUT that leaves the key with another create_revision or another lease, makes
- * the lock lost at once, as a refused renewal does. When the watch cannot resume where it was
- * (the stream or the connection broke, or etcd compacted past it), the session's keys are read
- * again with one Txn of Ranges (up to 128 keys each) before they are watched from after that
- * read. While a key cannot be watched (etcd unreachable, the watch refused) nothing is lost for
- * that alone: the lease's keepalive still decides, and the failure is logged. */
+ * the lock lost at once, as a refused renewal does. A watch that has to be set up again (the
+ * stream or the connection broke, or was replaced for a new token; etcd compacted past the watch,
+ * or refused it) never resumes from an old revision, which would have etcd replay its whole
+ * history since: the session's keys are read again with one Txn of Ranges (up to 128 keys each),
+ * and watched from after that read. While a key cannot be watched (etcd unreachable, the watch
+ * refused) nothing is lost for that alone: the lease's keepalive still decides, it is tried again
+ * every second, and the failure is logged. */
 
 #define ED_HW_WARN_MS     30000 /* a key that cannot be watched is logged at most this often */
 #define ED_WATCH_AFTER_MS 100   /* a held key is watched this long after its grant */
@@ -1322,7 +1324,7 @@ static void ed_held_watch(struct ed_held *h)
     ed_held_unyoung(h);
     struct ed_wpend *wp = ed_watch_create(ec, h->key, h->keylen, h->wrev, 0);
     if (wp == NULL) {
-        ed_hw_due(h, ED_HW_NONE);
+        ed_hw_due(h, ED_HW_CHECK);
         if (ed_ready(ec))
             ed_hw_warn(ec,
                        "etcd %s: lock key %.*s could not be watched (the watch stream refused "
@@ -1384,7 +1386,7 @@ static void ed_held_created(struct ed_client *ec, struct ed_held *h,
             ec->watch_refresh_ms = lock_now_ms();
             ed_auth_send(ec);
         }
-        ed_hw_due(h, ED_HW_NONE);
+        ed_hw_due(h, ED_HW_CHECK);
         ed_hw_warn(ec,
                    "etcd %s refused to watch lock key %.*s: %.*s; tried again every second, its "
                    "lease's keepalive still decides",
@@ -1404,7 +1406,7 @@ static void ed_held_created(struct ed_client *ec, struct ed_held *h,
     if (lock_map_insert(&ec->hwatch, &h->wnode) != 0) {
         ed_watch_cancel_id(ec, w->watch_id);
         h->watch_id = -1;
-        ed_hw_due(h, ED_HW_NONE);
+        ed_hw_due(h, ED_HW_CHECK);
         return;
     }
     h->hw = ED_HW_ACTIVE;
@@ -1437,7 +1439,7 @@ static void ed_held_watch_msg(struct ed_client *ec, const struct etcdpb_watch_re
             ed_watch_cancel_id(ec, h->watch_id);
         lock_map_remove(&ec->hwatch, &h->wnode);
         h->watch_id = -1;
-        ed_hw_due(h, w->compact_revision > 0 ? ED_HW_CHECK : ED_HW_NONE);
+        ed_hw_due(h, ED_HW_CHECK);
         ed_hw_kick(ec);
     }
 }
@@ -1632,10 +1634,8 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
 }
 
 /* The watch stream is gone: its pending creates are forgotten and every watching acquisition
- * pauses, to look again and watch on a new stream. Held keys are watched again from where their
- * watch was; when the stream broke (rather than being replaced for a new token), they are read
- * again first. */
-static void ed_watch_reset(struct ed_client *ec, int broke)
+ * pauses, to look again and watch on a new stream; held keys are read again, then watched. */
+static void ed_watch_reset(struct ed_client *ec)
 {
     ec->watch = NULL;
     while (ec->wp_head) {
@@ -1665,7 +1665,7 @@ static void ed_watch_reset(struct ed_client *ec, int broke)
             if (h->hw == ED_HW_ACTIVE)
                 lock_map_remove(&ec->hwatch, &h->wnode);
             h->watch_id = -1;
-            ed_hw_due(h, broke ? ED_HW_CHECK : ED_HW_NONE);
+            ed_hw_due(h, ED_HW_CHECK);
         }
     }
 }
@@ -1674,7 +1674,7 @@ static void ed_watch_end(void *arg, struct grpc_call *call, int status, const ch
 {
     struct ed_client *ec = arg;
     (void)call;
-    ed_watch_reset(ec, 1);
+    ed_watch_reset(ec);
     if (status != GRPC_STATUS_OK)
         ec->c->stats.backend_errors++;
     if (status == GRPC_STATUS_UNAUTHENTICATED)
@@ -2585,7 +2585,7 @@ static void ed_auth_done(void *arg, int status, const char *err, const uint8_t *
                 ed_ready_up(ec);
             } else if (ec->watch) { /* it holds the old token: a new stream, new watches */
                 struct grpc_call *w = ec->watch;
-                ed_watch_reset(ec, 0);
+                ed_watch_reset(ec);
                 grpc_call_cancel(w);
             }
             ed_hw_kick(ec);
