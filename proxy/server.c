@@ -1624,7 +1624,7 @@ static int rep_normal(struct client *c, const char *r, size_t n, char type, stru
         }
     }
     if (r && (o->flags & OPF_UNWRAP) && n > 4 && memcmp(r, "*1\r\n", 4) == 0) {
-        struct srv_reply el[1], whole = {r, n, '*'};
+        struct srv_reply el[1] = {{NULL, 0, 0}}, whole = {r, n, '*'};
         if (reply_elements(&whole, 1, el) == 0) { /* the script's */
             r = el[0].p; /* never streamed (rep_may_stream), so the whole array is here */
             n = el[0].n;
