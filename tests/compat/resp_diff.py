@@ -4,7 +4,8 @@ straight to one redis-server and through fencegate to another, and the replies c
 byte.
 
 Usage: tests/compat/resp_diff.py [--bin PATH] [--seconds S] [--steps N] [--seed N] [--conns N]
-                                 [--protect | --fenced] [--concurrent] [--multiplex true|false]
+                                 [--protect | --fenced] [--concurrent | --cross]
+                                 [--multiplex true|false] [--trace FILE]
 
 Starts two redis-servers and fencegate (in front of the second) on free 127.0.0.1 ports. Each
 step picks one of --conns connection pairs and sends both the same batch: 1-12 commands (typed
@@ -28,10 +29,45 @@ when every step matched, 1 on a difference, 2 on a setup failure. --concurrent s
 up to four connections at once, each connection on keys of its own (so that their answers do not
 depend on how they interleave): fenced writes of several connections then meet on fencegate's
 shared upstream connection and go as one group script.
+
+--cross tests what connections do to each other: --conns (4) connections share keys and
+channels, and each step one of them sends one command (now and then a short pipeline, which may
+pin it part of the way): blocking commands (BLPOP, BLMOVE, BLMPOP, BZPOPMIN, BZMPOP, XREAD and
+XREADGROUP BLOCK, with timeout 0) woken later by another connection's push, or timed out (0.05 s,
+WAIT 1 50) well before the step ends; WATCH broken by another connection's write; MULTI blocks
+spread over steps; SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and their unsubscribes, PUBLISH, SPUBLISH,
+PUBSUB NUMSUB/NUMPAT/SHARDNUMSUB; keyspace notifications (CONFIG SET notify-keyspace-events);
+CLIENT PAUSE ... WRITE and CLIENT UNPAUSE; CLIENT NO-EVICT; OBJECT FREQ (both Redises count
+accesses exactly: LFU, no log factor, no decay); CLIENT ID, then CLIENT UNBLOCK (TIMEOUT or
+ERROR) and CLIENT KILL ID from another connection, CLIENT KILL TYPE pubsub; RESP3 and back
+(HELLO, unanswered after CLIENT REPLY SKIP: it names the id); RESET; QUIT, or a plain close
+(blocked or not), after which the connection comes back as a new client, on the shared upstream
+connection again. A step runs on Redis first, and everything every connection got is read until
+Redis is quiet (0.04 s without a byte, past the step's timeouts); then on fencegate, read until
+each connection has as many bytes as its twin (3 s at most); each connection's bytes must be the
+same, and so must be whether it was closed. The generator knows which connections wait from what
+Redis answered (nothing), sends them nothing more, and wakes them. Left out, each for a reason:
+- CLIENT LIST, INFO clients, CLIENT KILL TYPE normal: fencegate's own connections are clients
+  of Redis. The lock backend gets a Redis of its own, as it keeps a subscriber connection (by
+  default on the upstream) that CLIENT KILL TYPE pubsub would count.
+- A command in flight on a connection CLIENT KILL closes is answered -UNAVAILABLE by fencegate
+  before it closes the client too (README, "Upstream down"): those lines are not compared.
+- A write of a connection still on the shared upstream connection while Redis is paused: it
+  holds up everyone behind it there (README, "Upstream connections"); with multiplexing, during
+  CLIENT PAUSE only connections known to be pinned write. With --protect, no writes queue in a
+  MULTI block while paused: fencegate answers a held-back block's +QUEUED itself, at once, Redis
+  once unpaused.
+- UNSUBSCRIBE (and its kin) without arguments while two or more are subscribed: Redis answers
+  in the order of its hash table, which differs between two processes.
+- PSUBSCRIBE patterns that match fencegate:wait (README, WAIT) or fencegate's marks (keyevent
+  channels with --fenced).
+- With --fenced: blocking commands, RESP3 and CLIENT PAUSE (fenced writes go as scripts, and
+  README says what fencing refuses).
 """
 import argparse
 import os
 import random
+import select
 import socket
 import sys
 import time
@@ -359,25 +395,490 @@ def show(b, limit=1500):
     return s if len(s) <= limit else s[:limit] + "...(%d bytes)" % len(b)
 
 
+# ---- --cross: connections that act on each other ------------------------------------------
+
+CHANS = [b"ch0", b"ch1"]
+SCHANS = [b"sch0", b"sch1"]
+# Keyspace notifications of the generator's keys only: fencegate's marks are keys of database 0
+# and notify too (with --fenced keyevent channels, whose messages name the key, are left out).
+KS_PATTERNS = [b"__keyspace@0__:[slhznx]:*", b"__keyevent@0__:*"]
+# What an unpinned connection may send while writes are paused on a shared upstream connection:
+# a paused write there holds up everyone behind it (README, "Upstream connections").
+PAUSE_READS = (b"GET", b"MGET", b"LRANGE", b"LLEN", b"HGET", b"HGETALL", b"ZRANGE", b"ZSCORE",
+               b"EXISTS", b"TYPE", b"STRLEN", b"SCARD", b"XRANGE", b"XLEN", b"ECHO", b"PING")
+PINS = (b"SELECT", b"CLIENT", b"HELLO", b"RESET", b"WAIT", b"EVAL", b"EVAL_RO", b"FCALL",
+        b"SCRIPT", b"FUNCTION", b"MULTI", b"EXEC", b"DISCARD", b"WATCH", b"UNWATCH",
+        b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE", b"UNSUBSCRIBE", b"PUNSUBSCRIBE",
+        b"SUNSUBSCRIBE", b"CONFIG", b"BLPOP", b"BRPOP", b"BLMOVE", b"BRPOPLPUSH", b"BLMPOP",
+        b"BZPOPMIN", b"BZPOPMAX", b"BZMPOP")
+BLOCKERS = (b"BLPOP", b"BRPOP", b"BLMOVE", b"BRPOPLPUSH", b"BLMPOP", b"BZPOPMIN", b"BZPOPMAX",
+            b"BZMPOP", b"WAIT")
+
+
+class Step:
+    """One step: the commands one connection sends (each argument bytes, or ("id", j): that
+    side's CLIENT ID of connection j), and how the runner waits for its outcome."""
+
+    def __init__(self, conn, cmds, min_wait=0.0, silent=False, client_id=False, solo=False):
+        self.conn = conn
+        self.cmds = cmds
+        self.solo = solo            # not in a pipeline: CLIENT PAUSE after a blocked command
+        #                             would wait for it, and pause Redis long after
+        self.min_wait = min_wait    # a timeout that must have passed before the side is quiet
+        self.silent = silent        # answers nothing by itself (CLIENT REPLY SKIP + HELLO)
+        self.client_id = client_id  # CLIENT ID: the number differs by side, its shape may not
+
+    def plain(self):
+        c = self.cmds[-1] if self.cmds else [b""]
+        blocks = c[0] in BLOCKERS or c[0] in (b"XREAD", b"XREADGROUP") and b"BLOCK" in c
+        # a blocking command ends its step, so that the connection is known to wait
+        return (self.cmds and len(self.cmds) < 4 and not blocks and
+                not (self.min_wait or self.silent or self.client_id or self.solo))
+
+    def data(self, ids):
+        if self.cmds is None:
+            return b"(closes)"
+        return b"".join(enc([a if isinstance(a, bytes) else b"%d" % ids[a[1]] for a in c])
+                        for c in self.cmds)
+
+
+class CrossGen:
+    """The steps of --cross: one connection and one command at a time, on keys and channels all
+    connections share. Tracks each connection's state in command order (MULTI, subscriptions,
+    RESP3, CLIENT ID, pinned for sure) and, from what Redis answered, which are stalled (sent a
+    command Redis has not answered: blocked, or paused)."""
+
+    def __init__(self, rnd, n, gen, fenced, multiplex):
+        self.r = rnd
+        self.n = n
+        self.gen = gen  # Gen's commands, on the shared keys
+        self.fenced = fenced
+        self.multiplex = multiplex
+        self.paused = 0  # steps left before CLIENT UNPAUSE; 0: not paused
+        for i in range(n):
+            self.reset(i)
+
+    def reset(self, i, reopened=True):
+        if reopened:
+            if not hasattr(self, "st"):
+                self.st = {}
+            self.st[i] = {"pinned": not self.multiplex, "id": False, "stalled": [],
+                          "multi": False, "subs": set(), "resp3": False}
+        else:  # RESET: a fresh connection's state, still pinned, its CLIENT ID unchanged
+            s = self.st[i]
+            s.update(multi=False, subs=set(), resp3=False)
+
+    def sub_mode(self, i):
+        s = self.st[i]
+        return s["subs"] and not s["resp3"]
+
+    def waker(self, keys):
+        k = self.r.choice(keys)
+        if k.startswith(b"l:"):
+            return [b"RPUSH", k, self.gen.val(), self.gen.val()]
+        if k.startswith(b"z:"):
+            return [b"ZADD", k, self.gen.num(), self.r.choice(MEMBERS)]
+        return [b"XADD", k, b"%d-%d" % (self.r.randrange(4, 9), self.r.randrange(9)), b"f",
+                self.gen.val()]
+
+    def blocking(self):
+        r = self.r
+        if self.fenced:  # README: fencing refuses blocking commands
+            return None
+        l0, l1 = r.choice(KEYS[3:5]), r.choice(KEYS[3:5])
+        return r.choice([
+            lambda: ([b"BLPOP", l0, l1, b"0"], [l0, l1]),
+            lambda: ([b"BRPOP", l0, b"0"], [l0]),
+            lambda: ([b"BLMOVE", l0, l1, b"LEFT", b"RIGHT", b"0"], [l0]),
+            lambda: ([b"BRPOPLPUSH", l0, l1, b"0"], [l0]),
+            lambda: ([b"BLMPOP", b"0", b"2", l0, l1, b"RIGHT", b"COUNT", b"2"], [l0, l1]),
+            lambda: ([b"BZPOPMIN", b"z:0", b"z:1", b"0"], [b"z:0", b"z:1"]),
+            lambda: ([b"BZPOPMAX", b"z:1", b"0"], [b"z:1"]),
+            lambda: ([b"BZMPOP", b"0", b"1", b"z:0", b"MIN"], [b"z:0"]),
+            lambda: ([b"XREAD", b"COUNT", b"2", b"BLOCK", b"0", b"STREAMS", b"x:0", b"$"],
+                     [b"x:0"]),
+            lambda: ([b"XREADGROUP", b"GROUP", b"g", b"c%d" % r.randrange(2), b"BLOCK", b"0",
+                      b"STREAMS", b"x:0", b">"], [b"x:0"]),
+        ])()[0]
+
+    def pubsub(self, i):
+        r, s = self.r, self.st[i]
+        p = r.random()
+        if p < 0.3:
+            c = r.choice(CHANS)
+            s["subs"].add((b"c", c))
+            return [b"SUBSCRIBE", c]
+        if p < 0.45:
+            pats = [b"ch*"] + KS_PATTERNS[:1 if self.fenced else 2]
+            c = r.choice(pats)
+            s["subs"].add((b"p", c))
+            return [b"PSUBSCRIBE", c]
+        if p < 0.6:
+            c = r.choice(SCHANS)
+            s["subs"].add((b"s", c))
+            return [b"SSUBSCRIBE", c]
+        kind, name = r.choice([(b"c", b"UNSUBSCRIBE"), (b"p", b"PUNSUBSCRIBE"),
+                               (b"s", b"SUNSUBSCRIBE")])
+        have = sorted(n for k, n in s["subs"] if k == kind)
+        # without arguments, the order of the answers is that of Redis's hash table
+        if len(have) > 1 or have and r.random() < 0.6:
+            c = r.choice(have)
+            s["subs"].discard((kind, c))
+            return [name, c]
+        s["subs"] = {x for x in s["subs"] if x[0] != kind}
+        return [name]
+
+    def other(self):
+        r = self.r
+        return r.choice([
+            lambda: [b"PUBLISH", r.choice(CHANS), self.gen.val()],
+            lambda: [b"SPUBLISH", r.choice(SCHANS), self.gen.val()],
+            lambda: [b"PUBSUB", b"NUMSUB"] + CHANS,
+            lambda: [b"PUBSUB", b"NUMPAT"],
+            lambda: [b"PUBSUB", b"SHARDNUMSUB"] + SCHANS,
+            lambda: [b"CONFIG", b"SET", b"notify-keyspace-events",
+                     r.choice([b"", b"KEA", b"Kg$lzt", b"E$l"])],
+            lambda: [b"CLIENT", b"NO-EVICT", r.choice([b"on", b"off"])],
+            lambda: [b"OBJECT", b"FREQ", self.gen.key()],
+            lambda: [b"WATCH", self.gen.key(), self.gen.key()],
+            lambda: [b"UNWATCH"],
+            lambda: [b"WAIT", b"0", b"0"],
+        ])()
+
+    def step(self):
+        r = self.r
+        free = [i for i in range(self.n) if not self.st[i]["stalled"]]
+        if not free:  # every one waits (one blocked where it pipelined more): one goes
+            i = r.randrange(self.n)
+            self.reset(i)
+            return Step(i, None, min_wait=0.15)
+        last = len(free) == 1  # it must not wait too, so that the others can be woken
+        if self.paused:
+            self.paused -= 1
+            if self.paused == 0 or last:
+                self.paused = 0
+                i = r.choice(free)
+                s = self.st[i]
+                s["pinned"] = True
+                pre = []
+                if s["multi"]:  # else queued
+                    pre, s["multi"] = [[b"DISCARD"]], False
+                    self.gen.watching[i] = False
+                if self.sub_mode(i):  # else refused
+                    pre = [[b"RESET"]]
+                    self.reset(i, reopened=False)
+                return Step(i, pre + [[b"CLIENT", b"UNPAUSE"]])
+        i = r.choice(free)
+        if not last and r.random() < 0.02:
+            # a client that goes (QUIT, or just closes, blocked or not) and comes back as a new
+            # one, on the shared upstream connection again; what it waited for is not served
+            self.reset(i)
+            if r.random() < 0.5:
+                return Step(i, [[b"QUIT"]])
+            return Step(i, None, min_wait=0.15)
+        st = self.pick(i, last)
+        while st.plain() and r.random() < 0.2:  # a pipeline: it may pin part of the way
+            more = self.pick(i, last)
+            if not more.plain():
+                break  # (what it changed in the state model stays true without it)
+            st.cmds += more.cmds
+        return st
+
+    def pick(self, i, last):
+        r = self.r
+        s = self.st[i]
+        stalled = [k for j in range(self.n) for k in self.st[j]["stalled"]]
+        p = r.random()
+        if last and p >= 0.3:
+            p = 0.83 + 0.17 * r.random()  # Gen's commands, none of which blocks
+        if self.sub_mode(i):
+            cmd = self.pubsub(i) if p < 0.55 else [b"RESET"] if p < 0.62 else r.choice(
+                [[b"PING"], [b"PING", b"x"], self.gen.command()])
+        elif s["multi"]:
+            if p < 0.2:
+                cmd = [r.choice([b"EXEC", b"EXEC", b"DISCARD"])]
+                s["multi"] = False
+            elif p < 0.25 and not self.fenced:
+                cmd = self.blocking() or [b"PING"]  # runs at once inside MULTI
+            else:
+                cmd = self.gen.command(True)
+                if cmd[0] in (b"EXEC", b"DISCARD"):
+                    s["multi"] = False
+                elif cmd[0] in (b"WATCH", b"SELECT", b"MULTI"):
+                    cmd = [b"PING"]
+        elif stalled and p < 0.3:
+            cmd = self.waker(stalled)
+        elif p < 0.42 and not self.paused:
+            cmd = self.blocking() or [b"MULTI"]
+        elif p < 0.47 and not self.paused and not self.fenced:
+            # timed out well before the runner calls the side quiet (Redis checks ~10 times a s)
+            return Step(i, [r.choice([[b"BLPOP", b"l:0", b"l:1", b"0.05"],
+                                      [b"BZPOPMIN", b"z:1", b"0.05"],
+                                      [b"WAIT", b"1", b"50"]])], min_wait=0.4)
+        elif p < 0.52:
+            cmd = [b"MULTI"]
+        elif p < 0.57:
+            cmd = self.pubsub(i)
+        elif p < 0.65:  # to a channel someone listens to, mostly
+            subs = sorted(x for j in range(self.n) for x in self.st[j]["subs"] if x[0] != b"p")
+            kind, ch = r.choice(subs) if subs and r.random() < 0.8 else (b"c", b"ch0")
+            cmd = [b"SPUBLISH" if kind == b"s" else b"PUBLISH", ch, self.gen.val()]
+        elif p < 0.72:
+            cmd = self.other()
+        elif p < 0.74 and not self.paused and not self.fenced:
+            s["pinned"] = True
+            self.paused = r.randrange(1, 7)
+            return Step(i, [[b"CLIENT", b"PAUSE", b"60000", b"WRITE"]], solo=True)
+        elif p < 0.77 and not s["id"]:
+            s["id"] = s["pinned"] = True
+            return Step(i, [[b"CLIENT", b"ID"]], client_id=True)
+        elif p < 0.8:
+            ids = [j for j in range(self.n) if self.st[j]["id"]]
+            if ids:
+                j = r.choice(ids)
+                cmd = r.choice([[b"CLIENT", b"UNBLOCK", ("id", j)],
+                                [b"CLIENT", b"UNBLOCK", ("id", j), b"ERROR"],
+                                [b"CLIENT", b"KILL", b"ID", ("id", j)],
+                                [b"CLIENT", b"KILL", b"TYPE", b"pubsub"]])
+            else:
+                cmd = [b"CLIENT", b"KILL", b"TYPE", b"pubsub"]
+        elif p < 0.82 and not self.fenced:
+            ver = r.choice([b"2", b"3"])
+            s["resp3"] = ver == b"3"
+            s["pinned"] = True
+            return Step(i, [[b"CLIENT", b"REPLY", b"SKIP"], [b"HELLO", ver]], silent=True)
+        elif p < 0.83 and not self.fenced:
+            cmd = [b"RESET"]
+        else:
+            cmd = self.gen.alone(i)
+            if cmd[0] in (b"EXEC", b"DISCARD", b"SELECT", b"MULTI", b"BLPOP"):
+                cmd = [b"PING"]
+        if self.gen.fenced and self.gen.watching.get(i) and cmd[0] in (b"EVAL", b"FCALL"):
+            cmd = [b"UNWATCH"]  # README, "Scripts": refused while the connection WATCHes
+        if cmd[0] in (b"WATCH", b"UNWATCH") and not s["multi"]:
+            self.gen.watching[i] = cmd[0] == b"WATCH"
+        if cmd[0] in (b"EXEC", b"DISCARD", b"RESET"):
+            self.gen.watching[i] = False
+        if self.paused and not s["pinned"] and cmd[0] not in PAUSE_READS + PINS:
+            cmd = [b"GET", self.gen.key()]
+        if self.paused and s["multi"] and self.gen.protect and cmd[0] not in PAUSE_READS:
+            # a held-back MULTI's +QUEUED comes from fencegate, at once; Redis's, for a write
+            # while paused, once unpaused: the same bytes, sooner
+            cmd = [b"GET", self.gen.key()]
+        if cmd[0] == b"MULTI":
+            s["multi"] = True
+        if cmd[0] in PINS:
+            s["pinned"] = True
+        if cmd[0] == b"RESET":
+            self.reset(i, reopened=False)
+        return Step(i, [cmd])
+
+
+class Side:
+    """The connections of one side, and every byte each has answered so far."""
+
+    def __init__(self, name, socks):
+        self.name = name
+        self.socks = socks
+        self.got = [b"" for _ in socks]
+        self.eof = [False for _ in socks]
+
+    def read(self, i, limit=1 << 20):
+        """Reads what connection i has (at most limit bytes), without waiting."""
+        try:
+            d = self.socks[i].recv(limit, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except ConnectionResetError:
+            d = b""
+        if not d:
+            self.eof[i] = True
+            return 0
+        self.got[i] += d
+        return len(d)
+
+    def poll(self, timeout):
+        """Waits up to timeout for a readable connection and reads every one that is; returns
+        how many bytes came."""
+        idx = [i for i in range(len(self.socks)) if not self.eof[i]]
+        if not idx:
+            return 0
+        ready, _, _ = select.select([self.socks[i] for i in idx], [], [], max(0.0, timeout))
+        return sum(self.read(i) for i in idx if self.socks[i] in ready)
+
+    def readable(self, i):
+        return not self.eof[i] and bool(select.select([self.socks[i]], [], [], 0)[0])
+
+    def match(self, ref, deadline):
+        """Reads until each connection has as many bytes as ref's twin, and is closed if that
+        is, or until the deadline; never reads past what ref has (a byte more if ref closed)."""
+        while time.monotonic() < deadline:
+            need = {}
+            for i in range(len(self.socks)):
+                if self.eof[i]:
+                    continue
+                if len(self.got[i]) < len(ref.got[i]):
+                    need[i] = len(ref.got[i]) - len(self.got[i])
+                elif ref.eof[i]:
+                    need[i] = 1
+            if not need:
+                return
+            ready, _, _ = select.select([self.socks[i] for i in need], [], [],
+                                        max(0.0, min(0.05, deadline - time.monotonic())))
+            for i in need:
+                if self.socks[i] in ready:
+                    self.read(i, need[i])
+
+
+def run_cross(a, seed, rnd, gen, direct_port, fg_port):
+    """--cross: see the header. Returns the exit status."""
+    n = a.conns
+    pairs = [Pair(direct_port, fg_port, b"resp-diff-%d" % i if a.fenced else None)
+             for i in range(n)]
+    sides = [Side("redis", [p.socks[0] for p in pairs]),
+             Side("fencegate", [p.socks[1] for p in pairs])]
+    for p in pairs:
+        for s in p.socks:
+            s.setblocking(True)
+    cg = CrossGen(rnd, n, gen, a.fenced, a.multiplex == "true")
+    ids = [[0] * n, [0] * n]  # each side's CLIENT ID of each connection
+    quiet, bound = 0.04, 3.0
+    rc, steps, kills = 0, 0, 0
+    t_start = time.monotonic()
+    t_end = t_start + a.seconds
+
+    def differs():
+        return [i for i in range(n) if sides[0].got[i] != sides[1].got[i] or
+                sides[0].eof[i] != sides[1].eof[i]]
+
+    try:
+        while rc == 0 and steps < a.steps and time.monotonic() < t_end:
+            st = cg.step()
+            steps += 1
+            before = [list(map(len, sides[0].got)), list(map(len, sides[1].got))]
+            if a.trace:
+                with open(a.trace, "a") as f:
+                    f.write("step %d connection %d (at %.2f s): %r\n" % (
+                        steps, st.conn, time.monotonic() - t_start, st.data(ids[0])))
+            for k, side in enumerate(sides):
+                if st.cmds is None:
+                    side.socks[st.conn].close()
+                    side.eof[st.conn] = True
+                    if k == 1:  # fencegate, and then Redis, see the end
+                        time.sleep(st.min_wait)
+                else:
+                    side.socks[st.conn].sendall(st.data(ids[k]))
+                t0 = time.monotonic()
+                if st.client_id:  # a reply of its own length on each side: read it whole
+                    while (not side.got[st.conn][before[k][st.conn]:].endswith(b"\r\n") and
+                           time.monotonic() - t0 < bound):
+                        side.poll(0.05)
+                    reply = side.got[st.conn][before[k][st.conn]:]
+                    if reply[:1] == b":" and reply.endswith(b"\r\n"):
+                        ids[k][st.conn] = int(reply[1:-2])
+                        side.got[st.conn] = side.got[st.conn][:before[k][st.conn]] + b":ID\r\n"
+                    continue
+                if k == 0:  # Redis: until quiet, and past the step's timeouts
+                    last = t0
+                    while time.monotonic() - t0 < bound:
+                        now = time.monotonic()
+                        if now - last >= quiet and now - t0 >= st.min_wait:
+                            break
+                        if side.poll(quiet / 2):
+                            last = time.monotonic()
+                    continue
+                side.match(sides[0], t0 + bound)  # fencegate: what its Redis twin has
+            # bytes fencegate has beyond Redis's: late on Redis's side, or a difference
+            for _ in range(3):
+                if not any(sides[1].readable(i) for i in range(n)):
+                    break
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 0.3:
+                    sides[0].poll(0.05)
+                sides[1].match(sides[0], time.monotonic() + bound)
+            for i in range(n):
+                if sides[1].readable(i):
+                    sides[1].read(i)
+            for i in range(n):
+                # a pinned connection that Redis closed (CLIENT KILL) answers its commands in
+                # flight -UNAVAILABLE before it closes too (README, "Upstream down")
+                b = sides[1].got[i]
+                while sides[0].eof[i] and sides[1].eof[i] and len(b) > len(sides[0].got[i]):
+                    j = b.rfind(b"-UNAVAILABLE upstream ", len(sides[0].got[i]))
+                    if j < 0 or not b.endswith(b"\r\n") or b"\r\n" in b[j:-2]:
+                        break
+                    b = sides[1].got[i] = b[:j]
+            bad = differs()
+            if bad:
+                print("step %d (connection %d sent %s): the answers differ" % (
+                    steps, st.conn, show(st.data(ids[0]))))
+                for i in bad:
+                    print("connection %d\n  redis:     %s%s\n  fencegate: %s%s" % (
+                        i, show(sides[0].got[i][before[0][i]:]),
+                        " (closed)" if sides[0].eof[i] else "",
+                        show(sides[1].got[i][before[1][i]:]),
+                        " (closed)" if sides[1].eof[i] else ""))
+                rc = 1
+                break
+            for i in range(n):
+                s = cg.st[i]
+                new = sides[0].got[i][before[0][i]:]
+                if new and not (s["resp3"] and new.startswith(b">")):  # not just a push
+                    s["stalled"] = []
+                if (i == st.conn and len(sides[0].got[i]) == before[0][i] and st.cmds and
+                        not st.silent):
+                    c = st.cmds[-1]
+                    s["stalled"] = [x for x in c[1:] if isinstance(x, bytes) and
+                                    x[:2] in (b"l:", b"z:", b"x:")] or [b"l:0"]
+                if sides[0].eof[i]:  # killed (CLIENT KILL, QUIT): a new pair
+                    kills += 1
+                    pairs[i].open()
+                    for k in (0, 1):
+                        sides[k].socks[i] = pairs[i].socks[k]
+                        sides[k].got[i], sides[k].eof[i] = b"", False
+                    cg.reset(i)
+        if rc == 0:  # the last pushes, late or extra
+            for side in sides:
+                side.poll(0.2)
+            if differs():
+                print("after the last step: the answers differ: %s" % ", ".join(
+                    "connection %d: redis %s, fencegate %s" % (
+                        i, show(sides[0].got[i][-300:]), show(sides[1].got[i][-300:]))
+                    for i in differs()))
+                rc = 1
+    except OSError as e:
+        print("step %d: %s" % (steps, e))
+        rc = 1
+    finally:
+        for p in pairs:
+            for s in p.socks:
+                s.close()
+    return rc, steps, kills
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=None)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--steps", type=int, default=1000000)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--conns", type=int, default=3)
+    ap.add_argument("--conns", type=int, default=None)
     ap.add_argument("--protect", action="store_true")
     ap.add_argument("--fenced", action="store_true")
     ap.add_argument("--concurrent", action="store_true")
+    ap.add_argument("--cross", action="store_true")
     ap.add_argument("--trace", help="append every batch sent (connection, bytes) to this file")
     ap.add_argument("--multiplex", choices=["true", "false"], default="true")
     a = ap.parse_args()
     if a.bin:
         harness.FENCEGATE_BIN = os.path.abspath(a.bin)
+    if a.conns is None:
+        a.conns = 4 if a.cross else 3
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
     print("resp_diff: seed %d, %d connections%s%s, multiplex %s" % (
         seed, a.conns, ", each holding a lock" if a.fenced else ", protect rule"
-        if a.protect else "", ", concurrent" if a.concurrent else "", a.multiplex),
+        if a.protect else "", ", concurrent" if a.concurrent else ", cross" if a.cross else "",
+        a.multiplex),
         flush=True)
     rnd = random.Random(seed)
     servers = []
@@ -387,10 +888,14 @@ def main():
         behind = harness.RedisServer().start()
         servers.append(behind)
         args = ["--upstream-multiplex", a.multiplex, "--log-level", "warn"]
-        if a.fenced:  # the locks in a Redis of their own, which FLUSHALL does not reach
+        if a.fenced or a.cross:
+            # the locks in a Redis of their own, which FLUSHALL does not reach; and the lock
+            # backend's subscriber connection is then not a client of the Redis compared
             locks = harness.RedisServer().start()
             servers.append(locks)
-            args += ["--upstream", behind.url, "--backend", locks.url]
+            args += ["--backend", locks.url]
+        if a.fenced:
+            args += ["--upstream", behind.url]
         elif a.protect:
             conf = os.path.join(behind.dir, "fencegate.yaml")
             with open(conf, "w") as f:
@@ -413,6 +918,34 @@ def main():
             c = harness.RawConn(port)
             c.call("FUNCTION", "LOAD", "REPLACE", LIBRARY)
             c.close()
+    if a.cross:
+        # OBJECT FREQ counts every access (LFU with no log factor, no decay): a command that
+        # reached Redis twice, or a key fencegate read, shows
+        for port in (direct.port, behind.port):
+            c = harness.RawConn(port)
+            c.call("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu", "lfu-log-factor", "0",
+                   "lfu-decay-time", "0")
+            c.close()
+        try:
+            rc, steps, closes = run_cross(a, seed, rnd, gen, direct.port, fg.resp_port)
+            if not fg.alive():
+                print("fencegate exited")
+                rc = 1
+        finally:
+            log = ""
+            try:
+                fg.stop()
+            except AssertionError as e:
+                log = str(e)
+                rc = 1
+            log = log or fg.stderr_text
+            for s in reversed(servers):
+                s.cleanup()
+        print("resp_diff: %d steps, %d connections killed and made anew: %s (seed %d)" % (
+            steps, closes, "all answers equal" if rc == 0 else "DIFFERENCE", seed))
+        if rc and log:
+            print("fencegate's log (tail):\n" + "\n".join(log.splitlines()[-20:]))
+        return rc
     pairs = [Pair(direct.port, fg.resp_port, b"resp-diff-%d" % i if a.fenced else None)
              for i in range(a.conns)]
     rc, steps, closes = 0, 0, 0
