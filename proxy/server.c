@@ -1448,7 +1448,9 @@ static int rep_may_stream(const struct client *c, char top_type)
 {
     const struct op *o;
 
-    if (c->mode == MODE_MONITOR || (c->mode == MODE_PUBSUB && !c->marker_wait))
+    if (c->mode == MODE_PUBSUB && !c->marker_wait)
+        return !(c->reply_off && top_type == '-'); /* an error to drop whole (rep_pubsub) */
+    if (c->mode == MODE_MONITOR)
         return 1;
     if (c->mode == MODE_PUBSUB)
         return 0;
@@ -1476,12 +1478,16 @@ static void cl_reset_state(struct client *c)
     c->reply_off = c->skip_next = c->in_multi = c->client_watched = 0;
 }
 
-/* A whole reply (r, n bytes; only its tail if part was already streamed) in pub/sub mode. */
+/* A whole reply (r, n bytes; only its tail if part was already streamed) in pub/sub mode. Under
+ * CLIENT REPLY OFF an error is dropped: in RESP2 pub/sub mode it can only answer a command (one
+ * the mode refuses), and Redis answers none then; confirmations and messages still pass. */
 static void rep_pubsub(struct client *c, const char *r, size_t n, struct span *sp)
 {
     char pong[128];
     int pl;
 
+    if (c->reply_off && !c->reply_partial && n > 0 && r[0] == '-')
+        return;
     if (c->marker_wait && !c->reply_partial) {
         pl = snprintf(pong, sizeof(pong), "*2\r\n$4\r\npong\r\n$%zu\r\n%s\r\n", c->marker_len,
                       c->marker);
@@ -2001,6 +2007,10 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
             cl_reset_state(c); /* pub/sub mode ends too: the next command's marker PING finds it */
             return REQ_FORWARD;
         }
+        /* Under CLIENT REPLY OFF Redis shows nothing of a PING; its answer here, an array like
+         * a message and as liable to be streamed in pieces, is not sent for at all. */
+        if (name_is(name, nlen, "ping") && c->reply_off)
+            return REQ_SKIP;
         if (is_subscribe(name, nlen) || is_unsubscribe(name, nlen) || name_is(name, nlen, "ping"))
             return REQ_FORWARD;
         if (name_is(name, nlen, "quit")) {

@@ -287,9 +287,8 @@ class Gen:
                 out.append(enc([b"CLIENT", b"REPLY", r.choice([b"OFF", b"SKIP", b"ON"])]))
             elif p < 0.14 and not self.fenced:  # RESP3 or back; its reply names the id
                 # Back in RESP2 after subscribing in RESP3, fencegate passes the stream through
-                # as pub/sub until its marker PING shows no subscription is left; a PING under
-                # CLIENT REPLY OFF meanwhile is answered (README, "Known edges"): kept in RESP3.
-                ver = b"3" if r.random() < 0.6 or conn in self.subscribed3 else b"2"
+                # as pub/sub until its marker PING shows no subscription is left
+                ver = b"3" if r.random() < 0.6 else b"2"
                 self.resp3[conn] = ver == b"3"
                 out.append(enc([b"CLIENT", b"REPLY", b"SKIP"]) + enc([b"HELLO", ver]))
             elif p < 0.15 and self.resp3.get(conn):  # pushes and replies interleave in RESP3

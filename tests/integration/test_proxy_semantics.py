@@ -495,6 +495,23 @@ class ProxySemantics(FgTestCase):
         self.r.set("ks", "v")
         self.assertEqual(c.read_reply(), [b"pmessage", b"*", b"__keyspace@0__:ks", b"set"])
 
+    def test_client_reply_off_silences_answers_in_pub_sub_mode_too(self):
+        # Under CLIENT REPLY OFF a RESP2 subscriber got PING's answer and the error of a command
+        # pub/sub mode refuses from fencegate, not from Redis, which still sends only the
+        # confirmations and the messages (found by resp_diff.py --cross).
+        seq = (encode("CLIENT", "REPLY", "OFF") + encode("SUBSCRIBE", "ch") + encode("PING")
+               + encode("PING", "x") + encode("GET", "k") + encode("HELLO", "3")
+               + encode("SUBSCRIBE", "end"))
+        got = {}
+        for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
+            c, got[name] = self.sent_and_read(port, seq, b"$3\r\nend\r\n:2\r\n")
+            self.direct.publish("ch", "m")
+            got[name] += c.read_available(wait=0.3)
+        self.assertEqual(got["fencegate"], got["direct"])
+        self.assertEqual(got["direct"], b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"
+                         b"*3\r\n$9\r\nsubscribe\r\n$3\r\nend\r\n:2\r\n"
+                         b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n")
+
     # -- replication --------------------------------------------------------------------------
 
     def read_sync_payload(self, c):
