@@ -2336,9 +2336,10 @@ static void cl_on_write(evutil_socket_t fd, short what, void *arg)
 
 /* A client that ended its side of the stream gets what Redis gives it: the replies to every
  * request it sent, except one still blocked (BLPOP, XREAD BLOCK, WAIT), which Redis drops when it
- * reads the end. So once every request of a pinned client went upstream, and no reply still due
- * can make fencegate send more (a fenced write's NOSCRIPT, a held-back block after its check, a
- * lock command), the end is passed on and Redis closes the connection after its last reply. */
+ * reads the end, with everything behind it. So once every request of a pinned client went
+ * upstream, and no reply still due can make fencegate send more (a fenced write's NOSCRIPT, a
+ * held-back block after its check, a lock command; not a reply of its own that is ready, such as
+ * CLIENT REPLY ON's), the end is passed on and Redis closes the connection after its last reply. */
 static void up_pass_eof(struct client *c)
 {
     if (!c->pinned || c->ustate != U_READY || c->quit_sent || c->run || buf_len(&c->uout) > 0 ||
@@ -2346,7 +2347,7 @@ static void up_pass_eof(struct client *c)
         return;
     for (size_t i = 0; i < c->ops_count; i++) {
         const struct op *o = op_at(c, i);
-        if (o->kind == OP_LOCAL || (o->flags & (OPF_FENCED | OPF_TXN_CHECK)))
+        if ((o->kind == OP_LOCAL && !o->reply) || (o->flags & (OPF_FENCED | OPF_TXN_CHECK)))
             return;
     }
     if (shutdown(c->ufd, SHUT_WR) == 0)

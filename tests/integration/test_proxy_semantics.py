@@ -626,6 +626,28 @@ class ProxySemantics(FgTestCase):
                          b"+OK\r\n*2\r\n$4\r\nhc:l\r\n$1\r\na\r\n")
         self.assertEqual(self.r.ping(), True)
 
+    def test_a_client_that_ends_its_side_while_blocked_takes_nothing_pushed_later(self):
+        # Behind a blocked command, a request fencegate answers itself (CLIENT REPLY ON) kept it
+        # from passing the end on: the BLPOP stayed blocked in Redis after its client had gone,
+        # and took the next element another client pushed (found by resp_diff.py --cross).
+        for tail in (b"CLIENT REPLY ON\r\n", b"CLIENT REPLY ON\r\nPING\r\n"):
+            for via in (self.redis.port, self.fg.resp_port):
+                c = super().raw(via)
+                c.send(b"SELECT 0\r\nBLPOP hc:q 0\r\n" + tail)
+                c.sock.shutdown(socket.SHUT_WR)
+                self.assertEqual(c.read_until_close(timeout=5), b"+OK\r\n", (via, tail))
+                self.direct.rpush("hc:q", "x")
+                time.sleep(0.2)
+                self.assertEqual(self.direct.lpop("hc:q"), b"x", (via, tail))
+        # Not blocked, everything is answered, fencegate's own replies in their place.
+        for via in (self.redis.port, self.fg.resp_port):
+            c = super().raw(via)
+            c.send(b"SELECT 0\r\nGET hc:none\r\nCLIENT REPLY ON\r\nPING\r\n"
+                   b"CLIENT REPLY ON\r\n")
+            c.sock.shutdown(socket.SHUT_WR)
+            self.assertEqual(c.read_until_close(timeout=5),
+                             b"+OK\r\n$-1\r\n+OK\r\n+PONG\r\n+OK\r\n", via)
+
     # -- inline, binary, sizes --------------------------------------------------------------
 
     def test_inline_commands(self):
