@@ -38,15 +38,20 @@ WAIT 1 50) well before the step ends; WATCH broken by another connection's write
 spread over steps; SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and their unsubscribes, PUBLISH, SPUBLISH,
 PUBSUB NUMSUB/NUMPAT/SHARDNUMSUB; keyspace notifications (CONFIG SET notify-keyspace-events);
 CLIENT PAUSE ... WRITE and CLIENT UNPAUSE; CLIENT NO-EVICT; OBJECT FREQ (both Redises count
-accesses exactly: LFU, no log factor, no decay); CLIENT ID, then CLIENT UNBLOCK (TIMEOUT or
-ERROR) and CLIENT KILL ID from another connection, CLIENT KILL TYPE pubsub; RESP3 and back
-(HELLO, unanswered after CLIENT REPLY SKIP: it names the id); RESET; QUIT, or a plain close
-(blocked or not), after which the connection comes back as a new client, on the shared upstream
-connection again. A step runs on Redis first, and everything every connection got is read until
-Redis is quiet (0.04 s without a byte, past the step's timeouts); then on fencegate, read until
-each connection has as many bytes as its twin (3 s at most); each connection's bytes must be the
-same, and so must be whether it was closed. The generator knows which connections wait from what
-Redis answered (nothing), sends them nothing more, and wakes them. Left out, each for a reason:
+accesses exactly: LFU, no log factor, no decay, and a maxmemory never reached, so that values are
+not Redis's shared integers, whose count fencegate's marks would share); CLIENT ID, then CLIENT
+UNBLOCK (TIMEOUT or ERROR), CLIENT KILL ID and CLIENT TRACKING ... REDIRECT from another
+connection, CLIENT KILL TYPE pubsub; SCRIPT LOAD on one connection and EVALSHA on another;
+CLIENT REPLY OFF, under which messages still come; RESP3 and back (HELLO, unanswered after
+CLIENT REPLY SKIP: it names the id); RESET; QUIT, a plain close or the end of the connection's
+side of the stream (blocked or not), after which it comes back as a new client, on the shared
+upstream connection again. A step runs on Redis first, and everything every connection got is
+read until Redis is quiet (0.04 s without a byte, past the step's timeouts); then on fencegate,
+read until each connection has as many bytes as its twin (3 s at most); each connection's bytes
+must be the same, and so must be whether it was closed. The generator knows which connections
+wait from what Redis answered (nothing), sends them nothing more, and wakes them (under CLIENT
+REPLY OFF, where that cannot be seen, a connection sends nothing that waits). Left out, each for
+a reason:
 - CLIENT LIST, INFO clients, CLIENT KILL TYPE normal: fencegate's own connections are clients
   of Redis. The lock backend gets a Redis of its own, as it keeps a subscriber connection (by
   default on the upstream) that CLIENT KILL TYPE pubsub would count.
@@ -59,12 +64,18 @@ Redis answered (nothing), sends them nothing more, and wakes them. Left out, eac
   once unpaused.
 - UNSUBSCRIBE (and its kin) without arguments while two or more are subscribed: Redis answers
   in the order of its hash table, which differs between two processes.
+- CLIENT REPLY inside MULTI (fencegate takes it at once, Redis at EXEC: README), and QUIT under
+  CLIENT REPLY OFF (Redis 7.0 closes a connection after writing a reply, and there is none: it
+  stays open; fencegate closes it, as asked).
+- A client on the shared upstream connection that ends its side while its write waits for
+  CLIENT UNPAUSE (README: the write runs later; Redis drops it): only reads are sent then.
 - PSUBSCRIBE patterns that match fencegate:wait (README, WAIT) or fencegate's marks (keyevent
   channels with --fenced).
 - With --fenced: blocking commands, RESP3 and CLIENT PAUSE (fenced writes go as scripts, and
   README says what fencing refuses).
 """
 import argparse
+import hashlib
 import os
 import random
 import select
@@ -87,6 +98,9 @@ SCRIPT = (b"local v = redis.call('GET', KEYS[1]) "
           b"if ARGV[1] == 'err' then return redis.error_reply('ERR boom') end "
           b"if ARGV[1] == 'tab' then return {1, {2, 'x'}, v or false, 3.7} end "
           b"redis.call('SET', KEYS[1], ARGV[1]) return v")
+
+
+SCRIPT_SHA = hashlib.sha1(SCRIPT).hexdigest().encode()
 
 
 def enc(args):
@@ -396,7 +410,7 @@ def show(b, limit=1500):
 
 # ---- --cross: connections that act on each other ------------------------------------------
 
-CHANS = [b"ch0", b"ch1"]
+CHANS = [b"ch0", b"ch1", b"__redis__:invalidate"]  # the last: CLIENT TRACKING ... REDIRECT
 SCHANS = [b"sch0", b"sch1"]
 # Keyspace notifications of the generator's keys only: fencegate's marks are keys of database 0
 # and notify too (with --fenced keyevent channels, whose messages name the key, are left out).
@@ -414,12 +428,18 @@ BLOCKERS = (b"BLPOP", b"BRPOP", b"BLMOVE", b"BRPOPLPUSH", b"BLMPOP", b"BZPOPMIN"
             b"BZMPOP", b"WAIT")
 
 
+def blocks(c):
+    return c[0] in BLOCKERS or c[0] in (b"XREAD", b"XREADGROUP") and b"BLOCK" in c
+
+
 class Step:
     """One step: the commands one connection sends (each argument bytes, or ("id", j): that
     side's CLIENT ID of connection j), and how the runner waits for its outcome."""
 
-    def __init__(self, conn, cmds, min_wait=0.0, silent=False, client_id=False, solo=False):
+    def __init__(self, conn, cmds, min_wait=0.0, silent=False, client_id=False, solo=False,
+                 shut=False):
         self.conn = conn
+        self.shut = shut            # with cmds None: ends its side (shutdown), else closes
         self.cmds = cmds
         self.solo = solo            # not in a pipeline: CLIENT PAUSE after a blocked command
         #                             would wait for it, and pause Redis long after
@@ -428,15 +448,13 @@ class Step:
         self.client_id = client_id  # CLIENT ID: the number differs by side, its shape may not
 
     def plain(self):
-        c = self.cmds[-1] if self.cmds else [b""]
-        blocks = c[0] in BLOCKERS or c[0] in (b"XREAD", b"XREADGROUP") and b"BLOCK" in c
         # a blocking command ends its step, so that the connection is known to wait
-        return (self.cmds and len(self.cmds) < 4 and not blocks and
+        return (self.cmds and len(self.cmds) < 4 and not blocks(self.cmds[-1]) and
                 not (self.min_wait or self.silent or self.client_id or self.solo))
 
     def data(self, ids):
         if self.cmds is None:
-            return b"(closes)"
+            return b"(ends its side)" if self.shut else b"(closes)"
         return b"".join(enc([a if isinstance(a, bytes) else b"%d" % ids[a[1]] for a in c])
                         for c in self.cmds)
 
@@ -462,10 +480,10 @@ class CrossGen:
             if not hasattr(self, "st"):
                 self.st = {}
             self.st[i] = {"pinned": not self.multiplex, "id": False, "stalled": [],
-                          "multi": False, "subs": set(), "resp3": False}
+                          "multi": False, "subs": set(), "resp3": False, "off": False}
         else:  # RESET: a fresh connection's state, still pinned, its CLIENT ID unchanged
             s = self.st[i]
-            s.update(multi=False, subs=set(), resp3=False)
+            s.update(multi=False, subs=set(), resp3=False, off=False)
 
     def sub_mode(self, i):
         s = self.st[i]
@@ -527,9 +545,27 @@ class CrossGen:
         s["subs"] = {x for x in s["subs"] if x[0] != kind}
         return [name]
 
+    def tracking(self, i):
+        """Client-side caching, its invalidations sent to this connection (RESP3) or to another
+        one by its CLIENT ID (subscribed to __redis__:invalidate in RESP2)."""
+        r = self.r
+        if r.random() < 0.2:
+            return [b"CLIENT", b"TRACKING", b"OFF"]
+        ids = [j for j in range(self.n) if self.st[j]["id"] and j != i]
+        cmd = [b"CLIENT", b"TRACKING", b"ON"]
+        if ids and r.random() < 0.7:
+            cmd += [b"REDIRECT", ("id", r.choice(ids))]
+        if r.random() < 0.3:
+            cmd += [b"BCAST", b"PREFIX", r.choice([b"s:", b"l:", b"z:"])]
+        if r.random() < 0.3:
+            cmd += [b"NOLOOP"]
+        return cmd
+
     def other(self):
         r = self.r
         return r.choice([
+            lambda: [b"SCRIPT", b"LOAD", SCRIPT],
+            lambda: [b"EVALSHA", SCRIPT_SHA, b"1", self.gen.key(b"s"), r.choice([b"v", b"tab"])],
             lambda: [b"PUBLISH", r.choice(CHANS), self.gen.val()],
             lambda: [b"SPUBLISH", r.choice(SCHANS), self.gen.val()],
             lambda: [b"PUBSUB", b"NUMSUB"] + CHANS,
@@ -550,7 +586,7 @@ class CrossGen:
         if not free:  # every one waits (one blocked where it pipelined more): one goes
             i = r.randrange(self.n)
             self.reset(i)
-            return Step(i, None, min_wait=0.15)
+            return Step(i, None, min_wait=0.15, shut=r.random() < 0.5)
         last = len(free) == 1  # it must not wait too, so that the others can be woken
         if self.paused:
             self.paused -= 1
@@ -566,17 +602,25 @@ class CrossGen:
                 if self.sub_mode(i):  # else refused
                     pre = [[b"RESET"]]
                     self.reset(i, reopened=False)
-                return Step(i, pre + [[b"CLIENT", b"UNPAUSE"]])
-        i = r.choice(free)
-        if not last and r.random() < 0.02:
-            # a client that goes (QUIT, or just closes, blocked or not) and comes back as a new
-            # one, on the shared upstream connection again; what it waited for is not served
+                return Step(i, pre + [[b"CLIENT", b"UNPAUSE"]], silent=s["off"])
+        if r.random() < 0.025:
+            # a client that goes (QUIT; or it closes, or ends its side, blocked or not) and comes
+            # back as a new one, on the shared upstream connection again; what it waited for is
+            # not served (under CLIENT REPLY OFF Redis 7.0 leaves the connection open after QUIT,
+            # as it closes once a reply is written; fencegate closes it)
+            i = r.randrange(self.n)
+            s = self.st[i]
+            how = r.choice([b"quit", b"close", b"shut"] if not s["stalled"] and not s["off"] else
+                           [b"close", b"shut"])
             self.reset(i)
-            if r.random() < 0.5:
+            if how == b"quit":
                 return Step(i, [[b"QUIT"]])
-            return Step(i, None, min_wait=0.15)
+            return Step(i, None, min_wait=0.15, shut=how == b"shut")
+        i = r.choice(free)
         st = self.pick(i, last)
-        while st.plain() and r.random() < 0.2:  # a pipeline: it may pin part of the way
+        # a pipeline: it may pin part of the way (not while paused: a write in it that waits
+        # would hold up the rest, unseen)
+        while st.plain() and not self.paused and r.random() < 0.2:
             more = self.pick(i, last)
             if not more.plain():
                 break  # (what it changed in the state model stays true without it)
@@ -584,8 +628,26 @@ class CrossGen:
         return st
 
     def pick(self, i, last):
+        """One step of connection i. Under CLIENT REPLY OFF it answers nothing (pub/sub
+        messages still come), so the runner cannot tell that it waits: nothing that blocks."""
+        s = self.st[i]
+        if not s["off"]:
+            return self.pick_one(i, last)
+        # (inside MULTI fencegate takes CLIENT REPLY at once, Redis at EXEC: README)
+        if self.r.random() < 0.1 and not self.sub_mode(i) and not s["multi"]:
+            s["off"] = False
+            return Step(i, [[b"CLIENT", b"REPLY", b"ON"]])
+        st = self.pick_one(i, last)
+        if st.client_id or st.solo or st.min_wait or blocks(st.cmds[-1]):
+            self.gen.watching[i] = False
+            st = Step(i, [[b"UNWATCH"]])
+        st.silent = True
+        return st
+
+    def pick_one(self, i, last):
         r = self.r
         s = self.st[i]
+        was_multi = s["multi"]
         stalled = [k for j in range(self.n) for k in self.st[j]["stalled"]]
         p = r.random()
         if last and p >= 0.3:
@@ -622,6 +684,8 @@ class CrossGen:
             subs = sorted(x for j in range(self.n) for x in self.st[j]["subs"] if x[0] != b"p")
             kind, ch = r.choice(subs) if subs and r.random() < 0.8 else (b"c", b"ch0")
             cmd = [b"SPUBLISH" if kind == b"s" else b"PUBLISH", ch, self.gen.val()]
+        elif p < 0.675:
+            cmd = self.tracking(i)
         elif p < 0.72:
             cmd = self.other()
         elif p < 0.74 and not self.paused and not self.fenced:
@@ -648,22 +712,28 @@ class CrossGen:
             return Step(i, [[b"CLIENT", b"REPLY", b"SKIP"], [b"HELLO", ver]], silent=True)
         elif p < 0.83 and not self.fenced:
             cmd = [b"RESET"]
+        elif p < 0.86 and not last and not s["multi"]:
+            s["off"] = True
+            return Step(i, [[b"CLIENT", b"REPLY", b"OFF"]], silent=True)
         else:
             cmd = self.gen.alone(i)
             if cmd[0] in (b"EXEC", b"DISCARD", b"SELECT", b"MULTI", b"BLPOP"):
                 cmd = [b"PING"]
         if self.gen.fenced and self.gen.watching.get(i) and cmd[0] in (b"EVAL", b"FCALL"):
             cmd = [b"UNWATCH"]  # README, "Scripts": refused while the connection WATCHes
+        if self.paused and (
+                not s["pinned"] and cmd[0] not in PAUSE_READS + PINS or
+                # under CLIENT REPLY OFF a write that waits would not be seen to
+                s["off"] and cmd[0] not in PAUSE_READS or
+                # a held-back MULTI's +QUEUED comes from fencegate, at once; Redis's, for a
+                # write while paused, once unpaused: the same bytes, sooner
+                was_multi and self.gen.protect and cmd[0] not in PAUSE_READS):
+            cmd = [b"GET", self.gen.key()]
+            s["multi"] = was_multi
         if cmd[0] in (b"WATCH", b"UNWATCH") and not s["multi"]:
             self.gen.watching[i] = cmd[0] == b"WATCH"
         if cmd[0] in (b"EXEC", b"DISCARD", b"RESET"):
             self.gen.watching[i] = False
-        if self.paused and not s["pinned"] and cmd[0] not in PAUSE_READS + PINS:
-            cmd = [b"GET", self.gen.key()]
-        if self.paused and s["multi"] and self.gen.protect and cmd[0] not in PAUSE_READS:
-            # a held-back MULTI's +QUEUED comes from fencegate, at once; Redis's, for a write
-            # while paused, once unpaused: the same bytes, sooner
-            cmd = [b"GET", self.gen.key()]
         if cmd[0] == b"MULTI":
             s["multi"] = True
         if cmd[0] in PINS:
@@ -760,7 +830,9 @@ def run_cross(a, seed, rnd, gen, direct_port, fg_port):
                     f.write("step %d connection %d (at %.2f s): %r\n" % (
                         steps, st.conn, time.monotonic() - t_start, st.data(ids[0])))
             for k, side in enumerate(sides):
-                if st.cmds is None:
+                if st.cmds is None and st.shut:  # answered up to here, then closed
+                    side.socks[st.conn].shutdown(socket.SHUT_WR)
+                elif st.cmds is None:
                     side.socks[st.conn].close()
                     side.eof[st.conn] = True
                     if k == 1:  # fencegate, and then Redis, see the end
@@ -919,11 +991,12 @@ def main():
             c.close()
     if a.cross:
         # OBJECT FREQ counts every access (LFU with no log factor, no decay): a command that
-        # reached Redis twice, or a key fencegate read, shows
+        # reached Redis twice, or a key fencegate read, shows. With a maxmemory (never reached)
+        # values are not Redis's shared integers, whose count fencegate's marks would share.
         for port in (direct.port, behind.port):
             c = harness.RawConn(port)
             c.call("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu", "lfu-log-factor", "0",
-                   "lfu-decay-time", "0")
+                   "lfu-decay-time", "0", "maxmemory", "1gb")
             c.close()
         try:
             rc, steps, closes = run_cross(a, seed, rnd, gen, direct.port, fg.resp_port)
