@@ -543,14 +543,16 @@ void resp_scanner_init(struct resp_scanner *s)
     s->line_seen = 0;
 }
 
-/* Counts one finished element against the open aggregates, closing those it completes. Returns 1
- * when that finishes the top-level reply. */
+/* Counts one finished element against the open aggregates, closing those it completes; a push
+ * inside a reply is not an element of it. Returns 1 when that finishes the top-level reply. */
 static int resp_scan_complete(struct resp_scanner *s)
 {
     while (s->depth > 0) {
         if (--s->remaining[s->depth - 1] > 0)
             return 0;
         s->depth--;
+        if (s->push[s->depth])
+            return 0;
     }
     return 1;
 }
@@ -626,7 +628,9 @@ int resp_scan_reply(struct resp_scanner *s, const char *buf, size_t len, size_t 
             /* An aggregate that is the last element of its parent ends exactly when its parent
              * does: it takes the parent's place (a tail call), so nesting through last elements
              * (a Lua table that contains itself, returned by a script) costs no depth. */
-            if (s->depth > 0 && s->remaining[s->depth - 1] == 1) {
+            int push = h.type == '>' && s->depth > 0;
+
+            if (!push && s->depth > 0 && s->remaining[s->depth - 1] == 1) {
                 s->remaining[s->depth - 1] = h.n;
                 continue;
             }
@@ -634,6 +638,7 @@ int resp_scan_reply(struct resp_scanner *s, const char *buf, size_t len, size_t 
                 *used = pos - h.next;
                 return RESP_SCAN_INVALID;
             }
+            s->push[s->depth] = (unsigned char)push;
             s->remaining[s->depth++] = h.n;
             continue;
         }

@@ -78,13 +78,17 @@ void resp_parser_reset(struct resp_parser *p);
 struct resp_scanner {
     int depth;                           /* open aggregates (last-element chains count once) */
     long long remaining[RESP_MAX_DEPTH]; /* elements still expected per open aggregate */
+    unsigned char push[RESP_MAX_DEPTH];  /* the aggregate is a push inside another reply */
     long long bulk_left;                 /* payload bytes (+CRLF) still expected of a bulk */
     char top_type;                       /* first byte of the current top-level reply, 0 if none */
     size_t line_seen; /* bytes of an unfinished header line already searched for its CR */
 };
 /* A RESP3 attribute ("|n") annotates the element after it: the scanner treats it as an aggregate
  * of 2n + 1 elements, so the annotated element completes it. A top-level push ('>') is scanned
- * like any reply; telling pushes apart is the caller's business (s->top_type). */
+ * like any reply; telling pushes apart is the caller's business (s->top_type). A push inside
+ * another reply (Redis 7.0 writes a keyspace event into the reply of a blocked command it serves
+ * to a RESP3 client listening to such events) is scanned as part of it, not one of its elements,
+ * so the reply passes as Redis wrote it. */
 
 enum resp_scan_status {
     RESP_SCAN_DONE = 0,    /* a whole top-level reply ends at buf[*used - 1] */

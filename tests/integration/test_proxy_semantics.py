@@ -512,6 +512,28 @@ class ProxySemantics(FgTestCase):
                          b"*3\r\n$9\r\nsubscribe\r\n$3\r\nend\r\n:2\r\n"
                          b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n")
 
+    def test_a_push_redis_sends_inside_a_reply_passes_through(self):
+        # Redis 7.0 serving a blocked BZPOPMAX of a RESP3 client that listens to keyspace
+        # events writes the "zpopmax" event inside its reply (*3, the key, the push, member and
+        # score). fencegate counted the push as an element, took the score for a reply nobody
+        # asked for and closed the connection (found by resp_diff.py --cross).
+        self.direct.config_set("notify-keyspace-events", "KEA")
+        self.addCleanup(self.direct.config_set, "notify-keyspace-events", "")
+        got = {}
+        for name, port in (("direct", self.redis.port), ("fencegate", self.fg.resp_port)):
+            self.direct.delete("pz")
+            c, _ = self.sent_and_read(port, encode("CLIENT", "REPLY", "SKIP") + encode("HELLO", "3")
+                                      + encode("PSUBSCRIBE", "__keyevent@0__:*")
+                                      + encode("ECHO", "sub"), b"$3\r\nsub\r\n")
+            c.send(encode("BZPOPMAX", "pz", "0"))
+            time.sleep(0.2)
+            self.direct.zadd("pz", {"m": 1})
+            got[name] = c.read_available(wait=0.3)
+            c.send(encode("ECHO", "after"))
+            got[name] += c.read_available(wait=0.3)
+        self.assertEqual(got["fencegate"], got["direct"])
+        self.assertTrue(got["direct"].endswith(b"$5\r\nafter\r\n"), got["direct"])
+
     # -- replication --------------------------------------------------------------------------
 
     def read_sync_payload(self, c):

@@ -677,6 +677,10 @@ static const struct reply_case replies_valid[] = {
     {S("%0\r\n")},
     {S("~2\r\n+a\r\n+b\r\n")},
     {S(">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n")},
+    /* a push inside a reply is no element of it (Redis 7.0: a keyspace event in the reply of a
+     * blocked BZPOPMAX it serves to a RESP3 client listening to such events) */
+    {S("*3\r\n$3\r\nz:1\r\n>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n$1\r\nm\r\n,0\r\n")},
+    {S("*2\r\n:1\r\n>2\r\n:2\r\n*1\r\n>1\r\n:3\r\n:4\r\n:5\r\n")},
     {S("_\r\n")},
     {S(",3.14\r\n")},
     {S(",-inf\r\n")},
