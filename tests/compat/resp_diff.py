@@ -71,6 +71,10 @@ a reason:
   CLIENT UNPAUSE (README: the write runs later; Redis drops it): only reads are sent then.
 - PSUBSCRIBE patterns that match fencegate:wait (README, WAIT) or fencegate's marks (keyevent
   channels with --fenced).
+- CLIENT KILL in a pipeline: Redis drops what it queued for a connection it kills in the same
+  round (the messages of a write pipelined before it); through fencegate the write may have gone
+  first, on the shared connection. And CLIENT TRACKING ... REDIRECT in RESP3, whose push for a
+  redirection that broke names the other connection's id.
 - With --fenced: blocking commands, RESP3 and CLIENT PAUSE (fenced writes go as scripts, and
   README says what fencing refuses).
 """
@@ -472,6 +476,7 @@ class CrossGen:
         self.fenced = fenced
         self.multiplex = multiplex
         self.paused = 0  # steps left before CLIENT UNPAUSE; 0: not paused
+        self.pending = None  # a step picked for a pipeline it could not join: sent next
         for i in range(n):
             self.reset(i)
 
@@ -480,10 +485,11 @@ class CrossGen:
             if not hasattr(self, "st"):
                 self.st = {}
             self.st[i] = {"pinned": not self.multiplex, "id": False, "stalled": [],
-                          "multi": False, "subs": set(), "resp3": False, "off": False}
+                          "multi": False, "subs": set(), "resp3": False, "off": False,
+                          "redir": False}
         else:  # RESET: a fresh connection's state, still pinned, its CLIENT ID unchanged
             s = self.st[i]
-            s.update(multi=False, subs=set(), resp3=False, off=False)
+            s.update(multi=False, subs=set(), resp3=False, off=False, redir=False)
 
     def sub_mode(self, i):
         s = self.st[i]
@@ -549,11 +555,16 @@ class CrossGen:
         """Client-side caching, its invalidations sent to this connection (RESP3) or to another
         one by its CLIENT ID (subscribed to __redis__:invalidate in RESP2)."""
         r = self.r
+        s = self.st[i]
         if r.random() < 0.2:
+            s["redir"] = False
             return [b"CLIENT", b"TRACKING", b"OFF"]
         ids = [j for j in range(self.n) if self.st[j]["id"] and j != i]
         cmd = [b"CLIENT", b"TRACKING", b"ON"]
-        if ids and r.random() < 0.7:
+        # in RESP3 only: the push that says the redirection broke names the id, which differs
+        # by side; so a connection that redirects stays in RESP2
+        if ids and not s["resp3"] and r.random() < 0.7:
+            s["redir"] = True
             cmd += [b"REDIRECT", ("id", r.choice(ids))]
         if r.random() < 0.3:
             cmd += [b"BCAST", b"PREFIX", r.choice([b"s:", b"l:", b"z:"])]
@@ -582,6 +593,10 @@ class CrossGen:
 
     def step(self):
         r = self.r
+        if self.pending is not None:  # (what it changed in the state model holds)
+            st, self.pending = self.pending, None
+            if not self.st[st.conn]["stalled"]:
+                return st
         free = [i for i in range(self.n) if not self.st[i]["stalled"]]
         if not free:  # every one waits (one blocked where it pipelined more): one goes
             i = r.randrange(self.n)
@@ -623,7 +638,8 @@ class CrossGen:
         while st.plain() and not self.paused and r.random() < 0.2:
             more = self.pick(i, last)
             if not more.plain():
-                break  # (what it changed in the state model stays true without it)
+                self.pending = more
+                break
             st.cmds += more.cmds
         return st
 
@@ -706,7 +722,7 @@ class CrossGen:
             else:
                 cmd = [b"CLIENT", b"KILL", b"TYPE", b"pubsub"]
         elif p < 0.82 and not self.fenced:
-            ver = r.choice([b"2", b"3"])
+            ver = r.choice([b"2", b"3"]) if not s["redir"] else b"2"
             s["resp3"] = ver == b"3"
             s["pinned"] = True
             return Step(i, [[b"CLIENT", b"REPLY", b"SKIP"], [b"HELLO", ver]], silent=True)
@@ -740,7 +756,9 @@ class CrossGen:
             s["pinned"] = True
         if cmd[0] == b"RESET":
             self.reset(i, reopened=False)
-        return Step(i, [cmd])
+        # CLIENT KILL alone: after a pipelined write, Redis would drop the messages it queued for
+        # a connection it kills in the same round; through fencegate the write may go first
+        return Step(i, [cmd], solo=cmd[:2] == [b"CLIENT", b"KILL"])
 
 
 class Side:
