@@ -71,11 +71,13 @@ static void fuzz_scan_run(const char *in, size_t n, uint64_t seed, struct fuzz_s
 static size_t fuzz_walk(const char *buf, size_t len)
 {
     /* A plain counter per open aggregate (no tail-call merging, unlike the scanner): every
-     * level takes at least 4 bytes, so len / 4 + 1 entries are enough. */
+     * level takes at least 4 bytes, so len / 4 + 1 entries are enough. A push inside a reply
+     * is no element of its parent (push[]), as to the scanner. */
     long long *stack = malloc((len / 4 + 1) * sizeof(*stack));
+    char *push = malloc(len / 4 + 1);
     size_t depth = 0, pos = 0, deepest_open = 0;
 
-    if (!stack)
+    if (!stack || !push)
         abort();
 
     for (;;) {
@@ -83,6 +85,7 @@ static size_t fuzz_walk(const char *buf, size_t len)
         size_t used = 0, open = 0;
         if (resp_read_elem(buf + pos, len - pos, &e, &used) != RESP_DONE) {
             free(stack);
+            free(push);
             return 0;
         }
         if (used == 0 || used > len - pos)
@@ -92,12 +95,13 @@ static size_t fuzz_walk(const char *buf, size_t len)
             e.count > 0) {
             if (depth > len / 4)
                 abort();
+            push[depth] = e.type == '>' && depth > 0;
             stack[depth++] = e.count;
             /* What the scanner keeps: this level, and each ancestor with more than the current
-             * child to go (one in its last child is merged into it). */
+             * child to go (one in its last child is merged into it, unless that is a push). */
             open = 1;
             for (size_t i = 0; i + 1 < depth; i++)
-                open += stack[i] > 1;
+                open += stack[i] > 1 || push[i + 1];
             if (open > deepest_open)
                 deepest_open = open;
             /* the scanner accepted this reply, so it never kept more than it follows */
@@ -105,10 +109,14 @@ static size_t fuzz_walk(const char *buf, size_t len)
                 abort();
             continue;
         }
-        while (depth > 0 && --stack[depth - 1] == 0)
+        while (depth > 0 && --stack[depth - 1] == 0) {
             depth--;
+            if (push[depth])
+                break;
+        }
         if (depth == 0) {
             free(stack);
+            free(push);
             return pos;
         }
     }
