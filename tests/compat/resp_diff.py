@@ -69,6 +69,8 @@ a reason:
   stays open; fencegate closes it, as asked).
 - A client on the shared upstream connection that ends its side while its write waits for
   CLIENT UNPAUSE (README: the write runs later; Redis drops it): only reads are sent then.
+- WAIT while writes are paused: the PUBLISH fencegate sends before a connection's first WAIT
+  waits for the pause to end, and the WAIT with it (README); Redis answers at once.
 - PSUBSCRIBE patterns that match fencegate:wait (README, WAIT) or fencegate's marks (keyevent
   channels with --fenced).
 - CLIENT KILL in a pipeline: Redis drops what it queued for a connection it kills in the same
@@ -423,6 +425,8 @@ KS_PATTERNS = [b"__keyspace@0__:[slhznx]:*", b"__keyevent@0__:*"]
 # a paused write there holds up everyone behind it (README, "Upstream connections").
 PAUSE_READS = (b"GET", b"MGET", b"LRANGE", b"LLEN", b"HGET", b"HGETALL", b"ZRANGE", b"ZSCORE",
                b"EXISTS", b"TYPE", b"STRLEN", b"SCARD", b"XRANGE", b"XLEN", b"ECHO", b"PING")
+PAUSE_STATE = (b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE", b"UNSUBSCRIBE", b"PUNSUBSCRIBE",
+               b"SUNSUBSCRIBE", b"RESET", b"WATCH", b"UNWATCH", b"MULTI", b"CLIENT", b"CONFIG")
 PINS = (b"SELECT", b"CLIENT", b"HELLO", b"RESET", b"WAIT", b"EVAL", b"EVAL_RO", b"FCALL",
         b"SCRIPT", b"FUNCTION", b"MULTI", b"EXEC", b"DISCARD", b"WATCH", b"UNWATCH",
         b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE", b"UNSUBSCRIBE", b"PUNSUBSCRIBE",
@@ -527,16 +531,16 @@ class CrossGen:
     def pubsub(self, i):
         r, s = self.r, self.st[i]
         p = r.random()
-        if p < 0.3:
+        if p < 0.25:
             c = r.choice(CHANS)
             s["subs"].add((b"c", c))
             return [b"SUBSCRIBE", c]
-        if p < 0.45:
-            pats = [b"ch*"] + KS_PATTERNS[:1 if self.fenced else 2]
+        if p < 0.55:  # keyspace notifications mostly (Redis sends them from the start: KEA)
+            pats = [b"ch*"] + KS_PATTERNS[:1 if self.fenced else 2] * 2
             c = r.choice(pats)
             s["subs"].add((b"p", c))
             return [b"PSUBSCRIBE", c]
-        if p < 0.6:
+        if p < 0.7:
             c = r.choice(SCHANS)
             s["subs"].add((b"s", c))
             return [b"SSUBSCRIBE", c]
@@ -669,7 +673,7 @@ class CrossGen:
         if last and p >= 0.3:
             p = 0.83 + 0.17 * r.random()  # Gen's commands, none of which blocks
         if self.sub_mode(i):
-            cmd = self.pubsub(i) if p < 0.55 else [b"RESET"] if p < 0.62 else r.choice(
+            cmd = self.pubsub(i) if p < 0.55 else [b"RESET"] if p < 0.58 else r.choice(
                 [[b"PING"], [b"PING", b"x"], self.gen.command()])
         elif s["multi"]:
             if p < 0.2:
@@ -694,7 +698,7 @@ class CrossGen:
                                       [b"WAIT", b"1", b"50"]])], min_wait=0.4)
         elif p < 0.52:
             cmd = [b"MULTI"]
-        elif p < 0.57:
+        elif p < 0.59:
             cmd = self.pubsub(i)
         elif p < 0.65:  # to a channel someone listens to, mostly
             subs = sorted(x for j in range(self.n) for x in self.st[j]["subs"] if x[0] != b"p")
@@ -739,13 +743,16 @@ class CrossGen:
             cmd = [b"UNWATCH"]  # README, "Scripts": refused while the connection WATCHes
         if self.paused and (
                 not s["pinned"] and cmd[0] not in PAUSE_READS + PINS or
-                # under CLIENT REPLY OFF a write that waits would not be seen to
-                s["off"] and cmd[0] not in PAUSE_READS or
+                # under CLIENT REPLY OFF a write that waits would not be seen to (what is not a
+                # write passes, so that the state model stays true)
+                s["off"] and cmd[0] not in PAUSE_READS + PAUSE_STATE or
                 # a held-back MULTI's +QUEUED comes from fencegate, at once; Redis's, for a
                 # write while paused, once unpaused: the same bytes, sooner
                 was_multi and self.gen.protect and cmd[0] not in PAUSE_READS):
             cmd = [b"GET", self.gen.key()]
             s["multi"] = was_multi
+        if self.paused and cmd[0] == b"WAIT" and not s["multi"]:
+            cmd = [b"PING"]  # README: fencegate's PUBLISH before it waits for the pause to end
         if cmd[0] in (b"WATCH", b"UNWATCH") and not s["multi"]:
             self.gen.watching[i] = cmd[0] == b"WATCH"
         if cmd[0] in (b"EXEC", b"DISCARD", b"RESET"):
@@ -830,7 +837,7 @@ def run_cross(a, seed, rnd, gen, direct_port, fg_port):
     cg = CrossGen(rnd, n, gen, a.fenced, a.multiplex == "true")
     ids = [[0] * n, [0] * n]  # each side's CLIENT ID of each connection
     quiet, bound = 0.04, 3.0
-    rc, steps, kills = 0, 0, 0
+    rc, steps, kills, woken = 0, 0, 0, 0
     t_start = time.monotonic()
     t_end = t_start + a.seconds
 
@@ -909,6 +916,7 @@ def run_cross(a, seed, rnd, gen, direct_port, fg_port):
                         " (closed)" if sides[1].eof[i] else ""))
                 rc = 1
                 break
+            woken += any(len(sides[0].got[i]) > before[0][i] for i in range(n) if i != st.conn)
             for i in range(n):
                 s = cg.st[i]
                 new = sides[0].got[i][before[0][i]:]
@@ -942,6 +950,8 @@ def run_cross(a, seed, rnd, gen, direct_port, fg_port):
         for p in pairs:
             for s in p.socks:
                 s.close()
+    print("resp_diff: %d steps had answers or messages for another connection than the one that"
+          " sent" % woken)
     return rc, steps, kills
 
 
@@ -1014,7 +1024,7 @@ def main():
         for port in (direct.port, behind.port):
             c = harness.RawConn(port)
             c.call("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu", "lfu-log-factor", "0",
-                   "lfu-decay-time", "0", "maxmemory", "1gb")
+                   "lfu-decay-time", "0", "maxmemory", "1gb", "notify-keyspace-events", "KEA")
             c.close()
         try:
             rc, steps, closes = run_cross(a, seed, rnd, gen, direct.port, fg.resp_port)
