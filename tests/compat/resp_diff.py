@@ -1026,26 +1026,15 @@ def main():
             c.call("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu", "lfu-log-factor", "0",
                    "lfu-decay-time", "0", "maxmemory", "1gb", "notify-keyspace-events", "KEA")
             c.close()
+        rc, steps, closes = 1, 0, 0
         try:
             rc, steps, closes = run_cross(a, seed, rnd, gen, direct.port, fg.resp_port)
             if not fg.alive():
                 print("fencegate exited")
                 rc = 1
         finally:
-            log = ""
-            try:
-                fg.stop()
-            except AssertionError as e:
-                log = str(e)
-                rc = 1
-            log = log or fg.stderr_text
-            for s in reversed(servers):
-                s.cleanup()
-        print("resp_diff: %d steps, %d connections killed and made anew: %s (seed %d)" % (
-            steps, closes, "all answers equal" if rc == 0 else "DIFFERENCE", seed))
-        if rc and log:
-            print("fencegate's log (tail):\n" + "\n".join(log.splitlines()[-20:]))
-        return rc
+            rc = finish(fg, servers, rc)
+        return report(rc, steps, "%d connections killed and made anew" % closes, seed, fg)
     pairs = [Pair(direct.port, fg.resp_port, b"resp-diff-%d" % i if a.fenced else None)
              for i in range(a.conns)]
     rc, steps, closes = 0, 0, 0
@@ -1110,17 +1099,28 @@ def main():
         for p in pairs:
             for s in p.socks:
                 s.close()
-        log = ""
-        try:
-            fg.stop()
-        except AssertionError as e:
-            log = str(e)
-            rc = 1
-        log = log or fg.stderr_text
-        for s in reversed(servers):
-            s.cleanup()
-    print("resp_diff: %d steps, %d protocol-error closes: %s (seed %d)" % (
-        steps, closes, "all answers equal" if rc == 0 else "DIFFERENCE", seed))
+        rc = finish(fg, servers, rc)
+    return report(rc, steps, "%d protocol-error closes" % closes, seed, fg)
+
+
+def finish(fg, servers, rc):
+    """Stops fencegate (a failure to stop cleanly fails the run) and the servers; returns rc,
+    or 1 when fencegate did not stop cleanly, keeping why in fg.stop_error."""
+    fg.stop_error = ""
+    try:
+        fg.stop()
+    except AssertionError as e:
+        fg.stop_error = str(e)
+        rc = 1
+    for s in reversed(servers):
+        s.cleanup()
+    return rc
+
+
+def report(rc, steps, what, seed, fg):
+    print("resp_diff: %d steps, %s: %s (seed %d)" % (
+        steps, what, "all answers equal" if rc == 0 else "DIFFERENCE", seed))
+    log = fg.stop_error or fg.stderr_text
     if rc and log:
         print("fencegate's log (tail):\n" + "\n".join(log.splitlines()[-20:]))
     return rc
