@@ -285,6 +285,7 @@ struct ed_client {
     size_t ntxq;
     size_t batch_max; /* members per Txn sent as one: ED_BATCH_MAX, halved when etcd refuses
                        * one for its size (1: every Txn alone) */
+    size_t check_max; /* Ranges per re-check of held keys: ETCDPB_TXN_MAX_OPS, halved likewise */
     struct etcdpb_buf out;
     char mark_prefix[ED_MAX_PREFIX + 16];
     /* Authentication (see the file comment). */
@@ -1201,10 +1202,11 @@ static struct ed_acq *ed_acq_by_watch(struct ed_client *ec, int64_t id)
  * the lock lost at once, as a refused renewal does. A watch that has to be set up again (the
  * stream or the connection broke, or was replaced for a new token; etcd compacted past the watch,
  * or refused it) never resumes from an old revision, which would have etcd replay its whole
- * history since: the session's keys are read again with one Txn of Ranges (up to 128 keys each),
- * and watched from after that read. While a key cannot be watched (etcd unreachable, the watch
- * refused) nothing is lost for that alone: the lease's keepalive still decides, it is tried again
- * every second, and the failure is logged. */
+ * history since: the session's keys are read again with one Txn of Ranges (up to 128 keys each,
+ * fewer once etcd refused that many: its --max-txn-ops), and watched from after that read. While
+ * a key cannot be watched (etcd unreachable, the watch refused) nothing is lost for that alone:
+ * the lease's keepalive still decides, it is tried again every second, and the failure is
+ * logged. */
 
 #define ED_HW_WARN_MS     30000 /* a key that cannot be watched is logged at most this often */
 #define ED_WATCH_AFTER_MS 100   /* a held key is watched this long after its grant */
@@ -1465,6 +1467,17 @@ static void ed_check_done(void *arg, int status, const char *err, const uint8_t 
     struct etcdpb_range_resp q;
     struct etcdpb_kv kv;
     k->call = NULL;
+    if (status != GRPC_STATUS_OK && strstr(err, "too many operations") && k->n > 1) {
+        /* etcd's --max-txn-ops is below k->n: its keys go again at once, in smaller Txns */
+        if (ec->check_max > k->n / 2)
+            ec->check_max = k->n / 2;
+        for (size_t i = 0; i < k->n; i++)
+            if (k->h[i])
+                ed_hw_due(k->h[i], ED_HW_CHECK);
+        ed_check_free(k);
+        ed_hw_kick(ec);
+        return;
+    }
     if (status != GRPC_STATUS_OK || ed_kv_txn_decode(p, n, &t, k->n) != 0) {
         ed_hw_warn(ec,
                    "lock keys whose watch ended could not be read again: %s; tried again every "
@@ -1539,7 +1552,7 @@ static void ed_hw_service(struct ed_client *ec)
             }
             if (h->hw != ED_HW_CHECK || h->check)
                 continue;
-            if (k && k->n == ETCDPB_TXN_MAX_OPS) {
+            if (k && k->n >= ec->check_max) {
                 ed_check_send(ec, k);
                 k = NULL;
             }
@@ -2827,6 +2840,7 @@ static int ed_op_open(struct lock_client *c, const char *url, char *err, size_t 
         cut--;
     lock_fmt(ec->mark_prefix, sizeof(ec->mark_prefix), "%.*smarks/", (int)cut, prefix);
     ec->batch_max = ED_BATCH_MAX;
+    ec->check_max = ETCDPB_TXN_MAX_OPS;
     ec->maint = event_new(c->base, -1, EV_PERSIST, ed_maint_cb, ec);
     ec->txflush = event_new(c->base, -1, 0, ed_txq_flush, ec);
     ec->hwkick = event_new(c->base, -1, 0, ed_hw_kick_cb, ec);

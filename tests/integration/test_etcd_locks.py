@@ -608,6 +608,30 @@ class EtcdLocks(EtcdTestCase):
                            5, 0.1, "a closed session's locks no longer watched")
         self.assertEqual(self.etcd_metric("etcd_debugging_mvcc_watch_stream_total"), 1)
 
+    def watchers(self, etcd=None):
+        return self.etcd_metric("etcd_debugging_mvcc_watcher_total", etcd)
+
+    def test_held_keys_are_read_again_in_txns_etcd_takes_after_a_restart(self):
+        # etcd --max-txn-ops 8 and twelve locks held by one session: after a restart their watch
+        # has to be set up again after a read, and one Txn of twelve Ranges is refused ("too
+        # many operations"). The reads go in smaller Txns, so the keys are watched again and a
+        # key deleted afterwards is still lost at once; none is lost for nothing.
+        small = self.start_etcd(1, extra_args=("--max-txn-ops", "8"))
+        fg = self.start_fg_etcd(self.redis, small, args=[
+            "--session-ttl-ms", "30000", "--config", self.write_file("fg.yaml", PROTECT)])
+        c = self.raw(fg.resp_port, timeout=10)
+        tokens = [self.acquire(c, "wallet:%d" % i) for i in range(12)]
+        harness.wait_until(lambda: self.watchers(small) == 12, 5, 0.02, "every key watched")
+        m = small.members[0]
+        m.stop()
+        m.start(state="existing")
+        harness.wait_until(m.healthy, 15, 0.1, "etcd back")
+        harness.wait_until(lambda: self.watchers(small) == 12, 10, 0.05, "watched again")
+        small.ctl("del", small.keys(PREFIX + "wallet:3/")[0][0])
+        self.assert_lost_soon(c, "wallet:3")
+        self.assertEqual([c.call("FENCE.TOKEN", "wallet:%d" % i) for i in range(12) if i != 3],
+                         [t for i, t in enumerate(tokens) if i != 3])
+
     def test_a_lock_lost_locally_frees_its_key(self):
         """Frozen just past its local lease (1.5 s) but not past etcd's (whole seconds: 2 s), the
         sidecar reports the lock lost when it resumes, and must free the key: its lease is kept
