@@ -611,6 +611,26 @@ class EtcdLocks(EtcdTestCase):
     def watchers(self, etcd=None):
         return self.etcd_metric("etcd_debugging_mvcc_watcher_total", etcd)
 
+    def test_held_keys_are_watched_again_after_etcd_restarts_with_its_data(self):
+        # etcd restarts with its data: the watch stream ends with the connection; on the new
+        # one each held key is read again (still there: nothing lost) and watched again, so a
+        # key deleted after the restart is still lost at once, the other left held.
+        fg = self.fencegate("--session-ttl-ms", "30000", readyz=True)
+        c = self.raw(fg.resp_port, timeout=10)
+        ta, tb = self.acquire(c, "wallet:r1"), self.acquire(c, "wallet:r2")
+        harness.wait_until(lambda: self.watchers() == 2, 5, 0.02, "both keys watched")
+        m = self.etcd.members[0]
+        m.stop()
+        m.start(state="existing")
+        harness.wait_until(m.healthy, 15, 0.1, "etcd back")
+        harness.wait_until(lambda: self.watchers() == 2, 10, 0.05, "watched again")
+        self.assertEqual([c.call("FENCE.TOKEN", n) for n in ("wallet:r1", "wallet:r2")],
+                         [ta, tb])
+        self.etcd.ctl("del", self.etcd.keys(PREFIX + "wallet:r1/")[0][0])
+        self.assert_lost_soon(c, "wallet:r1")
+        self.assertEqual(c.call("FENCE.TOKEN", "wallet:r2"), tb)
+        self.assertEqual(fg.metrics().get("fencegate_locks_lost_total"), 1)
+
     def test_held_keys_are_read_again_in_txns_etcd_takes_after_a_restart(self):
         # etcd --max-txn-ops 8 and twelve locks held by one session: after a restart their watch
         # has to be set up again after a read, and one Txn of twelve Ranges is refused ("too
@@ -631,6 +651,71 @@ class EtcdLocks(EtcdTestCase):
         self.assert_lost_soon(c, "wallet:3")
         self.assertEqual([c.call("FENCE.TOKEN", "wallet:%d" % i) for i in range(12) if i != 3],
                          [t for i, t in enumerate(tokens) if i != 3])
+
+    def test_a_name_released_and_taken_again_at_once_is_watched_under_its_new_key(self):
+        # The same session releases a name and takes it again (the same key under the same
+        # lease, a new create_revision), held briefly and held past its watch's start, with
+        # release and acquire pipelined in one write: the old key's DELETE and the new key's
+        # PUT, late on the old watch, never make the new grant lost; the new key's own deletion
+        # does, at once.
+        fg = self.fencegate("--session-ttl-ms", "30000", config=None)
+        c = self.raw(fg.resp_port, timeout=10)
+        t = self.acquire(c, "again")
+        for i in range(12):
+            time.sleep((0.0, 0.05, 0.09, 0.11, 0.15, 0.3)[i % 6])
+            c.send(harness.encode("FENCE.RELEASE", "again") +
+                   harness.encode("FENCE.ACQUIRE", "again"))
+            rel, t2 = c.read_reply(timeout=10), c.read_reply(timeout=10)
+            self.assertIn(rel, (1, 0), rel)
+            self.assertIsInstance(t2, int, t2)
+            self.assertGreater(t2, t)
+            t = t2
+        time.sleep(0.5)
+        self.assertEqual(c.call("FENCE.TOKEN", "again"), t)
+        self.assertEqual(fg.metrics().get("fencegate_locks_lost_total", 0), 0, self.fg_log(fg))
+        harness.wait_until(lambda: self.watchers() == 1, 5, 0.05, "one watcher, the new key's")
+        key, rev, _ = self.etcd.keys(PREFIX + "again/")[0]
+        self.assertEqual(rev, t)
+        self.etcd.ctl("del", key)
+        self.assert_lost_soon(c, "again")
+
+    def test_sessions_closed_and_the_sidecar_stopped_with_watches_in_flight(self):
+        # Connections close while their keys are young (not watched yet), while watch creates
+        # are unanswered (etcd's answers cut) and while re-reads are in flight; then the
+        # sidecar stops with all of that in flight. Under ASan this is the lifecycle test of
+        # the watch on held keys; here, every key ends up deleted (by the revokes, or by the
+        # 3 s leases running out when the stop came before the connection was back) and the
+        # sidecar exits 0.
+        fg = self.fencegate("--session-ttl-ms", "3000", config=None)
+        m = self.etcd.members[0]
+        for delay in (0.0, 0.05, 0.1, 0.12, 0.3):
+            conns = [self.raw(fg.resp_port, timeout=10) for _ in range(4)]
+            for j, cc in enumerate(conns):
+                for k in range(5):
+                    cc.send(harness.encode("FENCE.ACQUIRE", "life:%d:%d" % (j, k)))
+            for cc in conns:
+                for k in range(5):
+                    self.assertIsInstance(cc.read_reply(timeout=10), int)
+            time.sleep(delay)
+            for cc in conns:
+                cc.close()
+        harness.wait_until(lambda: self.etcd.keys(PREFIX + "life:") == [], 5, 0.05,
+                           "closed sessions' keys deleted")
+        keep = self.raw(fg.resp_port, timeout=10)
+        for k in range(30):
+            keep.send(harness.encode("FENCE.ACQUIRE", "life:k%d" % k))
+        for k in range(30):
+            self.assertIsInstance(keep.read_reply(timeout=10), int)
+        heal = self.cut_answers(m)
+        time.sleep(0.3)  # their creates sent, unanswered
+        ports = self.fg_etcd_ports(fg, m.client_port)
+        harness.subprocess.run(["ss", "-K", "-tn", "state", "established", "( sport = :%d )"
+                                % ports[0]], capture_output=True, timeout=10)
+        heal()
+        time.sleep(0.05)  # reconnecting, re-reads in flight
+        fg.stop()
+        harness.wait_until(lambda: self.etcd.keys(PREFIX + "life:") == [], 10, 0.1,
+                           "the stopped sidecar's keys deleted")
 
     def test_a_lock_lost_locally_frees_its_key(self):
         """Frozen just past its local lease (1.5 s) but not past etcd's (whole seconds: 2 s), the
@@ -971,6 +1056,25 @@ class EtcdAuth(EtcdTestCase):
         # The session's lease outlived every expiry: the locks taken first are still held.
         self.assertIsInstance(a.call("FENCE.TOKEN", "wallet:2"), int)
 
+    def test_held_keys_deleted_after_the_watch_streams_token_expired_are_lost_at_once(self):
+        # Tokens live 1 s: the watch stream keeps the token it was opened with, etcd refuses
+        # creates on it once that token expired, and a new token replaces the stream. Keys held
+        # across that (one watched before the expiry, one granted after it) are still watched:
+        # deleted, each is lost at once; nothing is lost before.
+        fg = self.start(ttl_s=1)
+        c = self.raw(fg.resp_port, timeout=10)
+        self.assertIsInstance(c.call("FENCE.ACQUIRE", "wallet:w1"), int)
+        time.sleep(2.5)
+        self.assertIsInstance(c.call("FENCE.ACQUIRE", "wallet:w2"), int)
+        time.sleep(2.5)
+        self.assertIsInstance(c.call("FENCE.ACQUIRE", "wallet:w3"), int)
+        time.sleep(1.0)
+        self.assertEqual([x[3] for x in c.call("FENCE.LOCKS")], [b"held"] * 3, self.fg_log(fg))
+        for name in ("wallet:w1", "wallet:w2", "wallet:w3"):
+            self.etcd.ctl("del", self.etcd.keys(PREFIX + name + "/")[0][0])
+            harness.wait_until(lambda: c.call("FENCE.TOKEN", name) is None, 1.5, 0.01,
+                               "lock %s reported lost" % name)
+
     def test_a_wait_that_ends_while_a_shared_txn_waits_for_a_new_token_sends_nothing(self):
         # A shared Txn refused for its expired token splits into its members, each waiting for
         # the new token alone: a member whose wait ends meanwhile (WAIT 20 ms; authenticating
@@ -1173,6 +1277,26 @@ class EtcdCluster3(EtcdTestCase):
                         lock, a, b))
         after = [h for h in history if h[2] > stop - 2.0]
         self.assertTrue(after, "no grant after the failover")
+
+    def test_held_keys_are_watched_on_the_member_failed_over_to(self):
+        # The member fencegate talks to is killed: it moves on to the next endpoint, reads its
+        # held keys again there and watches them there; a key deleted afterwards is lost at
+        # once, the other stays held with its token.
+        redis = self.start_redis()
+        etcd = self.start_etcd(3)
+        fg = self.start_fg_etcd(redis, etcd, args=["--session-ttl-ms", "30000"])
+        c = self.raw(fg.resp_port, timeout=20)
+        ta, tb = self.acquire_ok(c, "fo:a"), self.acquire_ok(c, "fo:b")
+        time.sleep(0.3)
+        etcd.members[0].kill()
+        time.sleep(3.0)
+        self.assertEqual([c.call("FENCE.TOKEN", "fo:a"), c.call("FENCE.TOKEN", "fo:b")],
+                         [ta, tb])
+        key = etcd.keys(PREFIX + "fo:a/")[0][0]
+        etcd.ctl("del", key)
+        harness.wait_until(lambda: c.call("FENCE.TOKEN", "fo:a") is None, 1.5, 0.01,
+                           "fo:a reported lost")
+        self.assertEqual(c.call("FENCE.TOKEN", "fo:b"), tb)
 
     def acquire_ok(self, conn, name):
         r = conn.call("FENCE.ACQUIRE", name, timeout=10)
