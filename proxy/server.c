@@ -2119,6 +2119,10 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
             return REQ_SKIP;
         }
         c->quit_sent = 1;
+    } else if (name_is(name, nlen, "shutdown") ||
+               (r->argc >= 2 && name_is(name, nlen, "client") &&
+                name_is(m + r->argv[1].off, r->argv[1].len, "kill"))) {
+        flags = OPF_MAY_END; /* Redis may close the connection on purpose (up_drop) */
     }
     if (!flags && nreplies == 1 && fencing_write(c, m, r, sp) == REQ_SKIP)
         return REQ_SKIP;
@@ -2128,10 +2132,6 @@ static enum req_action req_classify(struct client *c, const char *m, const struc
         return REQ_SKIP;
     }
     o->flags |= flags;
-    if (!c->in_multi && !c->txn &&
-        (name_is(name, nlen, "shutdown") || (r->argc >= 2 && name_is(name, nlen, "client") &&
-                                             name_is(m + r->argv[1].off, r->argv[1].len, "kill"))))
-        o->flags |= OPF_MAY_END;
     o->nreplies = nreplies;
     o->t0_us = batch_now();
     if (flags & OPF_BARRIER)
