@@ -957,8 +957,10 @@ static int lk_connect(struct ulink *lk)
     lk->fd = net_connect(a);
     if (lk->fd < 0) {
         int e = errno;
-        snprintf(lk->why, sizeof(lk->why), "%s", strerror(e));
-        if (e != EMFILE && e != ENFILE) { /* our shortage, not the upstream's */
+        if (e == EMFILE || e == ENFILE) { /* our shortage, not the upstream's */
+            snprintf(lk->why, sizeof(lk->why), "fencegate is out of descriptors: %s", strerror(e));
+        } else {
+            snprintf(lk->why, sizeof(lk->why), "%s", strerror(e));
             metrics_inc(&fg_metrics, M_UPSTREAM_CONNECT_ERRORS, 1);
             upstream_report_failure(s->up, lk->why);
         }
@@ -2445,6 +2447,11 @@ static void srv_on_first_probe(void *arg)
     struct server *s = arg;
 
     s->accept_held = 0;
+    /* The shared connection is opened before the first client is accepted, not by its first
+     * request: a crowd that takes every descriptor on connect would otherwise leave none for it,
+     * and each of them would be refused. Should this fail, the first request tries again. */
+    if (s->shared && s->shared->state == U_DOWN && upstream_is_up(s->up))
+        (void)lk_connect(s->shared);
     if (s->lev)
         event_add(s->lev, NULL);
 }

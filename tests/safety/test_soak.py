@@ -819,6 +819,33 @@ class Descriptors(FgTestCase):
         fg, early, crowd = self.exhaust()
         self.assert_quiet_for_a_second(fg, crowd, "with descriptors exhausted")
 
+    def test_a_crowd_that_takes_every_descriptor_before_any_request_is_served(self):
+        # Was a bug: the shared upstream connection was opened by the first request, so when the
+        # first clients took every descriptor before sending anything, there was none left for
+        # it and each of them got "-UNAVAILABLE upstream ... is unreachable: Too many open files".
+        redis_srv = self.start_redis()
+        fg = self.start_fencegate(redis_srv)
+        resource.prlimit(fg.pid, resource.RLIMIT_NOFILE, (self.FD_LIMIT, self.FD_LIMIT))
+        crowd = []
+        for _ in range(self.FD_LIMIT):
+            s = socket.create_connection(("127.0.0.1", fg.resp_port), timeout=5)
+            self.addCleanup(s.close)
+            crowd.append(s)
+        harness.wait_until(lambda: nfds(fg.pid) >= self.FD_LIMIT - 1, 5, 0.05,
+                           "fencegate's descriptors exhausted")
+        for s in crowd:
+            s.sendall(b"PING\r\n")
+        replies, deadline = {}, time.monotonic() + 3
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([s for s in crowd if s not in replies], [], [], 0.3)
+            for s in ready:
+                replies[s] = s.recv(4096)
+            if not ready and len(replies) >= self.FD_LIMIT // 2:
+                break  # the rest wait in the listen backlog
+        answers = sorted(set(replies.values()))
+        self.assertEqual(answers, [b"+PONG\r\n"], "every accepted client is served")
+        self.assertGreaterEqual(len(replies), self.FD_LIMIT // 2)
+
     def test_the_http_listener_pauses_too(self):
         """Connections waiting on the HTTP listener while descriptors are exhausted neither spin
         the loop nor flood the log, and are served once descriptors are free."""
