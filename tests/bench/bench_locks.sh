@@ -23,7 +23,7 @@ set -euo pipefail
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
 
-RUN_SECONDS=5      # per measured run; 18 measured runs -> about 2 minutes in all
+RUN_SECONDS=5      # per measured run; 27 measured runs -> about 3 minutes in all
 BIN="$REPO_ROOT/build/bin/fencegate"
 REPS=3             # repetitions per (workload, target); the median is reported
 CLIENTS=50
