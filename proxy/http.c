@@ -332,7 +332,13 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
         http_json(a->req, 200, "OK", body);
         http_event_lock(h, "acquired", a->name, a->len, token, ttl, NULL);
     } else if (a->req) {
-        snprintf(text, sizeof(text), "lock %s: %s", a->name, msg ? msg : "not acquired");
+        /* The lock client's messages mostly name the lock already ("lock L is held by ..."):
+         * name it once. Names hold no NUL, so a match of len bytes lies inside msg. */
+        if (msg && strncmp(msg, "lock ", 5) == 0 && strncmp(msg + 5, a->name, a->len) == 0 &&
+            (msg[5 + a->len] == ' ' || msg[5 + a->len] == ':'))
+            snprintf(text, sizeof(text), "%s", msg);
+        else
+            snprintf(text, sizeof(text), "lock %s: %s", a->name, msg ? msg : "not acquired");
         if (status == LOCK_BUSY) {
             metrics_inc(&fg_metrics, M_LOCKS_BUSY, 1);
             http_error(a->req, 409, "Conflict", "locked", text);

@@ -156,6 +156,22 @@ class HttpApi(HttpCase):
         self.assertEqual(self.direct.exists(lock_key("bad")), 0, "a bad request took the lock")
         self.assertEqual(self.req(fg, "GET", "/v1/locks"), (200, {"locks": []}))
 
+    def test_a_refusal_names_the_lock_once(self):
+        """The message of a refused acquisition names the lock once: the lock client's own
+        messages already begin with "lock NAME", and the API put "lock NAME: " before them
+        ("lock busy-one: lock busy-one is held by another owner ...")."""
+        fg = self.fg
+        c = self.raw(fg.resp_port)
+        self.assertIsInstance(c.call("FENCE.ACQUIRE", "busy-one", "TTL", 5000), int)
+        for body, status, code in (({"wait_ms": 0}, 409, "locked"),
+                                   ({"wait_ms": 100}, 409, "locked"),
+                                   ({"ttl_ms": 100}, 400, "bad_request")):
+            got = self.req(fg, "POST", "/v1/locks/busy-one", body)
+            self.assert_error(got, status, code)
+            msg = got[1]["message"]
+            self.assertEqual(msg.count("busy-one"), 1, (body, msg))
+            self.assertTrue(msg.startswith("lock busy-one"), (body, msg))
+
     def test_a_release_claims_one_token_in_canonical_decimal(self):
         """DELETE with Fencing-Token: a second Fencing-Token field, or a token that is not
         plain decimal (leading zero, sign, whitespace inside), is a 400 and releases nothing;
