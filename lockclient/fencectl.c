@@ -25,7 +25,7 @@
 #define FCTL_EXIT_LOCKED   1   /* the lock is held by someone else after --wait */
 #define FCTL_EXIT_USAGE    2   /* bad command line */
 #define FCTL_EXIT_LOST     3   /* the lock was lost while the command ran */
-#define FCTL_EXIT_UNAVAIL  4   /* sidecar unreachable, or its backend unavailable (503) */
+#define FCTL_EXIT_UNAVAIL  4   /* sidecar unreachable, or it cannot grant locks now (503) */
 #define FCTL_EXIT_REJECTED 5   /* 400, or an answer fencectl does not understand */
 #define FCTL_EXIT_INTERNAL 125 /* fencectl itself failed (fork, memory) */
 #define FCTL_EXIT_NOEXEC   126 /* COMMAND exists but cannot be run */
@@ -1069,8 +1069,9 @@ static const char fctl_help[] =
     "  2       usage error\n"
     "  3       the lock was lost while COMMAND ran; COMMAND was signalled, or (when the\n"
     "          release found it lost) had ended\n"
-    "  4       the sidecar is unreachable (connection refused, timeout) or its lock backend is\n"
-    "          unavailable (HTTP 503)\n"
+    "  4       the sidecar is unreachable (connection refused, timeout) or cannot grant the\n"
+    "          lock now (HTTP 503: its lock backend is unavailable, it is shutting down, or\n"
+    "          the application's health check fails)\n"
     "  5       the sidecar rejected the request (HTTP 400) or answered something unexpected\n"
     "  125     fencectl itself failed (for example, fork failed)\n"
     "  126     COMMAND was found but could not be run\n"
@@ -1246,9 +1247,10 @@ static int fctl_acquire(const struct fctl_args *a, const char *path, long long *
         fctl_err("lock %s is held by someone else%s%s", a->name, ans.message[0] ? ": " : "",
                  ans.message);
         return FCTL_EXIT_LOCKED;
-    case 503:
-        fctl_err("sidecar at %s cannot take lock %s now (lock backend unavailable)%s%s",
-                 a->addr.text, a->name, ans.message[0] ? ": " : "", ans.message);
+    case 503: /* the backend is down, the sidecar is stopping, or the application is unhealthy:
+               * the sidecar's message says which */
+        fctl_err("sidecar at %s cannot take lock %s now: %s", a->addr.text, a->name,
+                 ans.message[0] ? ans.message : "HTTP 503");
         return FCTL_EXIT_UNAVAIL;
     case 400:
         fctl_err("the sidecar rejected the request for lock %s%s%s", a->name,

@@ -211,6 +211,22 @@ class AppHealth(FgTestCase):
         self.assertEqual(p.returncode, 3, err)
         self.assertIn(b"lost", err)
 
+    def test_fencectl_refused_for_a_failing_app_says_so(self):
+        """fencectl exits 4 when the sidecar answers 503 app_unhealthy, and says the application
+        is unhealthy: it said "(lock backend unavailable)" before the sidecar's reason, with the
+        backend up and answering."""
+        fg = self.start_gated()
+        self.app.mode = "sick"
+        harness.wait_until(lambda: self.metric(fg, "fencegate_app_healthy") == 0, 5,
+                           what="unhealthy")
+        p = subprocess.run([harness.FENCECTL_BIN, "--http", "127.0.0.1:%d" % fg.http_port,
+                            "lock", "job", "--", "true"], stdin=subprocess.DEVNULL,
+                           capture_output=True, env=harness.clean_env(), timeout=10)
+        self.assertEqual(p.returncode, 4, p.stderr)
+        self.assertNotIn(b"backend", p.stderr)
+        self.assertIn(b"health check", p.stderr)
+        self.assertIn(self.app.url.encode(), p.stderr)
+
     def check_failure_reason(self, mode, reason, url=None):
         fg = self.start_gated(url)
         self.acquire(fg, "L")
