@@ -297,6 +297,22 @@ static struct http_acquire *http_pending_new(struct http_api *h, struct httpd_re
     return a;
 }
 
+/* 1 when msg, the lock client's reason for a refused acquisition, names the lock itself at its
+ * start ("lock L is held by ...", "fence on acquire of lock L (token T) failed: ..."), so that the
+ * answer names it once. Names hold no NUL, so a match of len bytes lies inside msg. */
+static int http_names_lock(const char *msg, const char *name, size_t len)
+{
+    static const char *const heads[] = {"lock ", "fence on acquire of lock "};
+
+    for (size_t i = 0; msg && i < sizeof(heads) / sizeof(heads[0]); i++) {
+        size_t n = strlen(heads[i]);
+        if (strncmp(msg, heads[i], n) == 0 && strncmp(msg + n, name, len) == 0 &&
+            (msg[n + len] == ' ' || msg[n + len] == ':'))
+            return 1;
+    }
+    return 0;
+}
+
 static void http_on_acquired(void *arg, int status, uint64_t token, const char *msg)
 {
     struct http_acquire *a = arg;
@@ -332,10 +348,7 @@ static void http_on_acquired(void *arg, int status, uint64_t token, const char *
         http_json(a->req, 200, "OK", body);
         http_event_lock(h, "acquired", a->name, a->len, token, ttl, NULL);
     } else if (a->req) {
-        /* The lock client's messages mostly name the lock already ("lock L is held by ..."):
-         * name it once. Names hold no NUL, so a match of len bytes lies inside msg. */
-        if (msg && strncmp(msg, "lock ", 5) == 0 && strncmp(msg + 5, a->name, a->len) == 0 &&
-            (msg[5 + a->len] == ' ' || msg[5 + a->len] == ':'))
+        if (http_names_lock(msg, a->name, a->len))
             snprintf(text, sizeof(text), "%s", msg);
         else
             snprintf(text, sizeof(text), "lock %s: %s", a->name, msg ? msg : "not acquired");

@@ -172,6 +172,18 @@ class HttpApi(HttpCase):
             self.assertEqual(msg.count("busy-one"), 1, (body, msg))
             self.assertTrue(msg.startswith("lock busy-one"), (body, msg))
 
+    def test_a_failed_fence_on_acquire_names_the_lock_once(self):
+        """The store (not the lock backend) is down: 503, and the message, "fence on acquire of
+        lock L (token T) failed: store ...", is not prefixed with "lock L: " again."""
+        backend = self.start_redis()
+        fg = self.start_fencegate(self.redis, args=["--backend", backend.url])
+        self.redis.kill()
+        got = self.req(fg, "POST", "/v1/locks/fenced-one", {"wait_ms": 0})
+        self.assert_error(got, 503, "unavailable")
+        msg = got[1]["message"]
+        self.assertTrue(msg.startswith("fence on acquire of lock fenced-one "), msg)
+        self.assertEqual(msg.count("fenced-one"), 1, msg)
+
     def test_a_release_claims_one_token_in_canonical_decimal(self):
         """DELETE with Fencing-Token: a second Fencing-Token field, or a token that is not
         plain decimal (leading zero, sign, whitespace inside), is a 400 and releases nothing;
