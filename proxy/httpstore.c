@@ -824,8 +824,8 @@ void httpstore_handle(void *arg, const struct cfg_store *st, const char *rest,
         metrics_inc(&fg_metrics, M_HSTORE_LOCKLOST, 1);
         if (held < 0)
             snprintf(msg, sizeof(msg),
-                     "lock %.300s (token %" PRIu64 ") was lost: its lease ran out or the backend "
-                     "refused a renewal; re-acquire it with POST /v1/locks/{name}; nothing was "
+                     "lock %.300s (token %" PRIu64 ") was lost (GET /v1/events and the sidecar's "
+                     "log say why); re-acquire it with POST /v1/locks/{name}; nothing was "
                      "forwarded",
                      lock, token);
         else
