@@ -273,6 +273,7 @@ struct ed_client {
     int hw_due;             /* a session has hw_due set */
     struct event *hwkick;   /* ed_hw_service() at the end of the loop turn */
     int64_t hw_warned_ms;   /* a held key that could not be watched was logged then (0: never) */
+    int64_t back_warned_ms; /* etcd's revisions going back were logged then (0: never) */
     struct ed_held *young_head, *young_tail; /* held keys not watched yet, oldest grant first */
     struct event *youngev;                   /* fires when the oldest of them is due */
     struct ed_orphan *orphans;
@@ -1459,6 +1460,27 @@ static void ed_check_free(struct ed_check *k)
     free(k);
 }
 
+/* A read of held keys answered at revision `to`, below `from`, a revision etcd had shown
+ * before: it lost history (restored from an older snapshot, or started anew without its data).
+ * Keys it still shows as the session's stay held (their tokens are still the stores' marks);
+ * new tokens may be below the marks, and fence on acquire refuses those. Logged at most once
+ * per ED_HW_WARN_MS. */
+static void ed_went_back(struct ed_client *ec, int64_t from, int64_t to)
+{
+    char msg[LOCK_MSG_MAX];
+    int64_t now = lock_now_ms();
+    if (!ec->c->opt.warn || (ec->back_warned_ms && now - ec->back_warned_ms < ED_HW_WARN_MS))
+        return;
+    ec->back_warned_ms = now;
+    lock_fmt(msg, sizeof(msg),
+             "etcd %s: its revisions went back from %lld to %lld (restored from an older "
+             "snapshot, or started anew without its data?); held keys it still shows as the "
+             "session's stay held and are watched from there, and new tokens below the stores' "
+             "marks are refused",
+             grpc_channel_endpoint(ec->ch), (long long)from, (long long)to);
+    ec->c->opt.warn(ec->c->opt.warn_arg, msg);
+}
+
 static void ed_check_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
 {
     struct ed_check *k = arg;
@@ -1466,6 +1488,7 @@ static void ed_check_done(void *arg, int status, const char *err, const uint8_t 
     static struct etcdpb_txn_resp t; /* one loop thread; too large for the stack */
     struct etcdpb_range_resp q;
     struct etcdpb_kv kv;
+    int64_t rev, back_from = 0;
     k->call = NULL;
     if (status != GRPC_STATUS_OK && strstr(err, "too many operations") && k->n > 1) {
         /* etcd's --max-txn-ops is below k->n: its keys go again at once, in smaller Txns */
@@ -1489,6 +1512,7 @@ static void ed_check_done(void *arg, int status, const char *err, const uint8_t 
         ed_check_free(k);
         return;
     }
+    rev = t.header.revision;
     for (size_t i = 0; i < k->n; i++) {
         struct ed_held *h = k->h[i];
         size_t off = 0;
@@ -1503,11 +1527,17 @@ static void ed_check_done(void *arg, int status, const char *err, const uint8_t 
         int have = etcdpb_range_resp_next(&q, &off, &kv) == 1;
         if (!ed_held_judge(h, have ? &kv : NULL, "read again after its watch ended"))
             continue;
-        if (t.header.revision >= h->wrev)
-            h->wrev = t.header.revision + 1;
+        /* The read shows the key at rev: the watch starts right after it, also when that is
+         * below where the watch had reached (etcd's revisions went back: from wrev on, it
+         * would miss a change etcd makes at a revision it hands out a second time). */
+        if (h->wrev - 1 > rev && h->wrev - 1 > back_from)
+            back_from = h->wrev - 1;
+        h->wrev = rev + 1;
         ed_held_watch(h);
     }
     ed_check_free(k);
+    if (back_from > 0)
+        ed_went_back(ec, back_from, rev);
 }
 
 /* Sends k (its keys' Ranges in one Txn); when it cannot go, its keys stay due. */

@@ -138,6 +138,25 @@ class EtcdMember:
     def log_tail(self, n=40):
         return harness._tail(self.log_path, n)
 
+    def restore(self, snapshot):
+        """Stops the member and replaces its data with `etcdctl snapshot restore` of snapshot (a
+        file `etcdctl snapshot save` wrote), as an operator recovers from a disaster: the keys,
+        leases and revision of the snapshot, the same member name and peer URL; start() then
+        serves it on the same port."""
+        self.stop()
+        data = os.path.join(self.dir, "data")
+        shutil.rmtree(data)
+        env = harness.clean_env({"ETCDCTL_API": "3"})
+        p = subprocess.run([ETCDCTL, "snapshot", "restore", snapshot, "--data-dir", data,
+                            "--name", self.name, "--initial-cluster",
+                            self.cluster.initial_cluster(), "--initial-cluster-token",
+                            self.cluster.token, "--initial-advertise-peer-urls", self.peer_url],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30, env=env)
+        if p.returncode != 0:
+            raise AssertionError("etcdctl snapshot restore failed (%d): %s" % (
+                p.returncode, p.stderr.decode(errors="replace")))
+        return self
+
 
 def make_certs(dir):
     """A test CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a

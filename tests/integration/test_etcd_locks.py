@@ -630,6 +630,7 @@ class EtcdLocks(EtcdTestCase):
         self.assert_lost_soon(c, "wallet:r1")
         self.assertEqual(c.call("FENCE.TOKEN", "wallet:r2"), tb)
         self.assertEqual(fg.metrics().get("fencegate_locks_lost_total"), 1)
+        self.assertNotIn("went back", self.fg_log(fg), "a restart with its data is no restore")
 
     def test_held_keys_are_read_again_in_txns_etcd_takes_after_a_restart(self):
         # etcd --max-txn-ops 8 and twelve locks held by one session: after a restart their watch
@@ -651,6 +652,43 @@ class EtcdLocks(EtcdTestCase):
         self.assert_lost_soon(c, "wallet:3")
         self.assertEqual([c.call("FENCE.TOKEN", "wallet:%d" % i) for i in range(12) if i != 3],
                          [t for i, t in enumerate(tokens) if i != 3])
+
+    def test_a_held_key_deleted_on_an_etcd_restored_from_an_older_snapshot_is_lost(self):
+        # A snapshot is saved while the lock is held; etcd then moves on (other writes) and
+        # restarts, so the held key is read again and watched from the revision of that read.
+        # etcd is then restored from the snapshot: its revisions go back below that watch's,
+        # the key is still the session's (same create_revision, the lease kept), so the lock
+        # stays held and usable. The key's deletion on the restored etcd, at a revision below
+        # the one the watch had reached, must still make the lock lost at once, and the log
+        # must say that etcd's revisions went back.
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port, timeout=10)
+        t = self.acquire(c, "wallet:snap")
+        harness.wait_until(lambda: self.watchers() == 1, 5, 0.02, "the key watched")
+        m = self.etcd.members[0]
+        snap = os.path.join(m.dir, "snap.db")
+        self.etcd.ctl("snapshot", "save", snap)
+        for i in range(5):
+            self.etcd.ctl("put", "/other/%d" % i, "x")
+        m.stop()
+        m.start(state="existing")
+        harness.wait_until(m.healthy, 15, 0.1, "etcd back")
+        harness.wait_until(lambda: self.watchers() == 1, 10, 0.05, "watched again")
+        m.restore(snap).start()
+        harness.wait_until(m.healthy, 15, 0.1, "etcd restored")
+        harness.wait_until(lambda: self.watchers() == 1, 10, 0.05, "watched on the restored etcd")
+        key, rev, _ = self.etcd.keys(PREFIX + "wallet:snap/")[0]
+        self.assertEqual(rev, t)
+        self.assertEqual(c.call("FENCE.TOKEN", "wallet:snap"), t)
+        self.assertEqual(c.call("SET", "wallet:snap", "1"), "OK")
+        self.etcd.ctl("del", key)
+        self.assert_lost_soon(c, "wallet:snap")
+        self.assertEqual(self.direct.get("wallet:snap"), b"1")
+        log = self.fg_log(fg)
+        self.assertIn("lock wallet:snap (token %d) lost: its key was deleted in etcd" % t, log)
+        went = [ln for ln in log.splitlines() if "revisions went back" in ln]
+        self.assertEqual(len(went), 1, went)
+        self.assertIn("warn", went[0])
 
     def test_a_name_released_and_taken_again_at_once_is_watched_under_its_new_key(self):
         # The same session releases a name and takes it again (the same key under the same
