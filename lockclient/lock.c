@@ -522,6 +522,7 @@ static void lock_req_free(struct lock_req *r)
 {
     while (r) {
         struct lock_req *j = r->joined;
+        free(r->gone);
         free(r);
         r = j;
     }
@@ -633,6 +634,23 @@ void lock_session_renew_soon(struct lock_session *s)
     lock_session_schedule(s);
 }
 
+/* The backend says e, granted and in its fence on acquire, is no longer the session's (why; NULL
+ * when only its lease ran out): the fence's completion fails the acquisition and names the first
+ * such reason (lock_fence_settle()). */
+static void lock_fencing_gone(struct lock_session *s, struct lock_entry *e, const char *why)
+{
+    e->expiry_ms = INT64_MIN;
+    if (why == NULL)
+        return;
+    for (struct lock_req *r = s->reqs; r; r = r->s_next)
+        if (r->kind == LOCK_REQ_ACQUIRE && r->phase != LOCK_REQ_BACKEND && r->token == e->token &&
+            r->len == e->node.len && memcmp(r->name, e->name, r->len) == 0) {
+            if (r->gone == NULL)
+                r->gone = strdup(why); /* NULL: the generic reason is given */
+            return;
+        }
+}
+
 void lock_renew_result(struct lock_session *s, const char *name, size_t len, uint64_t token,
                        int64_t sent_ms, int held)
 {
@@ -647,7 +665,10 @@ void lock_renew_result(struct lock_session *s, const char *name, size_t len, uin
         return;
     }
     if (e->state == LOCK_ENTRY_FENCING) {
-        e->expiry_ms = INT64_MIN; /* the fence completion reports it */
+        lock_fencing_gone(s, e,
+                          held ? NULL
+                               : "the backend refused its renewal: the lock key is gone or has "
+                                 "another owner");
         return;
     }
     if (held) {
@@ -666,7 +687,7 @@ void lock_held_gone(struct lock_session *s, const char *name, size_t len, uint64
     if (e == NULL || e->token != token || e->state == LOCK_ENTRY_LOST)
         return;
     if (e->state == LOCK_ENTRY_FENCING) {
-        e->expiry_ms = INT64_MIN; /* the fence completion reports it */
+        lock_fencing_gone(s, e, why);
         return;
     }
     lock_mark_lost(s, e, why);
@@ -708,6 +729,14 @@ static void lock_fence_fail(struct lock_req *r, struct lock_entry *e, const char
 static void lock_fence_settle(struct lock_req *r, struct lock_entry *e)
 {
     char msg[LOCK_MSG_MAX];
+    if (e->expiry_ms == INT64_MIN && r->gone) {
+        lock_fmt(msg, sizeof(msg),
+                 "lock %s was granted (token %llu) but was lost before it could be reported: %s; "
+                 "retry",
+                 r->name, (unsigned long long)r->token, r->gone);
+        lock_fence_fail(r, e, msg);
+        return;
+    }
     if (lock_now_ms() >= e->expiry_ms) {
         lock_fmt(msg, sizeof(msg),
                  "lock %s was granted (token %llu) but its lease ran out before it could be "

@@ -94,6 +94,7 @@ struct lock_req {
     unsigned flags;
     int fence_rounds;
     uint64_t token; /* the granted token while fencing */
+    char *gone;     /* while fencing: why the backend said the grant is gone (owned), or NULL */
     struct lock_req *b_next;
     void *b_wait;
     void *b_call;
@@ -207,7 +208,8 @@ void lock_renew_result(struct lock_session *s, const char *name, size_t len, uin
                        int64_t sent_ms, int held);
 /* The backend saw that s no longer holds name with token (its key was deleted or taken over),
  * outside a renewal: the lock is lost at once, as when a renewal is refused, with why as the
- * reason. Ignored unless s still holds name with this token. */
+ * reason (copied); a grant still in its fence on acquire is not handed out, and its acquisition
+ * fails naming why. Ignored unless s still holds name with this token. */
 void lock_held_gone(struct lock_session *s, const char *name, size_t len, uint64_t token,
                     const char *why);
 /* The renewal round trip of s ended (successfully or not). */

@@ -487,6 +487,27 @@ class EtcdLocks(EtcdTestCase):
         self.assertIn("lock wallet:o (token %d) lost: its key was overwritten" % t,
                       self.fg_log(fg))
 
+    def test_a_key_deleted_while_its_fence_on_acquire_runs_fails_the_acquire_naming_it(self):
+        # The store holds fence on acquire back (CLIENT PAUSE WRITE) while the granted key is
+        # deleted in etcd; its watch (100 ms after the grant) sees it before the fence is done.
+        # The acquire fails, and says what happened: the key was deleted, not that a lease of
+        # 30 s ran out. Nothing is handed out, and the name is free.
+        fg = self.fencegate("--session-ttl-ms", "30000")
+        c = self.raw(fg.resp_port, timeout=10)
+        self.direct.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+        c.send(harness.encode("FENCE.ACQUIRE", "wallet:f"))
+        keys = harness.wait_until(lambda: self.etcd.keys(PREFIX + "wallet:f/"), 1, 0.01,
+                                  "the key granted")
+        self.etcd.ctl("del", keys[0][0])
+        r = c.read_reply(timeout=5)
+        self.assertIsInstance(r, Err, r)
+        self.assertTrue(r.startswith("UNAVAILABLE lock wallet:f was granted (token %d) but "
+                                     "was lost before it could be reported: its key was deleted "
+                                     "in etcd at revision " % keys[0][1]), r)
+        self.assertNotIn("ran out", r)
+        self.assertIsNone(c.call("FENCE.TOKEN", "wallet:f"))
+        self.assertGreater(self.acquire(c, "wallet:f", "WAIT", 0), keys[0][1])
+
     def test_fencectl_command_is_stopped_when_its_key_is_deleted(self):
         fg = self.fencegate()
         p = harness.subprocess.Popen(
