@@ -52,14 +52,16 @@
 #define ED_MAX_RESTARTS  4   /* re-creations of a waiter's key before giving up */
 #define ED_RETRY_MS      100 /* a paused waiter looks again after this */
 #define ED_LEASE_HEX_MAX 17
-#define ED_BATCH_MAX     16  /* acquire/release Txns sent as one (etcd's --max-txn-ops >= 32) */
-#define ED_TXQ_MAX       256 /* Txns waiting for the end of the loop turn; more go alone */
-#define ED_DIRTY_AGAIN   6   /* clean-ups of a dirty name after the first, 1 s apart doubling */
+#define ED_BATCH_MAX     16   /* acquire/release Txns sent as one (etcd's --max-txn-ops >= 32) */
+#define ED_TXQ_MAX       256  /* Txns waiting for the end of the loop turn; more go alone */
+#define ED_DIRTY_AGAIN   6    /* clean-ups of a dirty name after the first, 1 s apart doubling */
+#define ED_SWEEP_PAGE    1000 /* keys per Range when a restored etcd's keys are swept */
 
 /* A completion's status when the call never reached etcd (not a gRPC status). */
 #define ED_NOT_SENT (-1)
 
 #define ED_PATH_TXN       "/etcdserverpb.KV/Txn"
+#define ED_PATH_RANGE     "/etcdserverpb.KV/Range"
 #define ED_PATH_GRANT     "/etcdserverpb.Lease/LeaseGrant"
 #define ED_PATH_REVOKE    "/etcdserverpb.Lease/LeaseRevoke"
 #define ED_PATH_KEEPALIVE "/etcdserverpb.Lease/LeaseKeepAlive"
@@ -274,6 +276,13 @@ struct ed_client {
     struct event *hwkick;   /* ed_hw_service() at the end of the loop turn */
     int64_t hw_warned_ms;   /* a held key that could not be watched was logged then (0: never) */
     int64_t back_warned_ms; /* etcd's revisions going back were logged then (0: never) */
+    /* etcd's revisions going back (see "a restored etcd"). */
+    int64_t rev_seen;     /* the highest revision etcd answered on earlier connections */
+    int64_t rev_conn;     /* the highest it answered on this one */
+    int sweep_due;        /* the sweep is to run (again) */
+    struct ed_rpc *sweep; /* its Range in flight */
+    char *sweep_from;     /* the key its next page starts at (NULL: the prefix) */
+    size_t sweep_from_len;
     struct ed_held *young_head, *young_tail; /* held keys not watched yet, oldest grant first */
     struct event *youngev;                   /* fires when the oldest of them is due */
     struct ed_orphan *orphans;
@@ -411,6 +420,11 @@ static void ed_rpc_end(void *arg, struct grpc_call *call, int status, const char
     if (status == GRPC_STATUS_OK && !k->have_resp) {
         status = GRPC_STATUS_INTERNAL;
         message = "the server ended the call without a response";
+    }
+    if (status == GRPC_STATUS_OK) {
+        struct etcdpb_header hd;
+        if (etcdpb_header_only_decode(k->resp, k->resp_len, &hd) == 0 && hd.revision > ec->rev_conn)
+            ec->rev_conn = hd.revision;
     }
     if (status != GRPC_STATUS_OK) {
         ec->c->stats.backend_errors++;
@@ -1460,25 +1474,148 @@ static void ed_check_free(struct ed_check *k)
     free(k);
 }
 
-/* A read of held keys answered at revision `to`, below `from`, a revision etcd had shown
- * before: it lost history (restored from an older snapshot, or started anew without its data).
- * Keys it still shows as the session's stay held (their tokens are still the stores' marks);
- * new tokens may be below the marks, and fence on acquire refuses those. Logged at most once
- * per ED_HW_WARN_MS. */
+/* ---- a restored etcd ----
+ *
+ * An etcd restored from an older snapshot (or one started anew without its data) goes back in
+ * revisions, and brings back the snapshot's keys with their leases. A session that is still alive
+ * keeps those leases alive, so a key its lock had since released, or one of an acquisition given
+ * up since, would head its lock's queue held by nobody, and keep every other owner waiting for as
+ * long as the session lives. So every new connection reads one key (a linearizable read, whose
+ * revision can only be below one etcd answered before if its history went back); when etcd went
+ * back, the sweep reads every key under the prefix (keys only, ED_SWEEP_PAGE per Range) and
+ * deletes, guarded by its create_revision, each key on one of the client's leases that its session
+ * neither holds under that revision nor is acquiring or cleaning up. Held keys are read again
+ * anyway after a reconnect (see "the watch on held keys"). */
+
+static void ed_sweep_done(void *arg, int status, const char *err, const uint8_t *p, size_t n);
+
+/* Sends the sweep's next page, if it is due and can go; else ed_maint_cb() tries again. */
+static void ed_sweep_send(struct ed_client *ec)
+{
+    const char *prefix = ec->c->opt.prefix;
+    size_t plen = strlen(prefix);
+    char end[ED_MAX_PREFIX + 1];
+    struct etcdpb_range_req q;
+    if (ec->sweep || !ec->sweep_due || !ed_ready(ec))
+        return;
+    memset(&q, 0, sizeof(q));
+    q.key = ec->sweep_from ? ed_s(ec->sweep_from, ec->sweep_from_len) : ed_s(prefix, plen);
+    q.range_end = ed_s(end, ed_prefix_end(prefix, plen, end));
+    q.limit = ED_SWEEP_PAGE;
+    q.keys_only = 1;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_range_req_encode(&ec->out, &q) == 0)
+        ec->sweep = ed_rpc_start(ec, ED_PATH_RANGE, ed_sweep_done, ec);
+}
+
+/* A key the sweep found (PREFIX NAME "/" HEX): deleted, guarded by its create_revision, when it
+ * is on the client's lease HEX and its session neither holds NAME under that revision nor is
+ * acquiring it or cleaning it up (those take care of their own key). */
+static void ed_sweep_key(struct ed_client *ec, const struct etcdpb_kv *kv)
+{
+    size_t plen = strlen(ec->c->opt.prefix), i = kv->key.n;
+    const char *key = (const char *)kv->key.p;
+    while (i > plen && key[i - 1] != '/')
+        i--;
+    if (i <= plen + 1 || kv->lease == 0 || i == kv->key.n)
+        return;
+    struct ed_lease *l =
+        (struct ed_lease *)(void *)lock_map_find(&ec->leases, key + i, kv->key.n - i);
+    if (l == NULL || l->id != kv->lease || l->es == NULL)
+        return;
+    const char *name = key + plen;
+    size_t nlen = i - 1 - plen;
+    struct ed_held *h = ed_held_find(l->es, name, nlen);
+    if ((h && h->rev == kv->create_revision) || lock_map_find(&l->es->dirty, name, nlen))
+        return;
+    for (struct ed_acq *a = ec->acqs; a; a = a->next)
+        if (a->r && a->r->s == l->es->s && a->r->len == nlen && memcmp(a->r->name, name, nlen) == 0)
+            return;
+    ed_orphan(ec, key, kv->key.n, kv->create_revision);
+}
+
+static void ed_sweep_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_client *ec = arg;
+    struct etcdpb_range_resp q;
+    struct etcdpb_kv kv;
+    size_t off = 0, last_len = 0;
+    const uint8_t *last = NULL;
+    (void)err;
+    ec->sweep = NULL;
+    if (status != GRPC_STATUS_OK || etcdpb_range_resp_decode(p, n, &q) != 0)
+        return; /* still due: tried again within a second */
+    while (etcdpb_range_resp_next(&q, &off, &kv) == 1) {
+        ed_sweep_key(ec, &kv);
+        last = kv.key.p;
+        last_len = kv.key.n;
+    }
+    free(ec->sweep_from);
+    ec->sweep_from = NULL;
+    if (q.more && last) { /* the next page starts right after the last key */
+        if ((ec->sweep_from = malloc(last_len + 1)) == NULL)
+            return; /* still due: from the start again */
+        memcpy(ec->sweep_from, last, last_len);
+        ec->sweep_from[last_len] = '\0';
+        ec->sweep_from_len = last_len + 1;
+        ed_sweep_send(ec);
+        return;
+    }
+    ec->sweep_due = 0;
+}
+
+/* etcd answered revision `to`, below `from`, a revision it had answered before: it lost history.
+ * Logged at most once per ED_HW_WARN_MS; the sweep runs. Keys it still shows as a session's stay
+ * held (their tokens are still the stores' marks); new tokens may be below the marks, and fence
+ * on acquire refuses those. */
 static void ed_went_back(struct ed_client *ec, int64_t from, int64_t to)
 {
     char msg[LOCK_MSG_MAX];
     int64_t now = lock_now_ms();
+    ec->rev_seen = ec->rev_conn; /* what this connection answered is the history from now on */
+    if (!ec->sweep_due) {
+        ec->sweep_due = 1;
+        free(ec->sweep_from);
+        ec->sweep_from = NULL;
+        ed_sweep_send(ec);
+    }
     if (!ec->c->opt.warn || (ec->back_warned_ms && now - ec->back_warned_ms < ED_HW_WARN_MS))
         return;
     ec->back_warned_ms = now;
     lock_fmt(msg, sizeof(msg),
              "etcd %s: its revisions went back from %lld to %lld (restored from an older "
              "snapshot, or started anew without its data?); held keys it still shows as the "
-             "session's stay held and are watched from there, and new tokens below the stores' "
-             "marks are refused",
+             "session's stay held and are watched from there, keys of this sidecar's leases "
+             "that no lock holds are deleted, and new tokens below the stores' marks are refused",
              grpc_channel_endpoint(ec->ch), (long long)from, (long long)to);
     ec->c->opt.warn(ec->c->opt.warn_arg, msg);
+}
+
+static void ed_probe_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
+{
+    struct ed_client *ec = arg;
+    struct etcdpb_range_resp q;
+    (void)err;
+    if (status == GRPC_STATUS_OK && etcdpb_range_resp_decode(p, n, &q) == 0 &&
+        q.header.revision > 0 && q.header.revision < ec->rev_seen)
+        ed_went_back(ec, ec->rev_seen, q.header.revision);
+}
+
+/* On a new connection: one linearizable read, to compare etcd's revision with those it answered
+ * on earlier connections. */
+static void ed_probe_send(struct ed_client *ec)
+{
+    const char *prefix = ec->c->opt.prefix;
+    struct etcdpb_range_req q;
+    if (ec->rev_seen == 0)
+        return; /* nothing answered before */
+    memset(&q, 0, sizeof(q));
+    q.key = ed_s(prefix, strlen(prefix));
+    q.keys_only = 1;
+    q.count_only = 1;
+    etcdpb_buf_reset(&ec->out);
+    if (etcdpb_range_req_encode(&ec->out, &q) == 0)
+        (void)ed_rpc_start(ec, ED_PATH_RANGE, ed_probe_done, ec);
 }
 
 static void ed_check_done(void *arg, int status, const char *err, const uint8_t *p, size_t n)
@@ -2679,6 +2816,7 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
     if (!ed_ready(ec))
         return;
     ed_hw_service(ec);
+    ed_sweep_send(ec);
     if (ec->norphans > 0)
         ed_orphans_flush(ec);
     if (ec->ndirty == 0)
@@ -2699,6 +2837,8 @@ static void ed_maint_cb(evutil_socket_t fd, short what, void *arg)
 static void ed_ready_up(struct ed_client *ec)
 {
     ec->up_done = 1;
+    ed_probe_send(ec); /* did etcd go back in revisions? */
+    ed_sweep_send(ec); /* one that was due when the last connection went */
     ed_orphans_flush(ec);
     /* Leases first: a keepalive now tells whether they survived a failover. */
     size_t b = 0;
@@ -2728,6 +2868,9 @@ static void ed_channel_up(void *arg, const char *endpoint)
 {
     struct ed_client *ec = arg;
     (void)endpoint;
+    if (ec->rev_conn > ec->rev_seen)
+        ec->rev_seen = ec->rev_conn;
+    ec->rev_conn = 0;
     ec->up_done = 0;
     ec->authed = !ec->have_auth;
     if (ec->have_auth) {
@@ -2941,6 +3084,7 @@ static void ed_op_close(struct lock_client *c)
     event_free(ec->hwkick);
     event_free(ec->youngev);
     lock_map_clear(&ec->hwatch); /* empty: every session closed first */
+    free(ec->sweep_from);
     etcdpb_buf_free(&ec->out);
     free(ec);
     c->impl = NULL;

@@ -711,6 +711,37 @@ class EtcdLocks(EtcdTestCase):
         self.assertEqual(len(went), 1, went)
         self.assertIn("warn", went[0])
 
+    def test_keys_an_etcd_restored_from_a_snapshot_brings_back_are_deleted(self):
+        # A restored etcd brings back the keys of the snapshot with their leases, and a session
+        # that is still alive keeps those leases alive: a lock it released after the snapshot
+        # (one session also holds another lock, one holds nothing) would then head its queue,
+        # held by nobody, for as long as the session lives, and every other sidecar waits for
+        # it. The sidecar sees that etcd's revisions went back and deletes the keys of its
+        # leases that no session holds or is acquiring; a lock still held stays held.
+        a = self.fencegate("--session-ttl-ms", "30000")
+        b = self.fencegate()
+        c1, c2 = self.raw(a.resp_port, timeout=10), self.raw(a.resp_port, timeout=10)
+        cb = self.raw(b.resp_port, timeout=10)
+        t = self.acquire(c1, "wallet:held")
+        self.acquire(c1, "wallet:x")
+        self.acquire(c2, "wallet:y")
+        m = self.etcd.members[0]
+        snap = os.path.join(m.dir, "snap.db")
+        self.etcd.ctl("snapshot", "save", snap)
+        self.assertEqual(c1.call("FENCE.RELEASE", "wallet:x"), 1)
+        self.assertEqual(c2.call("FENCE.RELEASE", "wallet:y"), 1)
+        m.restore(snap).start()
+        harness.wait_until(m.healthy, 15, 0.1, "etcd restored")
+        harness.wait_until(lambda: a.http("/readyz")[0] == b.http("/readyz")[0] == 200, 10, 0.05,
+                           "both sidecars connected again")
+        for name in ("wallet:x", "wallet:y"):
+            self.assertIsInstance(cb.call("FENCE.ACQUIRE", name, "WAIT", 3000, timeout=10), int,
+                                  "%s still taken in the restored etcd" % name)
+        self.assertEqual(c1.call("FENCE.TOKEN", "wallet:held"), t)
+        self.assertEqual(c1.call("SET", "wallet:held", "1"), "OK")
+        went = [ln for ln in self.fg_log(a).splitlines() if "revisions went back" in ln]
+        self.assertEqual(len(went), 1, went)
+
     def test_a_name_released_and_taken_again_at_once_is_watched_under_its_new_key(self):
         # The same session releases a name and takes it again (the same key under the same
         # lease, a new create_revision), held briefly and held past its watch's start, with
@@ -1356,6 +1387,7 @@ class EtcdCluster3(EtcdTestCase):
         harness.wait_until(lambda: c.call("FENCE.TOKEN", "fo:a") is None, 1.5, 0.01,
                            "fo:a reported lost")
         self.assertEqual(c.call("FENCE.TOKEN", "fo:b"), tb)
+        self.assertNotIn("went back", self.fg_log(fg), "a failover is no restore")
 
     def acquire_ok(self, conn, name):
         r = conn.call("FENCE.ACQUIRE", name, timeout=10)
