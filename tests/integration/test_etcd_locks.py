@@ -3,8 +3,9 @@ key's create_revision; waiters are served first come, first served; try-once lea
 behind; `etcdctl lock` and fencegate exclude each other; a killed sidecar's locks come free
 within the session lease; a frozen holder's writes are refused at the store; a lease revoked
 behind fencegate's back makes its locks lost at once, and so does a held key deleted or overwritten
-(its watch, one stream for every key); a 3-member cluster loses its leader while
-locks are held and waited for, and no lock is ever granted twice."""
+(its watch, one stream for every key), also on an etcd restored from an older snapshot (whose
+revisions went back, and which brings back keys released since: they are deleted); a 3-member
+cluster loses its leader while locks are held and waited for, and no lock is ever granted twice."""
 
 import json
 import os
