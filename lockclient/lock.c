@@ -48,6 +48,16 @@ int64_t lock_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int lock_warn_due(int64_t *last_ms, int64_t every_ms)
+{
+    int64_t now = lock_now_ms();
+
+    if (*last_ms != 0 && now - *last_ms < every_ms)
+        return 0;
+    *last_ms = now != 0 ? now : 1;
+    return 1;
+}
+
 /* Decodes %XX escapes of src (n bytes) into out (cap bytes). Returns 0, or -1 if it does not fit
  * or an escape is malformed. */
 static int lock_pct_decode(const char *src, size_t n, char *out, size_t cap)
@@ -139,12 +149,11 @@ void lock_note_repair(struct lock_client *c, const char *name, size_t len, int r
 static void lock_note_regression(struct lock_client *c, const char *msg)
 {
     char line[LOCK_MSG_MAX + 128];
-    int64_t now = lock_now_ms();
 
     c->stats.token_regressions++;
     if (c->opt.warn == NULL)
         return;
-    if (c->regress_warned_ms != 0 && now - c->regress_warned_ms < LOCK_REGRESSION_WARN_MS) {
+    if (!lock_warn_due(&c->regress_warned_ms, LOCK_REGRESSION_WARN_MS)) {
         c->regress_unsaid++;
         return;
     }
@@ -158,7 +167,6 @@ static void lock_note_regression(struct lock_client *c, const char *msg)
                  "%s (the backend's tokens went back: restored from an old "
                  "snapshot, or its data lost?)",
                  msg);
-    c->regress_warned_ms = now;
     c->regress_unsaid = 0;
     c->opt.warn(c->opt.warn_arg, line);
 }

@@ -184,6 +184,9 @@ extern const struct lock_backend_ops lock_etcd_ops;
 
 /* Monotonic clock, milliseconds. */
 int64_t lock_now_ms(void);
+/* For a warning logged at most once per every_ms: 1 when *last_ms (when it was last logged; 0:
+ * never, or news again) is that long ago, which sets it to now; else 0. */
+int lock_warn_due(int64_t *last_ms, int64_t every_ms);
 /* The user info at p (just past "scheme://"): everything before the last '@' of the URL, so a
  * password may hold '/', '?' or '#' unescaped (as config/ reads URLs). "user:password", or, with
  * no ':', a password alone (as redis-cli reads it) or, when bare_is_user, a user name (etcd);

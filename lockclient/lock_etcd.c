@@ -308,8 +308,7 @@ struct ed_client {
     char why[LOCK_MSG_MAX]; /* the last authentication failure, while it lasts */
     struct grpc_tls *tls;   /* etcds:// */
     char down_why[LOCK_MSG_MAX];
-    int warned; /* a failure was logged at warned_ms, and etcd has not been ready since */
-    int64_t warned_ms;
+    int64_t warned_ms; /* a failure was logged then, and etcd has not been ready since (0: no) */
 };
 
 static void ed_acq_start(struct ed_acq *a);
@@ -1231,10 +1230,8 @@ static void ed_hw_warn(struct ed_client *ec, const char *fmt, ...)
 {
     char msg[LOCK_MSG_MAX];
     va_list ap;
-    int64_t now = lock_now_ms();
-    if (!ec->c->opt.warn || (ec->hw_warned_ms && now - ec->hw_warned_ms < ED_HW_WARN_MS))
+    if (!ec->c->opt.warn || !lock_warn_due(&ec->hw_warned_ms, ED_HW_WARN_MS))
         return;
-    ec->hw_warned_ms = now;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
@@ -1571,7 +1568,6 @@ static void ed_sweep_done(void *arg, int status, const char *err, const uint8_t 
 static void ed_went_back(struct ed_client *ec, int64_t from, int64_t to)
 {
     char msg[LOCK_MSG_MAX];
-    int64_t now = lock_now_ms();
     ec->rev_seen = ec->rev_conn; /* what this connection answered is the history from now on */
     if (!ec->sweep_due) {
         ec->sweep_due = 1;
@@ -1579,9 +1575,8 @@ static void ed_went_back(struct ed_client *ec, int64_t from, int64_t to)
         ec->sweep_from = NULL;
         ed_sweep_send(ec);
     }
-    if (!ec->c->opt.warn || (ec->back_warned_ms && now - ec->back_warned_ms < ED_HW_WARN_MS))
+    if (!ec->c->opt.warn || !lock_warn_due(&ec->back_warned_ms, ED_HW_WARN_MS))
         return;
-    ec->back_warned_ms = now;
     lock_fmt(msg, sizeof(msg),
              "etcd %s: its revisions went back from %lld to %lld (restored from an older "
              "snapshot, or started anew without its data?); held keys it still shows as the "
@@ -2686,13 +2681,8 @@ static void ed_op_mark_raise(struct lock_client *c, const char *key, size_t len,
  * after a time ready, then at most once per ED_WARN_MS while it lasts. */
 static void ed_warn(struct ed_client *ec, const char *msg)
 {
-    int64_t now = lock_now_ms();
-
-    if (!ec->c->opt.warn || (ec->warned && now - ec->warned_ms < ED_WARN_MS))
-        return;
-    ec->warned = 1;
-    ec->warned_ms = now;
-    ec->c->opt.warn(ec->c->opt.warn_arg, msg);
+    if (ec->c->opt.warn && lock_warn_due(&ec->warned_ms, ED_WARN_MS))
+        ec->c->opt.warn(ec->c->opt.warn_arg, msg);
 }
 
 /* Every second: ready again ends a warned spell; a connection that keeps failing is logged. */
@@ -2701,7 +2691,7 @@ static void ed_warn_down(struct ed_client *ec)
     const char *last = grpc_channel_last_error(ec->ch);
 
     if (ed_ready(ec))
-        ec->warned = 0;
+        ec->warned_ms = 0;
     else if (!grpc_channel_ready(ec->ch) && last[0])
         ed_warn(ec, last);
 }

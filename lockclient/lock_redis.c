@@ -212,8 +212,7 @@ struct rd_client {
     size_t unsent_drops;
     struct lock_map waits; /* struct rd_wait by name */
     int closing;
-    int warned; /* a failure was logged at warned_ms, and no call has succeeded since */
-    int64_t warned_ms;
+    int64_t warned_ms; /* a failure was logged then, and no call has succeeded since (0: no) */
 };
 
 static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
@@ -244,14 +243,11 @@ static void rd_warn_down(struct rd_conn *cn, const char *why)
 {
     struct rd_client *rc = cn->rc;
     struct lock_client *c = rc->lc;
-    int64_t now = lock_now_ms();
     char msg[LOCK_MSG_MAX];
 
     if (cn->is_sub || why == NULL || c->opt.warn == NULL ||
-        (rc->warned && now - rc->warned_ms < RD_WARN_MS))
+        !lock_warn_due(&rc->warned_ms, RD_WARN_MS))
         return;
-    rc->warned = 1;
-    rc->warned_ms = now;
     lock_fmt(msg, sizeof(msg), "%s: %s (acquisitions fail until it answers again)", rc->where, why);
     c->opt.warn(c->opt.warn_arg, msg);
 }
@@ -1307,7 +1303,7 @@ static void rd_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
         lock_fmt(msg, sizeof(msg), "%s answered an error: %s", rc->where, reply->str);
         rd_call_fail(k, msg, 0);
     } else {
-        rc->warned = 0; /* it answers: a later failure is news again */
+        rc->warned_ms = 0; /* it answers: a later failure is news again */
         rd_call_done(k, reply);
     }
     rd_call_free(k);
