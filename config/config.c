@@ -2074,6 +2074,40 @@ static int cfg_given(const struct cfg *cfg, const char *key)
     return s && cfg->origin[s - cfg_settings].from != CFG_FROM_DEFAULT;
 }
 
+int cfg_is_upstream(const struct cfg *cfg, const struct cfg_url *url)
+{
+    const struct cfg_url *u = &cfg->upstream;
+
+    return url->kind == CFG_URL_REDIS && u->kind == CFG_URL_REDIS && url->db == u->db &&
+           url->hosts[0].port == u->hosts[0].port &&
+           strcasecmp(url->hosts[0].host, u->hosts[0].host) == 0;
+}
+
+/* Says in out where the upstream came from: "flag --upstream", "upstream, FILE:L:C", "the first
+ * redis:// store, 'NAME'" or "the default". */
+static const char *cfg_upstream_from(const struct cfg *cfg, char *out, size_t cap)
+{
+    const struct cfg_setting *s = cfg_find_key("upstream");
+    const struct cfg_origin *o = &cfg->origin[s - cfg_settings];
+    char shown[CFG_SHOW_BUF];
+    int n = -1;
+
+    if (o->from == CFG_FROM_FLAG)
+        n = snprintf(out, cap, "flag --%s", s->flag);
+    else if (o->from == CFG_FROM_ENV)
+        n = snprintf(out, cap, "environment %s", s->env);
+    else if (o->from == CFG_FROM_FILE)
+        n = snprintf(out, cap, "upstream, %s:%d:%d", cfg_show_str(shown, cfg->source), o->line,
+                     o->column);
+    for (int i = 0; n < 0 && i < cfg->nstores; i++)
+        if (cfg->stores[i].url.kind == CFG_URL_REDIS)
+            n = snprintf(out, cap, "the first redis:// store, '%s'",
+                         cfg_show_str(shown, cfg->stores[i].name));
+    if (n < 0)
+        snprintf(out, cap, "the default");
+    return out;
+}
+
 /* Cross-field checks once every source was applied; see config.h. Returns FG_OK or FG_ERR_CONFIG
  * with the reason in err. */
 int cfg_finish(struct cfg *cfg, struct cfg_error *err)
@@ -2192,6 +2226,24 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                      "protect[%d].store: '%s' is a PostgreSQL store; SQL requests name their lock "
                      "in the body, so protect rules apply to Redis and HTTP stores only",
                      i, cfg_show_str(shown, r->store));
+            cfg_err_at(cfg, &r->at, NULL, err);
+            return FG_ERR_CONFIG;
+        }
+        /* The Redis endpoint is the only way to a Redis store, and it reaches the upstream only:
+         * a rule on another Redis store would leave its keys unguarded without a word. */
+        if (cfg->stores[cfg_store_index(cfg, r->store)].url.kind == CFG_URL_REDIS &&
+            !cfg_is_upstream(cfg, &cfg->stores[cfg_store_index(cfg, r->store)].url)) {
+            char from[300], shown2[CFG_SHOW_BUF], shown3[CFG_SHOW_BUF];
+
+            cfg_errf(err,
+                     "protect[%d].store: '%s' (%s) is not the Redis endpoint's upstream %s (%s): "
+                     "a rule on a Redis store guards the writes sent through the Redis endpoint, "
+                     "which all go to the upstream, so this one would guard nothing; give the "
+                     "store the upstream's URL, or name the upstream's store",
+                     i, cfg_show_str(shown, r->store),
+                     cfg_show_url(shown2, cfg->stores[cfg_store_index(cfg, r->store)].url.raw),
+                     cfg_show_url(shown3, cfg->upstream.raw),
+                     cfg_upstream_from(cfg, from, sizeof from));
             cfg_err_at(cfg, &r->at, NULL, err);
             return FG_ERR_CONFIG;
         }

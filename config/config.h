@@ -176,6 +176,12 @@ const char *cfg_url_masked(char *out, size_t cap, const char *url);
  * net_same_host: localhost and 127.0.0.1 are one); the user does not matter. */
 int cfg_store_is_backend(const struct cfg *cfg, int (*same_host)(const char *a, const char *b));
 
+/* Whether url reaches the Redis endpoint's upstream (after cfg_finish()): a redis:// URL with the
+ * same port and database and the same host, as spelled in any case. The user does not matter:
+ * the keys are the same. The protect rules of such a store are the Redis endpoint's; cfg_finish()
+ * refuses rules on any other Redis store, which nothing would apply. */
+int cfg_is_upstream(const struct cfg *cfg, const struct cfg_url *url);
+
 /* The text printed by --help (the flags, env variables and file keys). */
 const char *cfg_usage(void);
 

@@ -2526,22 +2526,20 @@ static void srv_on_accept(evutil_socket_t lfd, short what, void *arg)
     }
 }
 
-/* The protect rules that apply to the RESP endpoint's upstream store. Returns 0 or -1 with err. */
+/* The protect rules that apply to the RESP endpoint's upstream store: those of every store that
+ * is the upstream as config.h reads it, so that no rule config.c let through is left out. Returns
+ * 0 or -1 with err. */
 static int srv_load_rules(struct server *s, char *err, size_t errlen)
 {
     const struct cfg *cfg = s->cfg;
-    const struct cfg_url *u = &cfg->upstream;
     struct fence_rule rules[CFG_MAX_PROTECT];
     size_t n = 0;
     int rc = 0;
 
     for (int i = 0; i < cfg->nprotect; i++) {
         for (int j = 0; j < cfg->nstores; j++) {
-            const struct cfg_url *su = &cfg->stores[j].url;
             if (strcmp(cfg->stores[j].name, cfg->protect[i].store) != 0 ||
-                su->kind != CFG_URL_REDIS || su->db != u->db ||
-                su->hosts[0].port != u->hosts[0].port ||
-                strcmp(su->hosts[0].host, u->hosts[0].host) != 0)
+                !cfg_is_upstream(cfg, &cfg->stores[j].url))
                 continue;
             rules[n].glob = cfg->protect[i].keys;
             rules[n].lock_template = cfg->protect[i].lock;

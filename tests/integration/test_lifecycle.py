@@ -135,6 +135,19 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(rc, 2, err)
         self.assertIn(d, err)
 
+    def test_protect_rule_on_a_store_that_is_not_the_upstream_exit_2(self):
+        # The file's rule names store "cache"; --upstream sends the Redis endpoint's writes
+        # elsewhere, so the rule would guard nothing. It used to start, and the keys it names
+        # were written without their lock.
+        path = self._write("stores:\n  - { name: cache, url: \"redis://127.0.0.1:6379\" }\n"
+                           "protect:\n  - { store: cache, keys: \"w:*\", lock: \"w:$1\" }\n")
+        rc, _, err = run_fencegate(self.ports() + ["--config", path,
+                                                   "--upstream", "redis://127.0.0.1:1"],
+                                   timeout=3.0)
+        self.assertEqual(rc, 2, err)
+        self.assertIn(path + ":4:14: protect[0].store: 'cache' (redis://127.0.0.1:6379) is not "
+                      "the Redis endpoint's upstream redis://127.0.0.1:1 (flag --upstream)", err)
+
 
 class Configuration(FgTestCase):
     """Which port it listens on shows which source won: file < environment < flag."""
@@ -189,6 +202,25 @@ class Configuration(FgTestCase):
     def test_flag_overrides_environment_and_file(self):
         self._start(["--config", self.path, "--resp", "127.0.0.1:%d" % self.c],
                     {"FENCEGATE_LISTEN_RESP": "127.0.0.1:%d" % self.b}, self.c)
+
+    def test_protect_rule_on_the_upstream_written_in_another_case(self):
+        # Host names are case-insensitive: the store is the upstream, and its rule applies to
+        # the Redis endpoint (the config took them for one store, the endpoint for two, and
+        # dropped the rule: writes to w:* went through without the lock).
+        path = os.path.join(self._tmp(), "case.yaml")
+        with open(path, "w") as f:
+            f.write("stores:\n  - { name: cache, url: \"redis://localhost:%d\" }\n"
+                    "protect:\n  - { store: cache, keys: \"w:*\", lock: \"w:$1\" }\n"
+                    % self.redis.port)
+        up = "redis://LOCALHOST:%d" % self.redis.port
+        fg = Fencegate(args=["--config", path, "--upstream", up, "--backend", up])
+        self._fg_procs.append(fg)
+        self.addCleanup(fg.cleanup)
+        fg.start().wait_ready()
+        r = self.raw(fg.resp_port).call("SET", "w:1", "x")
+        self.assertIsInstance(r, harness.Err, r)
+        self.assertTrue(str(r).startswith("NOLOCK key w:1 is protected by lock w:1"), r)
+        self.assertEqual(self.redis.client().exists("w:1"), 0)
 
     def test_environment_only(self):
         other = self.start_redis()

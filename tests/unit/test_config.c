@@ -1203,6 +1203,87 @@ static void test_finish_protect_rules(void **state)
     free(c);
 }
 
+/* A rule on a Redis store guards the writes sent through the Redis endpoint, which all go to the
+ * upstream: a rule on a Redis store that is not the upstream guards nothing. Such a config (an
+ * --upstream or FENCEGATE_UPSTREAM over a file's stores, a second Redis store) is refused, naming
+ * the rule and where the upstream came from; it used to start with the rule silently unused, and
+ * the keys it named written without their lock. */
+static void test_finish_protect_rules_guard_the_upstream_only(void **state)
+{
+    static const char rule_on_cache[] = "stores:\n"
+                                        "  - { name: cache, url: 'redis://127.0.0.1:6379' }\n"
+                                        "protect:\n"
+                                        "  - { store: cache, keys: 'w:*', lock: 'w:$1' }\n";
+    static const struct {
+        const char *yaml, *env, *flag, *start, *also;
+    } bad[] = {
+        {rule_on_cache, NULL, "--upstream=redis://localhost:6379",
+         "t.yaml:4:14: protect[0].store: 'cache' (redis://127.0.0.1:6379) is not the Redis "
+         "endpoint's upstream redis://localhost:6379 (flag --upstream)",
+         "would guard nothing"},
+        {rule_on_cache, "FENCEGATE_UPSTREAM=redis://u:secret@10.0.0.9:6379", NULL,
+         "t.yaml:4:14: protect[0].store: 'cache' (redis://127.0.0.1:6379) is not the Redis "
+         "endpoint's upstream redis://u:***@10.0.0.9:6379 (environment FENCEGATE_UPSTREAM)",
+         NULL},
+        /* Another database of the same Redis is another store. */
+        {rule_on_cache, NULL, "--upstream=redis://127.0.0.1:6379/1",
+         "t.yaml:4:14: protect[0].store: 'cache'", "flag --upstream"},
+        /* No upstream given: it is the first Redis store, and a rule on the second is unused. */
+        {"stores:\n"
+         "  - { name: a, url: 'redis://h1' }\n"
+         "  - { name: b, url: 'redis://h2' }\n"
+         "protect: [{ store: b, keys: k, lock: l }]\n",
+         NULL, NULL,
+         "t.yaml:4:20: protect[0].store: 'b' (redis://h2) is not the Redis endpoint's upstream "
+         "redis://h1 (the first redis:// store, 'a')",
+         NULL},
+        {"upstream: 'redis://h1:6379'\n"
+         "stores: [{ name: a, url: 'redis://h1:6380' }]\n"
+         "protect: [{ store: a, keys: k, lock: l }]\n",
+         NULL, NULL,
+         "t.yaml:3:20: protect[0].store: 'a' (redis://h1:6380) is not the Redis endpoint's "
+         "upstream redis://h1:6379 (upstream, t.yaml:1:11)",
+         NULL},
+    };
+    /* The upstream's own store, however its URL is spelled (host case, default port and
+     * database, another user), and rules on HTTP stores, are fine. */
+    static const char *const fine[] = {
+        "upstream: 'redis://H1:6379/0'\n"
+        "stores: [{ name: a, url: 'redis://h1' }]\n"
+        "protect: [{ store: a, keys: k, lock: l }]\n",
+        "upstream: 'redis://alice:pw@h1'\n"
+        "stores: [{ name: a, url: 'redis://bob:pw2@h1:6379' }]\n"
+        "protect: [{ store: a, keys: k, lock: l }]\n",
+        "stores: [{ name: web, url: 'http://h' }, { name: a, url: 'redis://h1' }]\n"
+        "protect: [{ store: web, keys: 'r/*', lock: 'r:$1' }, { store: a, keys: k, lock: l }]\n",
+    };
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct cfg *c = new_cfg();
+        struct cfg_error err;
+        enum cfg_action action;
+        char *env[] = {(char *)bad[i].env, NULL};
+        char *argv[] = {"fencegate", (char *)bad[i].flag, NULL};
+
+        expect_yaml_ok(bad[i].yaml, c);
+        assert_int_equal(cfg_apply_env(c, env, &err), FG_OK);
+        assert_int_equal(cfg_apply_args(c, bad[i].flag ? 2 : 1, argv, &action, &err), FG_OK);
+        memset(&err, 0, sizeof err);
+        assert_int_equal(cfg_finish(c, &err), FG_ERR_CONFIG);
+        assert_starts_with(err.msg, bad[i].start);
+        if (bad[i].also)
+            assert_contains(err.msg, bad[i].also);
+        free(c);
+    }
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        struct cfg *c = new_cfg();
+
+        expect_yaml_ok(fine[i], c);
+        finish_ok(c);
+        free(c);
+    }
+}
+
 /* Two listeners on one port fail at bind unless their addresses differ and neither is a
  * wildcard; config says so before anything starts (exit 2, not 1 at bind). */
 static void test_finish_listeners_overlap(void **state)
@@ -2021,6 +2102,7 @@ int main(void)
         cmocka_unit_test(test_config_path),
         cmocka_unit_test(test_finish_upstream_store),
         cmocka_unit_test(test_finish_protect_rules),
+        cmocka_unit_test(test_finish_protect_rules_guard_the_upstream_only),
         cmocka_unit_test(test_finish_backend_checks),
         cmocka_unit_test(test_finish_errors_name_their_source),
         cmocka_unit_test(test_finish_listeners_overlap),
