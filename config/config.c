@@ -776,9 +776,10 @@ int cfg_store_is_backend(const struct cfg *cfg, int (*same_host)(const char *a, 
            (same_host && same_host(b->hosts[0].host, u->hosts[0].host));
 }
 
-/* Parses a redis://, etcd://, postgresql:// (or postgres://) or http:// URL into *out. Returns
- * FG_OK, or FG_ERR_CONFIG with "bad URL '<s>': <why>" in err (a password shown as "***") and
- * *out zeroed. */
+/* Parses a redis://, etcd://, postgresql:// (or postgres://) or http:// URL into *out. The scheme
+ * is read in any case and kept in out->raw in lower case, the only spelling the lock client and
+ * libpq, which get raw, know. Returns FG_OK, or FG_ERR_CONFIG with "bad URL '<s>': <why>" in err
+ * (a password shown as "***") and *out zeroed. */
 int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err)
 {
     char shown[CFG_SHOW_BUF];
@@ -793,6 +794,9 @@ int cfg_parse_url(const char *s, struct cfg_url *out, struct cfg_error *err)
     } else {
         cfg_copy(out->raw, sizeof out->raw, s, n);
         why = cfg_url_any(out->raw, n, out);
+        for (char *p = out->raw; !why && *p != ':'; p++) /* a known scheme: letters only */
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p - 'A' + 'a');
     }
     if (why) {
         cfg_errf(err, "bad URL '%s': %s", cfg_show_url(shown, s), why);

@@ -31,7 +31,7 @@ enum cfg_url_kind {
  */
 struct cfg_url {
     enum cfg_url_kind kind;
-    char raw[CFG_MAX_STR];                /* the URL as given */
+    char raw[CFG_MAX_STR];                /* the URL as given, its scheme in lower case */
     struct cfg_addr hosts[CFG_MAX_HOSTS]; /* etcd may list several; others have exactly one */
     int nhosts;
     int db;                 /* redis: database number, default 0 */

@@ -1654,7 +1654,7 @@ static void test_parse_url_table(void **state)
     assert_addr(&u->hosts[0], "::1", 6380);
     assert_int_equal(u->db, 15);
 
-    URL_OK("REDIS://h:1/2147483647");
+    URL_OK("redis://h:1/2147483647"); /* upper case: test_url_scheme_in_any_case */
     assert_int_equal(u->kind, CFG_URL_REDIS);
     assert_int_equal(u->db, INT_MAX);
 
@@ -1805,6 +1805,46 @@ static void test_parse_url_table(void **state)
 }
 
 /* Error messages end up in logs: a password in a URL is masked, everything else is kept. */
+/* A scheme is read in any case (RFC 3986), and the URL is kept with it in lower case: the lock
+ * client and libpq, which get the URL as written, know the lower-case spellings only. An
+ * ETCD://... backend passed every check and then stopped start-up with the lock client's
+ * "unknown scheme", without the file, variable or flag; a POSTGRESQL://... store started, and
+ * libpq took the whole URL for a database name on the local socket. */
+static void test_url_scheme_in_any_case(void **state)
+{
+    static const struct {
+        const char *in, *raw;
+        enum cfg_url_kind kind;
+    } cases[] = {
+        {"REDIS://u:Pw@H:7000/2", "redis://u:Pw@H:7000/2", CFG_URL_REDIS},
+        {"Etcd://e1,e2:2380", "etcd://e1,e2:2380", CFG_URL_ETCD},
+        {"ETCDS://e", "etcds://e", CFG_URL_ETCD},
+        {"POSTGRESQL://App@DB/Ledger?sslmode=disable", "postgresql://App@DB/Ledger?sslmode=disable",
+         CFG_URL_POSTGRES},
+        {"Postgres://db/x", "postgres://db/x", CFG_URL_POSTGRES},
+        {"HTTP://Web:9000/API", "http://Web:9000/API", CFG_URL_HTTP},
+    };
+    struct cfg_url *u = calloc(1, sizeof *u);
+    struct cfg *c = new_cfg();
+    struct cfg_error err;
+    enum cfg_action action;
+    char *argv[] = {"fencegate", "--backend", "ETCD://127.0.0.1:2379", NULL};
+
+    assert_non_null(u);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memset(&err, 0, sizeof err);
+        if (cfg_parse_url(cases[i].in, u, &err) != FG_OK)
+            fail_msg("%s: %s", cases[i].in, err.msg);
+        assert_string_equal(u->raw, cases[i].raw);
+        assert_int_equal(u->kind, cases[i].kind);
+    }
+    assert_int_equal(cfg_apply_args(c, 3, argv, &action, &err), FG_OK);
+    finish_ok(c);
+    assert_string_equal(c->backend.raw, "etcd://127.0.0.1:2379");
+    free(c);
+    free(u);
+}
+
 static void test_password_not_in_errors(void **state)
 {
     struct cfg_url *u = calloc(1, sizeof *u);
@@ -2108,6 +2148,7 @@ int main(void)
         cmocka_unit_test(test_finish_listeners_overlap),
         cmocka_unit_test(test_parse_addr_table),
         cmocka_unit_test(test_parse_url_table),
+        cmocka_unit_test(test_url_scheme_in_any_case),
         cmocka_unit_test(test_password_not_in_errors),
         cmocka_unit_test(test_url_masked),
         cmocka_unit_test(test_long_and_odd_values),
