@@ -74,8 +74,13 @@ static void check_finished(const struct cfg *c)
     for (int i = 0; i < c->nprotect; i++) {
         int found = 0;
 
-        for (int j = 0; j < c->nstores; j++)
-            found |= strcmp(c->protect[i].store, c->stores[j].name) == 0;
+        for (int j = 0; j < c->nstores; j++) {
+            const struct cfg_url *u = &c->stores[j].url;
+
+            /* a rule on a Redis store is the Redis endpoint's: its store is the upstream */
+            if (strcmp(c->protect[i].store, c->stores[j].name) == 0)
+                found = u->kind != CFG_URL_REDIS || cfg_is_upstream(c, u);
+        }
         if (!found || !c->protect[i].keys[0] || !c->protect[i].lock[0])
             abort();
     }
