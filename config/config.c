@@ -1445,6 +1445,7 @@ static int yaml_store(struct cfg_yaml *y, int i)
             else
                 st->queue_max = (int)v;
         } else {
+            cfg_mark(&st->at, vm);
             rc = yaml_scalar(y, key, "a redis://, postgresql:// or http:// URL", val, sizeof val);
             if (rc)
                 return rc;
@@ -2076,6 +2077,21 @@ static int cfg_given(const struct cfg *cfg, const char *key)
     const struct cfg_setting *s = cfg_find_key(key);
 
     return s && cfg->origin[s - cfg_settings].from != CFG_FROM_DEFAULT;
+}
+
+void cfg_store_url_error(const struct cfg *cfg, int i, const char *why, struct cfg_error *err)
+{
+    char shown[CFG_SHOW_BUF], masked[CFG_MAX_STR + 8];
+    const char *raw = cfg->stores[i].url.raw;
+    size_t n = strcspn(why, "\n");
+
+    if (strcmp(cfg_url_masked(masked, sizeof masked, raw), raw) != 0 && strchr(why, '"'))
+        n = (size_t)(strchr(why, '"') - why);
+    while (n > 0 && (why[n - 1] == ' ' || why[n - 1] == ':'))
+        n--;
+    cfg_errf(err, "stores[%d].url: bad URL '%s': %.*s", i, cfg_show_url(shown, raw),
+             n > 300 ? 300 : (int)n, why);
+    cfg_err_at(cfg, &cfg->stores[i].at, NULL, err);
 }
 
 int cfg_is_upstream(const struct cfg *cfg, const struct cfg_url *url)

@@ -41,21 +41,22 @@ struct cfg_url {
     char path[CFG_MAX_STR]; /* http: path prefix ("" or "/..."); postgres: database */
 };
 
-struct cfg_store {
-    char name[128];
-    struct cfg_url url; /* kind is REDIS, POSTGRES or HTTP */
-    /* postgresql stores (0 = the default of pgstore.h): */
-    int pool_size;        /* connections, 1..256 */
-    long long timeout_ms; /* statement_timeout, 100..3600000 */
-    int queue_max;        /* requests waiting for a connection, 1..100000 */
-};
-
 /* Where a value was set, so that checks made after every source was applied (cfg_finish()) can
  * still name it. */
 enum cfg_from { CFG_FROM_DEFAULT = 0, CFG_FROM_FILE, CFG_FROM_ENV, CFG_FROM_FLAG };
 struct cfg_origin {
     enum cfg_from from;
     int line, column; /* CFG_FROM_FILE: 1-based, in cfg.source */
+};
+
+struct cfg_store {
+    char name[128];
+    struct cfg_url url;   /* kind is REDIS, POSTGRES or HTTP */
+    struct cfg_origin at; /* of its url: value */
+    /* postgresql stores (0 = the default of pgstore.h): */
+    int pool_size;        /* connections, 1..256 */
+    long long timeout_ms; /* statement_timeout, 100..3600000 */
+    int queue_max;        /* requests waiting for a connection, 1..100000 */
 };
 
 #define CFG_MAX_SETTINGS 32 /* room in cfg.origin; config.c checks its table fits */
@@ -175,6 +176,11 @@ const char *cfg_url_masked(char *out, size_t cap, const char *url);
  * as spelled (in any case) or, when same_host is given, as same_host(a, b) says (fencegate passes
  * net_same_host: localhost and 127.0.0.1 are one); the user does not matter. */
 int cfg_store_is_backend(const struct cfg *cfg, int (*same_host)(const char *a, const char *b));
+
+/* Writes into err "FILE:LINE:COLUMN: stores[i].url: bad URL '<its URL, passwords masked>': <why>",
+ * for a check of a store's URL made outside this module (libpq's parser, say). When the URL holds
+ * a password, why is cut before its first '"', where libpq quotes what it could not read. */
+void cfg_store_url_error(const struct cfg *cfg, int i, const char *why, struct cfg_error *err);
 
 /* Whether url reaches the Redis endpoint's upstream (after cfg_finish()): a redis:// URL with the
  * same port and database and the same host, as spelled in any case. The user does not matter:

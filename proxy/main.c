@@ -223,6 +223,27 @@ static int main_read_password(const char *path, char *out, size_t cap, char *err
     return 0;
 }
 
+/* Has libpq's parser read a PostgreSQL store's URL, which libpq otherwise reads only when it
+ * connects: a parameter it does not know, a bad %-escape or a broken address would start the
+ * sidecar with a store that fails every request. (Values, such as sslmode's, are still checked
+ * at connect only.) Returns 0, or -1 after printing the error. */
+static int main_check_pg_url(const struct cfg *cfg, int i)
+{
+    char *why = NULL;
+    PQconninfoOption *o = pq.PQconninfoParse(cfg->stores[i].url.raw, &why);
+    struct cfg_error e;
+
+    if (o) {
+        pq.PQconninfoFree(o);
+        return 0;
+    }
+    cfg_store_url_error(cfg, i, why ? why : "libpq cannot read it (out of memory?)", &e);
+    if (why)
+        pq.PQfreemem(why);
+    fprintf(stderr, "fencegate: %s\n", e.msg);
+    return -1;
+}
+
 static const char *main_url_shown(const struct cfg_url *u)
 {
     /* A URL with a password is not logged verbatim. */
@@ -309,7 +330,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "fencegate: store '%s': %s\n", cfg.stores[i].name, err);
             return 2;
         }
-        break;
+        if (main_check_pg_url(&cfg, i) != 0)
+            return 2;
     }
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)getpid() ^ (unsigned)time(NULL));

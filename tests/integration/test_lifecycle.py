@@ -135,6 +135,27 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(rc, 2, err)
         self.assertIn(d, err)
 
+    def test_postgresql_url_libpq_cannot_read_exit_2(self):
+        # libpq reads the URL only when it connects: such a store used to start, /readyz said
+        # 503 and every SQL request failed. Its parser now looks at it before anything starts.
+        # Where it quotes a password, only the reason is shown.
+        up = ["--upstream", "redis://127.0.0.1:1", "--backend", "redis://127.0.0.1:1"]
+        cases = [
+            ("postgresql://app@127.0.0.1:1/db?sslmod=require",
+             "stores[0].url: bad URL 'postgresql://app@127.0.0.1:1/db?sslmod=require': "
+             "invalid URI query parameter: \"sslmod\""),
+            ("postgresql://app:s3cr%zzet@127.0.0.1:1/db",
+             "stores[0].url: bad URL 'postgresql://app:***@127.0.0.1:1/db': "
+             "invalid percent-encoded token\n"),
+        ]
+        for url, needle in cases:
+            with self.subTest(url=url):
+                path = self._write("stores:\n  - name: pg\n    url: \"%s\"\n" % url)
+                rc, _, err = run_fencegate(self.ports() + up + ["--config", path], timeout=3.0)
+                self.assertEqual(rc, 2, err)
+                self.assertIn("fencegate: %s:3:10: %s" % (path, needle), err)
+                self.assertNotIn("s3cr", err)
+
     def test_protect_rule_on_a_store_that_is_not_the_upstream_exit_2(self):
         # The file's rule names store "cache"; --upstream sends the Redis endpoint's writes
         # elsewhere, so the rule would guard nothing. It used to start, and the keys it names
