@@ -887,27 +887,29 @@ static void http_on_app_health(void *arg, int healthy, const char *why)
     lock_session_lose_all(h->sess, why);
 }
 
-struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          struct lock_client *locks, char *err, size_t errlen)
+struct http_api *http_new(struct event_base *base, const struct cfg *cfg, int fd,
+                          struct upstream *up, struct lock_client *locks, char *err, size_t errlen)
 {
     struct http_api *h = calloc(1, sizeof(*h));
-    int fd;
 
     if (!h) {
         snprintf(err, errlen, "out of memory");
+        close(fd);
         return NULL;
     }
     h->up = up;
     h->cfg = cfg;
     h->base = base;
     h->locks = locks;
-    fd = net_listen(cfg->listen_http.host, cfg->listen_http.port, 128, err, errlen);
-    if (fd < 0 || !(h->srv = httpd_new(base, fd, http_dispatch, h))) {
-        if (fd >= 0) {
-            snprintf(err, errlen, "cannot serve HTTP on %s:%d: out of memory",
-                     cfg->listen_http.host, cfg->listen_http.port);
-            close(fd);
-        }
+    if (net_listen(fd, cfg->listen_http.host, cfg->listen_http.port, 128, err, errlen) < 0) {
+        close(fd);
+        http_free(h);
+        return NULL;
+    }
+    if (!(h->srv = httpd_new(base, fd, http_dispatch, h))) {
+        snprintf(err, errlen, "cannot serve HTTP on %s:%d: out of memory", cfg->listen_http.host,
+                 cfg->listen_http.port);
+        close(fd);
         http_free(h);
         return NULL;
     }

@@ -14,10 +14,11 @@ struct httpd_req;
 struct cfg_store;
 struct lock_session;
 
-/* Binds the HTTP listener from cfg. Locks taken over HTTP belong to one session of `locks`, the
- * sidecar's own. Returns NULL with a reason in err. cfg, up and locks must outlive it. */
-struct http_api *http_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          struct lock_client *locks, char *err, size_t errlen);
+/* Listens on fd, a socket bound to cfg's HTTP address (net_bind()), which it takes and closes
+ * (also when it fails). Locks taken over HTTP belong to one session of `locks`, the sidecar's
+ * own. Returns NULL with a reason in err. cfg, up and locks must outlive it. */
+struct http_api *http_new(struct event_base *base, const struct cfg *cfg, int fd,
+                          struct upstream *up, struct lock_client *locks, char *err, size_t errlen);
 /* A handler of /v1/stores/{store}/{verb}[/...]: `store` is the store's configuration, `rest` the
  * decoded-free remainder of the path after "/{verb}" ("" or "/..."), `sess` the sidecar's own lock
  * session whose locks fence the request (NULL while shutting down). It must answer req, now or

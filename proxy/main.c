@@ -304,7 +304,7 @@ int main(int argc, char **argv)
     struct httpstore *hstores;
     struct lock_options lopt;
     struct event *sigterm, *sigint;
-    int same_redis;
+    int same_redis, resp_fd, http_fd;
     char err[512];
     int rc;
 
@@ -332,6 +332,19 @@ int main(int argc, char **argv)
         }
         if (main_check_pg_url(&cfg, i) != 0)
             return 2;
+    }
+    /* Both addresses are bound before either listens: one that cannot be had (in use, not an
+     * address of this host) stops start-up with nothing ever accepting a connection. */
+    resp_fd = net_bind(cfg.listen_resp.host, cfg.listen_resp.port, err, sizeof(err));
+    if (resp_fd < 0) {
+        fprintf(stderr, "fencegate: RESP listener: %s\n", err);
+        return 1;
+    }
+    http_fd = net_bind(cfg.listen_http.host, cfg.listen_http.port, err, sizeof(err));
+    if (http_fd < 0) {
+        fprintf(stderr, "fencegate: HTTP listener: %s\n", err);
+        close(resp_fd);
+        return 1;
     }
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
@@ -405,15 +418,17 @@ int main(int argc, char **argv)
         store_marks_free(marks);
         upstream_free(up);
         event_base_free(m.base);
+        close(resp_fd);
+        close(http_fd);
         return 2; /* a backend this build cannot use (TLS files, say) is a configuration error */
     }
     httpstore_set_lock_client(hstores, locks);
-    m.srv = server_new(m.base, &cfg, up, locks, same_redis, err, sizeof(err));
+    m.srv = server_new(m.base, &cfg, resp_fd, up, locks, same_redis, err, sizeof(err));
     if (!m.srv) {
         fprintf(stderr, "fencegate: RESP listener: %s\n", err);
         return 1;
     }
-    http = http_new(m.base, &cfg, up, locks, err, sizeof(err));
+    http = http_new(m.base, &cfg, http_fd, up, locks, err, sizeof(err));
     if (!http) {
         fprintf(stderr, "fencegate: HTTP listener: %s\n", err);
         server_free(m.srv);

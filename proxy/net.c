@@ -82,7 +82,7 @@ int net_prepare(int fd)
     return 0;
 }
 
-int net_listen(const char *host, int port, int backlog, char *err, size_t errlen)
+int net_bind(const char *host, int port, char *err, size_t errlen)
 {
     struct net_addr a;
     int fd, one = 1;
@@ -95,13 +95,21 @@ int net_listen(const char *host, int port, int backlog, char *err, size_t errlen
         return -1;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (net_prepare(fd) < 0 || bind(fd, (struct sockaddr *)&a.ss, a.len) < 0 ||
-        listen(fd, backlog) < 0) {
+    if (net_prepare(fd) < 0 || bind(fd, (struct sockaddr *)&a.ss, a.len) < 0) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
         close(fd);
         return -1;
     }
     return fd;
+}
+
+int net_listen(int fd, const char *host, int port, int backlog, char *err, size_t errlen)
+{
+    if (listen(fd, backlog) < 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 int net_connect(const struct net_addr *a)

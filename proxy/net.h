@@ -17,9 +17,14 @@ struct net_addr {
  * resolved. Blocks on the resolver: for start-up. */
 int net_same_host(const char *a, const char *b);
 
-/* A non-blocking listening socket on host:port with SO_REUSEADDR. Returns the fd, or -1 with the
- * reason in err. */
-int net_listen(const char *host, int port, int backlog, char *err, size_t errlen);
+/* A non-blocking socket bound to host:port with SO_REUSEADDR, not listening yet: fencegate binds
+ * both of its addresses before it listens on either, so that one that cannot be had leaves
+ * nothing accepting connections. Returns the fd, or -1 with the reason in err ("cannot listen on
+ * HOST:PORT: Address already in use"). */
+int net_bind(const char *host, int port, char *err, size_t errlen);
+
+/* listen() on a socket from net_bind(). Returns 0, or -1 with the reason in err. */
+int net_listen(int fd, const char *host, int port, int backlog, char *err, size_t errlen);
 
 #define NET_USER_TIMEOUT_MS 10000 /* TCP_USER_TIMEOUT of the connections net_connect() makes */
 

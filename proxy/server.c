@@ -2556,20 +2556,22 @@ static int srv_load_rules(struct server *s, char *err, size_t errlen)
     return 0;
 }
 
-struct server *server_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          struct lock_client *locks, int store_is_backend, char *err, size_t errlen)
+struct server *server_new(struct event_base *base, const struct cfg *cfg, int lfd,
+                          struct upstream *up, struct lock_client *locks, int store_is_backend,
+                          char *err, size_t errlen)
 {
     struct server *s = calloc(1, sizeof(*s));
 
     if (!s) {
         snprintf(err, errlen, "out of memory");
+        close(lfd);
         return NULL;
     }
     s->base = base;
     s->cfg = cfg;
     s->up = up;
     s->locks = locks;
-    s->lfd = -1;
+    s->lfd = lfd;
     fence_script_sha(fence_write_script(), s->write_sha);
     fence_script_sha(fence_group_script(), s->group_sha);
     if (locks && store_is_backend)
@@ -2577,6 +2579,7 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
     if (s->owner_prefix && strlen(s->owner_prefix) > sizeof("lock:") - 1)
         s->backend_plen = strlen(s->owner_prefix) - (sizeof("lock:") - 1);
     if (srv_load_rules(s, err, errlen) < 0) {
+        close(lfd);
         free(s);
         return NULL;
     }
@@ -2589,8 +2592,7 @@ struct server *server_new(struct event_base *base, const struct cfg *cfg, struct
         server_free(s);
         return NULL;
     }
-    s->lfd = net_listen(cfg->listen_resp.host, cfg->listen_resp.port, 511, err, errlen);
-    if (s->lfd < 0) {
+    if (net_listen(lfd, cfg->listen_resp.host, cfg->listen_resp.port, 511, err, errlen) < 0) {
         server_free(s);
         return NULL;
     }

@@ -10,13 +10,14 @@ struct upstream;
 struct lock_client;
 struct server;
 
-/* Binds the RESP listener from cfg and starts accepting. Connections take their locks from
- * `locks`; with store_is_backend (the upstream is the lock backend's own Redis) fenced writes also
- * check the lock keys there. Returns NULL with a reason in err (the address is in use, out of
- * memory, ...). cfg, up and locks must outlive the server. */
-struct server *server_new(struct event_base *base, const struct cfg *cfg, struct upstream *up,
-                          struct lock_client *locks, int store_is_backend, char *err,
-                          size_t errlen);
+/* Listens on lfd, a socket bound to cfg's RESP address (net_bind()), which the server takes and
+ * closes (also when it fails), and starts accepting. Connections take their locks from `locks`;
+ * with store_is_backend (the upstream is the lock backend's own Redis) fenced writes also check
+ * the lock keys there. Returns NULL with a reason in err (out of memory, ...). cfg, up and locks
+ * must outlive the server. */
+struct server *server_new(struct event_base *base, const struct cfg *cfg, int lfd,
+                          struct upstream *up, struct lock_client *locks, int store_is_backend,
+                          char *err, size_t errlen);
 
 /* Closes every connection and the listener at once; NULL is a no-op. */
 void server_free(struct server *s);

@@ -5,6 +5,8 @@ clients (DESIGN.md §3 health endpoints, §5 configuration)."""
 import os
 import re
 import signal
+import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -134,6 +136,36 @@ class CommandLine(unittest.TestCase):
         rc, _, err = run_fencegate(self.ports() + ["--config", d])
         self.assertEqual(rc, 2, err)
         self.assertIn(d, err)
+
+    def test_an_address_in_use_leaves_nothing_listening(self):
+        # Both addresses are bound before either listens. The HTTP address's name takes 0.8 s
+        # to look up, and its port is taken: meanwhile the RESP port must not accept (the RESP
+        # listener used to listen before the HTTP address was tried), and start-up then fails
+        # naming the address.
+        dns = harness.SlowDns()
+        self.addCleanup(dns.cleanup)
+        dns.stall("web.fgtest", 800)
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        hport, rport = taken.getsockname()[1], harness.free_port()
+        nowhere = "redis://127.0.0.1:1"
+        p = subprocess.Popen([harness.FENCEGATE_BIN, "--resp", "127.0.0.1:%d" % rport,
+                              "--http", "web.fgtest:%d" % hport, "--upstream", nowhere,
+                              "--backend", nowhere],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=harness.clean_env(dns.env()))
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+        accepted, deadline = False, time.monotonic() + 5
+        while p.poll() is None and time.monotonic() < deadline:
+            accepted = accepted or harness.port_accepts(rport, timeout=0.2)
+            time.sleep(0.05)
+        err = p.communicate(timeout=5)[1].decode("utf-8", "replace")
+        self.assertFalse(accepted, "the RESP port accepted a connection: " + err)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("fencegate: HTTP listener: cannot listen on web.fgtest:%d: Address already "
+                      "in use" % hport, err)
 
     def test_postgresql_url_libpq_cannot_read_exit_2(self):
         # libpq reads the URL only when it connects: such a store used to start, /readyz said
