@@ -466,9 +466,11 @@ static void http_lock_post(struct http_api *h, struct httpd_req *req, const char
         http_error(req, 400, "Bad Request", "bad_request", err);
         return;
     }
-    if (ttl == 0 || ttl > 3600000) {
-        http_error(req, 400, "Bad Request", "bad_request",
-                   "ttl_ms: expected milliseconds in 1..3600000");
+    if (ttl >= 0 && (ttl < LOCK_MIN_TTL_MS || ttl > LOCK_MAX_TTL_MS)) { /* -1: not given */
+        snprintf(err, sizeof(err),
+                 "lock %.*s: ttl_ms %lld is out of range: expected milliseconds in %d..%d",
+                 len > 300 ? 300 : (int)len, name, ttl, LOCK_MIN_TTL_MS, LOCK_MAX_TTL_MS);
+        http_error(req, 400, "Bad Request", "bad_request", err);
         return;
     }
     if (wait > 86400000) {

@@ -184,6 +184,18 @@ class HttpApi(HttpCase):
         self.assertTrue(msg.startswith("fence on acquire of lock fenced-one "), msg)
         self.assertEqual(msg.count("fenced-one"), 1, msg)
 
+    def test_a_ttl_out_of_range_is_refused_with_the_range_the_backend_takes(self):
+        # One range and one message, as FENCE.ACQUIRE's: ttl_ms 1..499 passed the endpoint's
+        # check ("1..3600000") and was refused by the lock library with another text ("lock t:
+        # ttl_ms 100 out of range (500..3600000, or 0 for the session's lease)", where 0 is
+        # refused), which fencectl --ttl 100 printed, while ttl_ms 0 was refused as below 1.
+        for ttl in (0, 1, 499, 3600001):
+            got = self.req(self.fg, "POST", "/v1/locks/t", {"ttl_ms": ttl})
+            self.assert_error(got, 400, "bad_request")
+            self.assertEqual(got[1]["message"], "lock t: ttl_ms %d is out of range: expected "
+                             "milliseconds in 500..3600000" % ttl)
+        self.assertEqual(self.req(self.fg, "POST", "/v1/locks/t", {"ttl_ms": 500})[0], 200)
+
     def test_a_release_claims_one_token_in_canonical_decimal(self):
         """DELETE with Fencing-Token: a second Fencing-Token field, or a token that is not
         plain decimal (leading zero, sign, whitespace inside), is a 400 and releases nothing;
