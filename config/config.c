@@ -1698,38 +1698,71 @@ static int cfg_client_var(const char *name, size_t n)
     return 0;
 }
 
-/* The variable the sidecar reads that is nearest to name (at most 3 edits: a typo), or NULL. */
+/* The edit distance between a[0..n) and b[0..m), both at most CFG_ENV_MAXN bytes. */
+#define CFG_ENV_MAXN 64
+static size_t cfg_edits(const char *a, size_t n, const char *b, size_t m)
+{
+    size_t row[CFG_ENV_MAXN + 1];
+
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j], sub = diag + (a[i - 1] != b[j - 1]);
+            size_t v = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+
+            row[j] = sub < v ? sub : v;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+/* The variable the sidecar reads that is nearest to name (at most 3 edits: a typo), or NULL. A
+ * setting is also known by the names a user would make from its YAML key or its flag
+ * (FENCEGATE_BACKEND_URL from backend.url, FENCEGATE_RESP from --resp), so those find its
+ * variable too. */
 static const char *cfg_closest_env(const char *name, size_t n)
 {
-    enum { MAXN = 64 };
-    size_t row[MAXN + 1], best = 4;
+    size_t best = 4;
     const char *found = NULL;
 
-    if (n > MAXN)
+    if (n > CFG_ENV_MAXN)
         return NULL;
     for (size_t k = 0; k < CFG_NSETTINGS; k++) {
-        const char *t = cfg_settings[k].env;
-        size_t m = strlen(t);
+        const char *alias[] = {cfg_settings[k].env, cfg_settings[k].key, cfg_settings[k].flag};
 
-        if (m > MAXN)
-            continue;
-        for (size_t j = 0; j <= m; j++)
-            row[j] = j;
-        for (size_t i = 1; i <= n; i++) {
-            size_t diag = row[0];
+        for (size_t a = 0; a < sizeof alias / sizeof alias[0]; a++) {
+            char t[CFG_ENV_MAXN + 1];
+            size_t m = 0, d;
 
-            row[0] = i;
-            for (size_t j = 1; j <= m; j++) {
-                size_t up = row[j], sub = diag + (name[i - 1] != t[j - 1]);
-                size_t v = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            if (!alias[a])
+                continue;
+            if (a > 0) { /* "backend.session_ttl_ms" -> "FENCEGATE_BACKEND_SESSION_TTL_MS" */
+                int w = snprintf(t, sizeof t, "FENCEGATE_%s", alias[a]);
 
-                row[j] = sub < v ? sub : v;
-                diag = up;
+                if (w < 0 || (size_t)w >= sizeof t)
+                    continue;
+                for (m = 0; t[m]; m++) {
+                    if (t[m] == '.' || t[m] == '-')
+                        t[m] = '_';
+                    else if (t[m] >= 'a' && t[m] <= 'z')
+                        t[m] = (char)(t[m] - 'a' + 'A');
+                }
+            } else {
+                m = strnlen(alias[a], sizeof t);
+                if (m >= sizeof t)
+                    continue;
+                memcpy(t, alias[a], m);
             }
-        }
-        if (row[m] < best) {
-            best = row[m];
-            found = t;
+            d = cfg_edits(name, n, t, m);
+            if (d < best) {
+                best = d;
+                found = cfg_settings[k].env;
+            }
         }
     }
     return found;

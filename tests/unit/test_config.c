@@ -931,6 +931,28 @@ static void test_env_errors(void **state)
     assert_string_equal(err.msg, "environment FENCEGATE_LISTEN_RSP: unknown variable (did you mean "
                                  "FENCEGATE_LISTEN_RESP? 'fencegate --help' lists the ones it "
                                  "reads)");
+    /* A name made from a setting's YAML key or its flag, as a user guesses it, is answered with
+     * the variable that sets it (it got no guess: more than 3 edits from every variable). */
+    {
+        static const char *const guesses[][2] = {
+            {"FENCEGATE_BACKEND_URL", "FENCEGATE_BACKEND"},
+            {"FENCEGATE_RESP", "FENCEGATE_LISTEN_RESP"},
+            {"FENCEGATE_BACKEND_SESSION_TTL_MS", "FENCEGATE_SESSION_TTL_MS"},
+            {"FENCEGATE_LIMITS_MAX_CLIENTS", "FENCEGATE_MAX_CLIENTS"},
+            {"FENCEGATE_LIMITS_MAX_ARG", "FENCEGATE_MAX_ARGS"},
+        };
+
+        for (size_t i = 0; i < sizeof guesses / sizeof guesses[0]; i++) {
+            char var[80], want[200];
+            char *env[] = {var, NULL};
+
+            snprintf(var, sizeof var, "%s=1", guesses[i][0]);
+            snprintf(want, sizeof want, "environment %s: unknown variable (did you mean %s? ",
+                     guesses[i][0], guesses[i][1]);
+            assert_int_equal(cfg_apply_env(c, env, &err), FG_ERR_CONFIG);
+            assert_starts_with(err.msg, want);
+        }
+    }
     /* The variables fencectl and injected application containers read are left alone. */
     char *clients[] = {"FENCEGATE_HTTP=127.0.0.1:8380", "FENCEGATE_HTTP_ADDR=127.0.0.1:8380",
                        "FENCEGATE_RESP_ADDR=127.0.0.1:6380", NULL};
