@@ -2112,6 +2112,18 @@ static int cfg_given(const struct cfg *cfg, const char *key)
     return s && cfg->origin[s - cfg_settings].from != CFG_FROM_DEFAULT;
 }
 
+const char *cfg_where(const struct cfg *cfg, const char *key, char *out, size_t cap)
+{
+    const struct cfg_setting *s = cfg_find_key(key);
+    struct cfg_error e;
+
+    e.msg[0] = '\0';
+    if (s)
+        cfg_err_at(cfg, &cfg->origin[s - cfg_settings], s, &e);
+    cfg_copy(out, cap, e.msg, strlen(e.msg));
+    return out;
+}
+
 void cfg_store_url_error(const struct cfg *cfg, int i, const char *why, struct cfg_error *err)
 {
     char shown[CFG_SHOW_BUF], masked[CFG_MAX_STR + 8];

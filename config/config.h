@@ -177,6 +177,11 @@ const char *cfg_url_masked(char *out, size_t cap, const char *url);
  * net_same_host: localhost and 127.0.0.1 are one); the user does not matter. */
 int cfg_store_is_backend(const struct cfg *cfg, int (*same_host)(const char *a, const char *b));
 
+/* Writes into out (cap bytes) where the setting with YAML key `key` was set: "FILE:LINE:COLUMN: ",
+ * "environment NAME: ", "flag --NAME: ", or "" for a default; for an error about it found outside
+ * this module (a listen address in use, a password file read at start). Returns out. */
+const char *cfg_where(const struct cfg *cfg, const char *key, char *out, size_t cap);
+
 /* Writes into err "FILE:LINE:COLUMN: stores[i].url: bad URL '<its URL, passwords masked>': <why>",
  * for a check of a store's URL made outside this module (libpq's parser, say). When the URL holds
  * a password, why is cut before its first '"', where libpq quotes what it could not read. */

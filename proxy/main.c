@@ -305,7 +305,7 @@ int main(int argc, char **argv)
     struct lock_options lopt;
     struct event *sigterm, *sigint;
     int same_redis, resp_fd, http_fd;
-    char err[512];
+    char err[512], where[CFG_MAX_STR + 32];
     int rc;
 
     if (argc > 1 && strcmp(argv[1], "injector") == 0)
@@ -318,7 +318,8 @@ int main(int argc, char **argv)
     if (cfg.backend_password_file[0] &&
         main_read_password(cfg.backend_password_file, lopt.password, sizeof(lopt.password), err,
                            sizeof(err)) != 0) {
-        fprintf(stderr, "fencegate: backend.password_file: %s\n", err);
+        fprintf(stderr, "fencegate: %sbackend.password_file: %s\n",
+                cfg_where(&cfg, "backend.password_file", where, sizeof(where)), err);
         return 2;
     }
     /* PostgreSQL stores load libpq now (pqlib.h): a missing one is a configuration error, found
@@ -337,12 +338,14 @@ int main(int argc, char **argv)
      * address of this host) stops start-up with nothing ever accepting a connection. */
     resp_fd = net_bind(cfg.listen_resp.host, cfg.listen_resp.port, err, sizeof(err));
     if (resp_fd < 0) {
-        fprintf(stderr, "fencegate: RESP listener: %s\n", err);
+        fprintf(stderr, "fencegate: %sRESP listener: %s\n",
+                cfg_where(&cfg, "listen.resp", where, sizeof(where)), err);
         return 1;
     }
     http_fd = net_bind(cfg.listen_http.host, cfg.listen_http.port, err, sizeof(err));
     if (http_fd < 0) {
-        fprintf(stderr, "fencegate: HTTP listener: %s\n", err);
+        fprintf(stderr, "fencegate: %sHTTP listener: %s\n",
+                cfg_where(&cfg, "listen.http", where, sizeof(where)), err);
         close(resp_fd);
         return 1;
     }

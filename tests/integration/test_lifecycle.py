@@ -164,8 +164,37 @@ class CommandLine(unittest.TestCase):
         err = p.communicate(timeout=5)[1].decode("utf-8", "replace")
         self.assertFalse(accepted, "the RESP port accepted a connection: " + err)
         self.assertEqual(p.returncode, 1, err)
-        self.assertIn("fencegate: HTTP listener: cannot listen on web.fgtest:%d: Address already "
-                      "in use" % hport, err)
+        self.assertIn("fencegate: flag --http: HTTP listener: cannot listen on web.fgtest:%d: "
+                      "Address already in use" % hport, err)
+
+    def test_errors_found_after_parsing_name_their_source(self):
+        # A password file read at start and a listen address: the message names the flag, the
+        # variable or the file's line and column that set them (it named only the YAML key, or
+        # nothing).
+        empty = self._write("")
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = "127.0.0.1:%d" % taken.getsockname()[1]
+        pw = "backend.password_file: '%s' must hold a password" % empty
+        cases = [
+            (["--backend-password-file", empty], None,
+             "fencegate: flag --backend-password-file: " + pw),
+            ([], {"FENCEGATE_BACKEND_PASSWORD_FILE": empty},
+             "fencegate: environment FENCEGATE_BACKEND_PASSWORD_FILE: " + pw),
+            (["--config", self._write("backend:\n  password_file: %s\n" % empty)], None,
+             ":2:18: " + pw),
+            (["--resp", busy], None,
+             "fencegate: flag --resp: RESP listener: cannot listen on %s: Address already in use"
+             % busy),
+        ]
+        nowhere = ["--upstream", "redis://127.0.0.1:1", "--backend", "redis://127.0.0.1:1"]
+        for args, env, needle in cases:
+            with self.subTest(args=args, env=env):
+                rc, _, err = run_fencegate(self.ports() + nowhere + args, env=env, timeout=3.0)
+                self.assertIn(rc, (1, 2), err)
+                self.assertIn(needle, err)
 
     def test_postgresql_url_libpq_cannot_read_exit_2(self):
         # libpq reads the URL only when it connects: such a store used to start, /readyz said

@@ -1869,6 +1869,30 @@ static void test_url_scheme_in_any_case(void **state)
     free(u);
 }
 
+/* Where a setting came from, for errors main.c finds (a listen address in use, a password file
+ * read at start): the file's line and column, the variable, the flag, or nothing. */
+static void test_where(void **state)
+{
+    struct cfg *c = new_cfg();
+    struct cfg_error err;
+    enum cfg_action action;
+    char *env[] = {"FENCEGATE_LISTEN_HTTP=127.0.0.1:9", NULL};
+    char *argv[] = {"fencegate", "--backend-password-file=/dev/null", NULL};
+    char w[64];
+
+    expect_yaml_ok("listen:\n  resp: 127.0.0.1:7\n  http: 127.0.0.1:8\n", c);
+    assert_int_equal(cfg_apply_env(c, env, &err), FG_OK);
+    assert_int_equal(cfg_apply_args(c, 2, argv, &action, &err), FG_OK);
+    assert_string_equal(cfg_where(c, "listen.resp", w, sizeof w), "t.yaml:2:9: ");
+    assert_string_equal(cfg_where(c, "listen.http", w, sizeof w),
+                        "environment FENCEGATE_LISTEN_HTTP: ");
+    assert_string_equal(cfg_where(c, "backend.password_file", w, sizeof w),
+                        "flag --backend-password-file: ");
+    assert_string_equal(cfg_where(c, "log.level", w, sizeof w), "");
+    assert_string_equal(cfg_where(c, "listen.resp", w, 8), "t.yaml:");
+    free(c);
+}
+
 /* A store URL refused by a check outside this module (libpq's parser, in main.c) is reported
  * at its place in the file; what libpq quotes is left out when the URL holds a password. */
 static void test_store_url_error(void **state)
@@ -2197,6 +2221,7 @@ int main(void)
         cmocka_unit_test(test_parse_addr_table),
         cmocka_unit_test(test_parse_url_table),
         cmocka_unit_test(test_url_scheme_in_any_case),
+        cmocka_unit_test(test_where),
         cmocka_unit_test(test_store_url_error),
         cmocka_unit_test(test_password_not_in_errors),
         cmocka_unit_test(test_url_masked),
