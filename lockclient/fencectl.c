@@ -1142,6 +1142,8 @@ static int fctl_parse_args(int argc, char **argv, struct fctl_args *a)
         if (fctl_is_opt(argv[i], "--http")) {
             if ((http = fctl_opt_value(argc, argv, &i, "--http")) == NULL)
                 return fctl_usage_error("--http needs HOST:PORT");
+            if (fctl_parse_addr(http, &a->addr) != 0) /* here, not as a stray word later */
+                return fctl_usage_error("--http '%s' is not HOST:PORT", http);
             continue;
         }
         break;
@@ -1152,6 +1154,9 @@ static int fctl_parse_args(int argc, char **argv, struct fctl_args *a)
         return fctl_usage_error("unknown subcommand or option '%s'", argv[i]);
     if (++i >= argc || argv[i][0] == '\0' || !strcmp(argv[i], "--"))
         return fctl_usage_error("lock needs a NAME");
+    if (fctl_is_opt(argv[i], "--ttl") || fctl_is_opt(argv[i], "--wait") ||
+        fctl_is_opt(argv[i], "--http"))
+        return fctl_usage_error("lock needs a NAME before its options (got '%s')", argv[i]);
     a->name = argv[i++];
     if (strlen(a->name) > FCTL_MAX_NAME)
         return fctl_usage_error("lock name longer than %d bytes", FCTL_MAX_NAME);
@@ -1169,6 +1174,8 @@ static int fctl_parse_args(int argc, char **argv, struct fctl_args *a)
         } else if (fctl_is_opt(argv[i], "--http")) {
             if ((http = fctl_opt_value(argc, argv, &i, "--http")) == NULL)
                 return fctl_usage_error("--http needs HOST:PORT");
+            if (fctl_parse_addr(http, &a->addr) != 0)
+                return fctl_usage_error("--http '%s' is not HOST:PORT", http);
         } else {
             return fctl_usage_error("unexpected '%s' (put '--' before COMMAND)", argv[i]);
         }

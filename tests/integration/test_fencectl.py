@@ -304,6 +304,23 @@ class FencectlTest(unittest.TestCase):
         self.assertIn("FENCEGATE_HTTP", err)
         self.assertEqual(self.fake.requests, [])
 
+    def test_usage_errors_name_what_was_wrong(self):
+        # --http's value is read where it is given, and an option where NAME goes is a missing
+        # NAME: these said "unknown subcommand or option 'L'" (--http had taken "lock") and
+        # "unexpected '500'" (NAME had taken "--ttl").
+        for args, want in [
+                (["--http", "lock", "L", "--", "true"], "fencectl: --http 'lock' is not HOST:PORT"),
+                (["--http", "127.0.0.1:1", "lock", "L", "--http=x", "--", "true"],
+                 "fencectl: --http 'x' is not HOST:PORT"),
+                (["lock", "--ttl", "500", "--", "true"],
+                 "fencectl: lock needs a NAME before its options (got '--ttl')"),
+                (["lock", "--wait=0", "--", "true"],
+                 "fencectl: lock needs a NAME before its options (got '--wait=0')")]:
+            rc, _, err = self.run_ctl(args, http=False)
+            self.assertEqual(rc, 2, "%r: %s" % (args, err))
+            self.assertIn(want + "\n", err, args)
+        self.assertEqual(self.fake.requests, [])
+
     # ---- the request --------------------------------------------------------------------
 
     def test_ttl_and_wait_are_sent_in_the_body(self):
