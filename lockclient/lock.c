@@ -555,20 +555,24 @@ static int lock_renewable(const struct lock_entry *e)
            !(e->flags & LOCK_NORENEW);
 }
 
-/* Earliest local expiry of a held lock and the shortest renewable lease (INT64_MAX / 0). */
-static void lock_session_scan(const struct lock_session *s, int64_t *earliest, int32_t *min_ttl)
+/* Lowers the session's timer bounds (sched_earliest, sched_min_ttl) to take e in. */
+static void lock_session_note(struct lock_session *s, const struct lock_entry *e)
+{
+    if (e->state == LOCK_ENTRY_HELD && e->expiry_ms < s->sched_earliest)
+        s->sched_earliest = e->expiry_ms;
+    if (lock_renewable(e) && (s->sched_min_ttl == 0 || e->ttl_ms < s->sched_min_ttl))
+        s->sched_min_ttl = e->ttl_ms;
+}
+
+/* Makes the timer bounds exact: one pass over the session's locks. */
+static void lock_session_scan(struct lock_session *s)
 {
     size_t b = 0;
     struct lock_hnode *it = NULL, *n;
-    *earliest = INT64_MAX;
-    *min_ttl = 0;
-    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL) {
-        struct lock_entry *e = LOCK_ENTRY_OF(n);
-        if (e->state == LOCK_ENTRY_HELD && e->expiry_ms < *earliest)
-            *earliest = e->expiry_ms;
-        if (lock_renewable(e) && (*min_ttl == 0 || e->ttl_ms < *min_ttl))
-            *min_ttl = e->ttl_ms;
-    }
+    s->sched_earliest = INT64_MAX;
+    s->sched_min_ttl = 0;
+    while ((n = lock_map_next(&s->locks, &b, &it)) != NULL)
+        lock_session_note(s, LOCK_ENTRY_OF(n));
 }
 
 /* Arms the session's single timer at the next renewal or the earliest expiry, whichever is
@@ -577,11 +581,8 @@ static void lock_session_scan(const struct lock_session *s, int64_t *earliest, i
 static void lock_session_schedule(struct lock_session *s)
 {
     struct lock_client *c = s->c;
-    int64_t now = lock_now_ms(), at, earliest;
-    int32_t min_ttl;
-    lock_session_scan(s, &earliest, &min_ttl);
-    at = earliest;
-    if (min_ttl == 0) {
+    int64_t now = lock_now_ms(), at = s->sched_earliest;
+    if (s->sched_min_ttl == 0) {
         s->next_renew_ms = INT64_MAX;
     } else if (s->next_renew_ms > now) {
         if (s->next_renew_ms < at)
@@ -602,7 +603,7 @@ static void lock_session_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct lock_session *s = arg;
     struct lock_client *c = s->c;
-    int64_t now = lock_now_ms(), earliest;
+    int64_t now = lock_now_ms();
     int32_t min_ttl;
     char why[160];
     size_t b = 0;
@@ -619,7 +620,8 @@ static void lock_session_tick(evutil_socket_t fd, short what, void *arg)
                      (long)e->ttl_ms);
         lock_mark_lost(s, e, why);
     }
-    lock_session_scan(s, &earliest, &min_ttl);
+    lock_session_scan(s);
+    min_ttl = s->sched_min_ttl;
     if (min_ttl > 0 && s->next_renew_ms <= now && !s->renew_inflight && !c->ops->not_ready(c)) {
         /* Fixed rate, not fixed delay: ticks stay ttl/3 apart however late the timer runs. */
         s->renew_inflight = 1;
@@ -754,6 +756,7 @@ static void lock_fence_settle(struct lock_req *r, struct lock_entry *e)
         return;
     }
     e->state = LOCK_ENTRY_HELD;
+    lock_session_note(r->s, e);
     lock_session_schedule(r->s); /* its expiry now counts for the timer */
     lock_req_finish(r, LOCK_OK, r->token, NULL);
 }
@@ -795,6 +798,7 @@ void lock_granted(struct lock_req *r, uint64_t token, int64_t sent_ms)
     e->flags = (uint8_t)r->flags;
     e->state = LOCK_ENTRY_FENCING;
     e->expiry_ms = sent_ms + r->ttl_ms;
+    lock_session_note(s, e);
     if (lock_renewable(e) && sent_ms + r->ttl_ms / 3 < s->next_renew_ms)
         s->next_renew_ms = sent_ms + r->ttl_ms / 3;
     lock_session_schedule(s);
@@ -1023,6 +1027,7 @@ struct lock_session *lock_session_new(struct lock_client *c, long long ttl_ms, l
     s->lost = lost;
     s->lost_arg = arg;
     s->next_renew_ms = INT64_MAX;
+    s->sched_earliest = INT64_MAX;
     s->next = c->sessions;
     if (c->sessions)
         c->sessions->prev = s;

@@ -113,6 +113,12 @@ struct lock_session {
     struct lock_req *reqs; /* pending requests */
     struct event *timer;   /* the only timer: next renewal or the earliest local expiry */
     int64_t next_renew_ms; /* INT64_MAX when nothing is renewable */
+    /* What the timer is armed by: the earliest local expiry of a held lock (INT64_MAX: none) and
+     * the shortest renewable lease (0: none). Exact after each tick's scan of the locks; between
+     * ticks only lowered, by locks that come, so that a grant costs no scan (a release or a
+     * renewal leaves them low: the timer then fires early, and that tick makes them exact). */
+    int64_t sched_earliest;
+    int32_t sched_min_ttl;
     int renew_inflight;
     void *b_sess; /* the backend's per-session state, if it keeps any */
 };
