@@ -1481,8 +1481,8 @@ static void ed_check_free(struct ed_check *k)
  * revision can only be below one etcd answered before if its history went back); when etcd went
  * back, the sweep reads every key under the prefix (keys only, ED_SWEEP_PAGE per Range) and
  * deletes, guarded by its create_revision, each key on one of the client's leases that its session
- * neither holds under that revision nor is acquiring or cleaning up. Held keys are read again
- * anyway after a reconnect (see "the watch on held keys"). */
+ * neither holds under that revision nor is acquiring on that lease or cleaning up. Held keys are
+ * read again anyway after a reconnect (see "the watch on held keys"). */
 
 static void ed_sweep_done(void *arg, int status, const char *err, const uint8_t *p, size_t n);
 
@@ -1507,7 +1507,9 @@ static void ed_sweep_send(struct ed_client *ec)
 
 /* A key the sweep found (PREFIX NAME "/" HEX): deleted, guarded by its create_revision, when it
  * is on the client's lease HEX and its session neither holds NAME under that revision nor is
- * acquiring it or cleaning it up (those take care of their own key). */
+ * acquiring it on that lease or cleaning it up (those take care of their own key). An acquisition
+ * of NAME on another lease (another TTL, or NORENEW) has another key, and would wait behind this
+ * one. */
 static void ed_sweep_key(struct ed_client *ec, const struct etcdpb_kv *kv)
 {
     size_t plen = strlen(ec->c->opt.prefix), i = kv->key.n;
@@ -1526,7 +1528,8 @@ static void ed_sweep_key(struct ed_client *ec, const struct etcdpb_kv *kv)
     if ((h && h->rev == kv->create_revision) || lock_map_find(&l->es->dirty, name, nlen))
         return;
     for (struct ed_acq *a = ec->acqs; a; a = a->next)
-        if (a->r && a->r->s == l->es->s && a->r->len == nlen && memcmp(a->r->name, name, nlen) == 0)
+        if (a->r && a->r->s == l->es->s && a->lease == l && a->r->len == nlen &&
+            memcmp(a->r->name, name, nlen) == 0)
             return;
     ed_orphan(ec, key, kv->key.n, kv->create_revision);
 }

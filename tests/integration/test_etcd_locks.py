@@ -743,6 +743,40 @@ class EtcdLocks(EtcdTestCase):
         went = [ln for ln in self.fg_log(a).splitlines() if "revisions went back" in ln]
         self.assertEqual(len(went), 1, went)
 
+    def test_a_key_brought_back_on_another_lease_of_a_session_waiting_for_its_name_goes(self):
+        # The session held the name with a TTL of its own (a lease of that length, which lives
+        # as long as the session) when the snapshot was saved, released it, and now waits for
+        # it again with the default TTL (another lease, so another key) behind another holder
+        # (an etcdctl key on a lease of its own, so that no store's mark is above the tokens
+        # the restored etcd hands out). The restored etcd brings back the old key under the
+        # first lease, which the session keeps alive: nobody holds it, and it heads the name's
+        # queue. Its session is acquiring the name, but not with that key: the key must still
+        # be deleted, and the waiting acquisition get the lock (the other holder's key is not
+        # in the snapshot). It waited out its WAIT behind its own session's key, and the key
+        # stayed, keeping every other sidecar waiting for as long as the session lived.
+        a = self.fencegate("--session-ttl-ms", "30000", config=None)
+        c = self.raw(a.resp_port, timeout=30)
+        self.acquire(c, "wallet:t", "TTL", 20000)
+        m = self.etcd.members[0]
+        snap = os.path.join(m.dir, "snap.db")
+        self.etcd.ctl("snapshot", "save", snap)
+        self.assertEqual(c.call("FENCE.RELEASE", "wallet:t"), 1)
+        lease = int(self.etcd.ctl("lease", "grant", "60").split()[1], 16)
+        self.etcd.ctl("put", "--lease=%x" % lease, PREFIX + "wallet:t/%x" % lease, "")
+        c.send(harness.encode("FENCE.ACQUIRE", "wallet:t", "WAIT", 15000))
+        harness.wait_until(lambda: len(self.etcd.keys(PREFIX + "wallet:t/")) == 2, 5, 0.02,
+                           "the session waiting behind the other holder")
+        m.restore(snap).start()
+        harness.wait_until(m.healthy, 15, 0.1, "etcd restored")
+        t = c.read_reply(timeout=25)
+        self.assertIsInstance(t, int, "the waiting acquisition, behind its own session's "
+                              "key that the restore brought back: %r; keys %r" % (
+                                  t, self.etcd.keys(PREFIX + "wallet:t/")))
+        keys = self.etcd.keys(PREFIX + "wallet:t/")
+        self.assertEqual([k[1] for k in keys], [t], keys)
+        went = [ln for ln in self.fg_log(a).splitlines() if "revisions went back" in ln]
+        self.assertEqual(len(went), 1, went)
+
     def test_a_name_released_and_taken_again_at_once_is_watched_under_its_new_key(self):
         # The same session releases a name and takes it again (the same key under the same
         # lease, a new create_revision), held briefly and held past its watch's start, with
