@@ -442,7 +442,8 @@ int cfg_parse_addr(const char *s, struct cfg_addr *out, struct cfg_error *err)
 
 /* Whether two listeners would take the same port: the same host, or the same port where one
  * binds every address (0.0.0.0, or :: which Linux also binds for IPv4). Host names are not
- * resolved here; two names for one address still fail at bind, with the address. */
+ * resolved here; two names for one address are found once both are bound (net_bound_overlap(),
+ * main.c), before either listens. */
 static int cfg_listeners_overlap(const struct cfg_addr *a, const struct cfg_addr *b)
 {
     const struct cfg_addr *ab[2] = {a, b};

@@ -349,6 +349,16 @@ int main(int argc, char **argv)
         close(resp_fd);
         return 1;
     }
+    if (net_bound_overlap(resp_fd, http_fd)) {
+        fprintf(stderr,
+                "fencegate: %sHTTP listener: cannot listen on %s:%d: the RESP listener (%s:%d) is "
+                "bound to that address; give them different ports\n",
+                cfg_where(&cfg, "listen.http", where, sizeof(where)), cfg.listen_http.host,
+                cfg.listen_http.port, cfg.listen_resp.host, cfg.listen_resp.port);
+        close(resp_fd);
+        close(http_fd);
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
 

@@ -103,6 +103,38 @@ int net_bind(const char *host, int port, char *err, size_t errlen)
     return fd;
 }
 
+/* Whether sa is 0.0.0.0 or ::, which takes its port on every address. */
+static int net_unspecified(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
+    return 0;
+}
+
+static int net_port_of(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)(const void *)sa)->sin_port);
+    if (sa->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)(const void *)sa)->sin6_port);
+    return -1;
+}
+
+int net_bound_overlap(int a, int b)
+{
+    struct sockaddr_storage x, y;
+    socklen_t xl = sizeof(x), yl = sizeof(y);
+    const struct sockaddr *xs = (const struct sockaddr *)&x, *ys = (const struct sockaddr *)&y;
+
+    if (getsockname(a, (struct sockaddr *)&x, &xl) < 0 ||
+        getsockname(b, (struct sockaddr *)&y, &yl) < 0 || net_port_of(xs) < 0 ||
+        net_port_of(xs) != net_port_of(ys))
+        return 0;
+    return net_unspecified(xs) || net_unspecified(ys) || net_same_sockaddr(xs, ys);
+}
+
 int net_listen(int fd, const char *host, int port, int backlog, char *err, size_t errlen)
 {
     if (listen(fd, backlog) < 0) {

@@ -23,6 +23,12 @@ int net_same_host(const char *a, const char *b);
  * HOST:PORT: Address already in use"). */
 int net_bind(const char *host, int port, char *err, size_t errlen);
 
+/* Whether sockets a and b from net_bind() take one address: the same port on the same address,
+ * or on an unspecified one (0.0.0.0, ::), which takes the port on every address. Linux lets two
+ * SO_REUSEADDR sockets bind so while neither listens, and the second listen() then fails: two
+ * names of one address ("localhost" and "127.0.0.1") are found here, before either listens. */
+int net_bound_overlap(int a, int b);
+
 /* listen() on a socket from net_bind(). Returns 0, or -1 with the reason in err. */
 int net_listen(int fd, const char *host, int port, int backlog, char *err, size_t errlen);
 
