@@ -1507,9 +1507,9 @@ static void ed_sweep_send(struct ed_client *ec)
 
 /* A key the sweep found (PREFIX NAME "/" HEX): deleted, guarded by its create_revision, when it
  * is on the client's lease HEX and its session neither holds NAME under that revision nor is
- * acquiring it on that lease or cleaning it up (those take care of their own key). An acquisition
- * of NAME on another lease (another TTL, or NORENEW) has another key, and would wait behind this
- * one. */
+ * acquiring it on that lease or cleaning up that key (those take care of their own key). An
+ * acquisition of NAME on another lease (another TTL, or NORENEW) has another key, and would wait
+ * behind this one. */
 static void ed_sweep_key(struct ed_client *ec, const struct etcdpb_kv *kv)
 {
     size_t plen = strlen(ec->c->opt.prefix), i = kv->key.n;
@@ -1525,7 +1525,10 @@ static void ed_sweep_key(struct ed_client *ec, const struct etcdpb_kv *kv)
     const char *name = key + plen;
     size_t nlen = i - 1 - plen;
     struct ed_held *h = ed_held_find(l->es, name, nlen);
-    if ((h && h->rev == kv->create_revision) || lock_map_find(&l->es->dirty, name, nlen))
+    const struct ed_dirty *d =
+        (const struct ed_dirty *)(const void *)lock_map_find(&l->es->dirty, name, nlen);
+    if ((h && h->rev == kv->create_revision) ||
+        (d && d->keylen == kv->key.n && memcmp(d->key, key, d->keylen) == 0))
         return;
     for (struct ed_acq *a = ec->acqs; a; a = a->next)
         if (a->r && a->r->s == l->es->s && a->lease == l && a->r->len == nlen &&
