@@ -2305,7 +2305,8 @@ int cfg_finish(struct cfg *cfg, struct cfg_error *err)
                      "protect[%d].store: '%s' (%s) is not the Redis endpoint's upstream %s (%s): "
                      "a rule on a Redis store guards the writes sent through the Redis endpoint, "
                      "which all go to the upstream, so this one would guard nothing; give the "
-                     "store the upstream's URL, or name the upstream's store",
+                     "store the upstream's URL (host names are compared as written, not looked "
+                     "up), or name the upstream's store",
                      i, cfg_show_str(shown, r->store),
                      cfg_show_url(shown2, cfg->stores[cfg_store_index(cfg, r->store)].url.raw),
                      cfg_show_url(shown3, cfg->upstream.raw),
