@@ -7,6 +7,7 @@ Every wait is bounded by a deadline. When a test fails, the stderr of each fence
 (and the tail of each redis log) is printed, so a ctest log explains itself.
 """
 
+import atexit
 import hashlib
 import http.client
 import os
@@ -216,6 +217,7 @@ class RedisServer:
 
 PG_BIN = os.environ.get("FG_PG_BIN") or "/usr/lib/postgresql/15/bin"
 PSQL = shutil.which("psql") or "/usr/bin/psql"
+_pg_template = None  # PostgresServer._initdb()'s cluster, copied for each server
 
 
 class PostgresServer:
@@ -251,12 +253,28 @@ class PostgresServer:
         return "postgresql://%s@127.0.0.1:%d/postgres" % (self.user, self.port)
 
     def _initdb(self):
-        p = subprocess.run(self._as + [os.path.join(PG_BIN, "initdb"), "-D", self.data, "-U",
-                                       self.user, "-A", "trust", "-E", "UTF8", "--no-locale"],
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
-                           env=clean_env())
+        """A fresh cluster in self.data: a copy of one initdb made once per test process (initdb
+        takes about 1.5 s and most of a CPU; a copy 0.1 s), made for the user running postgres."""
+        global _pg_template
+        if _pg_template is None:
+            tdir = tempfile.mkdtemp(prefix="fg-pg-template-")
+            atexit.register(shutil.rmtree, tdir, True)
+            if self._as:
+                shutil.chown(tdir, "postgres", "postgres")
+            tdata = os.path.join(tdir, "data")
+            p = subprocess.run(self._as + [os.path.join(PG_BIN, "initdb"), "-D", tdata, "-U",
+                                           self.user, "-A", "trust", "-E", "UTF8",
+                                           "--no-locale"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
+                               env=clean_env())
+            if p.returncode != 0:
+                raise AssertionError("initdb failed (%d): %s" % (
+                    p.returncode, p.stderr.decode("utf-8", "replace")))
+            _pg_template = tdata
+        p = subprocess.run(["cp", "-a", _pg_template, self.data], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=60)
         if p.returncode != 0:
-            raise AssertionError("initdb failed (%d): %s" % (
+            raise AssertionError("copying the initdb template failed (%d): %s" % (
                 p.returncode, p.stderr.decode("utf-8", "replace")))
 
     def start(self):
