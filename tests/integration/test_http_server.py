@@ -381,11 +381,16 @@ class HttpServer(FgTestCase):
         # HTTPD_MAX_CONNS (1024) connections open: one more is answered 503 and closed, instead
         # of being held until the process runs out of descriptors (which would stop the RESP
         # endpoint accepting too). Once some close, new ones are served.
+        # Both ends need more than 1024 descriptors, a login shell's usual soft limit (fresh
+        # Debian's), so both are raised: fencegate's too, which started with the test's limit.
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft < 2200 and hard >= 2200:
             resource.setrlimit(resource.RLIMIT_NOFILE, (2200, hard))
         elif soft < 2200:
             self.skipTest("needs 2200 descriptors, the limit is %d" % hard)
+        fg_soft, fg_hard = resource.prlimit(self.fg.pid, resource.RLIMIT_NOFILE)
+        if fg_soft < 2200:
+            resource.prlimit(self.fg.pid, resource.RLIMIT_NOFILE, (2200, fg_hard))
         idle = []
         for _ in range(1024):
             s = socket.create_connection(("127.0.0.1", self.fg.http_port), timeout=5)
