@@ -169,18 +169,23 @@ class CommandLine(unittest.TestCase):
 
     def test_two_names_of_one_address_are_refused_naming_both(self):
         # The configuration refuses resp and http on one port when they are spelled alike or
-        # one is unspecified; two names of one address (localhost and 127.0.0.1) are only found
-        # by binding. Both are bound before either listens, and Linux lets two SO_REUSEADDR
-        # sockets bind one address while neither listens: the RESP listener then listened, and
-        # the HTTP one failed with "Address already in use", naming no flag and not saying that
-        # the address in use was the sidecar's own RESP listener.
+        # one is unspecified; two names of one address (a name for 127.0.0.1, and 127.0.0.1)
+        # are only found by binding. Both are bound before either listens, and Linux lets two
+        # SO_REUSEADDR sockets bind one address while neither listens: the RESP listener then
+        # listened, and the HTTP one failed with "Address already in use", naming no flag and
+        # not saying that the address in use was the sidecar's own RESP listener. The name is
+        # the test name service's, not localhost: a name is bound at its first address, and
+        # Debian's stock /etc/hosts makes that ::1 for localhost (then nothing overlaps).
+        dns = harness.SlowDns()
+        self.addCleanup(dns.cleanup)
         port = harness.free_port()
         rc, _, err = run_fencegate(["--upstream", "redis://127.0.0.1:1", "--backend",
-                                    "redis://127.0.0.1:1", "--resp", "localhost:%d" % port,
-                                    "--http", "127.0.0.1:%d" % port], timeout=3.0)
+                                    "redis://127.0.0.1:1", "--resp", "web.fgtest:%d" % port,
+                                    "--http", "127.0.0.1:%d" % port], timeout=3.0,
+                                   env=dns.env())
         self.assertEqual(rc, 1, err)
         self.assertIn("fencegate: flag --http: HTTP listener: cannot listen on 127.0.0.1:%d: "
-                      "the RESP listener (localhost:%d) is bound to that address; give them "
+                      "the RESP listener (web.fgtest:%d) is bound to that address; give them "
                       "different ports" % (port, port), err)
 
     def test_errors_found_after_parsing_name_their_source(self):
