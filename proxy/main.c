@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "fence.h"
 #include "fencehooks.h"
 #include "http.h"
+#include "httpd.h"
 #include "httpstore.h"
 #include "lock.h"
 #include "log.h"
@@ -291,6 +293,42 @@ static struct event_base *fg_event_base_new(void)
     return base;
 }
 
+/* Descriptors fencegate needs for `clients` clients, `per` each (one for the client, two once it
+ * is pinned to an upstream connection of its own), with the HTTP endpoint's connections and a
+ * margin for the listeners, the event loop, the lock backend, the stores and the shared
+ * connection. */
+static rlim_t main_fds_for(int clients, int per)
+{
+    return (rlim_t)clients * (rlim_t)per + HTTPD_MAX_CONNS + 128;
+}
+
+/* Raises the soft descriptor limit toward what max_clients pinned clients need, up to the hard
+ * limit, as Redis does for its maxclients: a login shell's 1024 runs out at about 500 clients,
+ * far below the default max_clients. Warns when the limit stays short even of one descriptor
+ * per client. */
+static void main_raise_fd_limit(const struct cfg *cfg)
+{
+    struct rlimit rl;
+    rlim_t want = main_fds_for(cfg->max_clients, 2), was;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+        return;
+    was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    if (rl.rlim_cur > was && setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        rl.rlim_cur = was;
+    if (rl.rlim_cur > was)
+        log_info("descriptor limit raised from %llu to %llu (max_clients %d may need %llu)",
+                 (unsigned long long)was, (unsigned long long)rl.rlim_cur, cfg->max_clients,
+                 (unsigned long long)want);
+    if (rl.rlim_cur < main_fds_for(cfg->max_clients, 1))
+        log_warn("the descriptor limit is %llu (hard limit %llu), short of what max_clients %d "
+                 "needs (%llu, or %llu once every client is pinned): past it, accepting pauses; "
+                 "raise ulimit -n, or lower max_clients",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, cfg->max_clients,
+                 (unsigned long long)main_fds_for(cfg->max_clients, 1), (unsigned long long)want);
+}
+
 int main(int argc, char **argv)
 {
     static struct cfg cfg;
@@ -361,6 +399,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    main_raise_fd_limit(&cfg);
 
     memset(&m, 0, sizeof(m));
     m.cfg = &cfg;

@@ -4,6 +4,7 @@ clients (DESIGN.md §3 health endpoints, §5 configuration)."""
 
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -347,6 +348,21 @@ class Lifecycle(FgTestCase):
 
     def setUp(self):
         self.redis = self.start_redis()
+
+    def test_a_low_descriptor_limit_is_raised_toward_what_max_clients_needs(self):
+        # A login shell's soft limit of 1024 ran out at about 500 clients, far below the default
+        # max_clients of 10000: fencegate raises it, up to the hard limit, as Redis does.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 2 * 10000 + 1024 + 128
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # fencegate inherits it
+        try:
+            fg = self.start_fencegate(self.redis)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        got = resource.prlimit(fg.pid, resource.RLIMIT_NOFILE)
+        self.assertEqual(got, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+        self.assertIn("descriptor limit raised from 256 to %d" % got[0], fg.log())
+        self.assertEqual(self.raw(fg.resp_port).call("PING"), "PONG")
 
     def test_sigterm_drains_in_flight_pipeline_and_exits_0(self):
         fg = self.start_fencegate(self.redis, args=["--shutdown-grace-ms", "10000"])
