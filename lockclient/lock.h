@@ -156,6 +156,10 @@ void lock_foreach(const struct lock_session *s,
                   void *arg);
 /* Number of locks held (not lost). */
 size_t lock_count(const struct lock_session *s);
+/* The most locks a caller should let one session hold: a session's renewal covers all of its
+ * locks in one backend call, whose cost grows with their number. The Redis endpoint (per
+ * connection) and the HTTP API (the sidecar's one session) refuse an acquisition past it. */
+#define LOCK_SESSION_MAX_HELD 10000
 
 /* High-water marks held by the lock backend itself, for stores that cannot keep one (plain HTTP
  * services). A mark is one number per key, never lowered and never expired. */

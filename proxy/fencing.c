@@ -24,7 +24,6 @@
 #include "upstream.h"
 
 #define FENCING_STACK_ARGS 64
-#define FENCING_MAX_HELD   10000 /* locks one connection may hold (cost grows with the count) */
 
 /* When each lock of a connection was granted, for the hold-time histogram. */
 struct fencing_held {
@@ -247,11 +246,11 @@ static void fencing_acquire(struct client *c, const char *m, const struct resp_r
             return;
         }
     }
-    if (c->sess && lock_count(c->sess) >= FENCING_MAX_HELD) {
+    if (c->sess && lock_count(c->sess) >= LOCK_SESSION_MAX_HELD) {
         cl_reply_error(c,
                        "ERR this connection holds %d locks, the most one session may hold; "
                        "release some first",
-                       FENCING_MAX_HELD);
+                       LOCK_SESSION_MAX_HELD);
         return;
     }
     if (fencing_session(c) < 0 || !(a = malloc(sizeof(*a) + ALEN(1) + 1))) {

@@ -483,6 +483,15 @@ static void http_lock_post(struct http_api *h, struct httpd_req *req, const char
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
         return;
     }
+    if (lock_count(h->sess) >= LOCK_SESSION_MAX_HELD &&
+        lock_state(h->sess, name, len, NULL, NULL) != 1) { /* a held one: waits as usual */
+        snprintf(err, sizeof(err),
+                 "lock %.*s: this sidecar's HTTP clients hold %d locks, the most its one session "
+                 "may hold; release some first",
+                 len > 300 ? 300 : (int)len, name, LOCK_SESSION_MAX_HELD);
+        http_error(req, 503, "Service Unavailable", "too_many_locks", err);
+        return;
+    }
     a = http_pending_new(h, req, name, len);
     if (!a) {
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");

@@ -505,6 +505,65 @@ class Limits(FgTestCase):
                            "all closed")
         self.assertEqual(wait_stable_fds(fg.pid), fds0)
 
+    def test_http_clients_hold_at_most_one_sessions_locks(self):
+        """Locks taken over HTTP all belong to the sidecar's one session, which holds at most
+        10000, as one Redis-endpoint connection does: one more is refused with 503
+        too_many_locks, a held one still waits for its holder, and a release makes room."""
+        cap = 10000
+        fg = self.start_fencegate(self.redis, args=["--session-ttl-ms", "30000"])
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=60)
+        self.addCleanup(s.close)
+        buf = bytearray()
+
+        def answers(reqs):
+            """Sends the requests pipelined on s; returns [(status, json body)] in order."""
+            s.sendall(b"".join(reqs))
+            out = []
+            while len(out) < len(reqs):
+                head_end = buf.find(b"\r\n\r\n")
+                if head_end >= 0:
+                    head = bytes(buf[:head_end]).decode("latin-1").split("\r\n")
+                    length = [int(h.split(":", 1)[1]) for h in head[1:]
+                              if h.lower().startswith("content-length:")][0]
+                    if len(buf) >= head_end + 4 + length:
+                        body = bytes(buf[head_end + 4:head_end + 4 + length])
+                        del buf[:head_end + 4 + length]
+                        out.append((int(head[0].split()[1]), json.loads(body)))
+                        continue
+                chunk = s.recv(1 << 16)
+                self.assertTrue(chunk, "fencegate closed the HTTP connection")
+                buf.extend(chunk)
+            return out
+
+        def post(name, wait_ms=0):
+            body = json.dumps({"wait_ms": wait_ms}).encode()
+            return (b"POST /v1/locks/%s HTTP/1.1\r\nHost: fg\r\nContent-Type: application/json"
+                    b"\r\nContent-Length: %d\r\n\r\n%s" % (name.encode(), len(body), body))
+
+        t0 = time.monotonic()
+        for i in range(0, cap, 500):
+            for k, (st, doc) in enumerate(answers([post("h%d" % j) for j in range(i, i + 500)])):
+                self.assertEqual(st, 200, "POST h%d -> %d %r" % (i + k, st, doc))
+        print("\n%d locks taken over HTTP in %.1fs" % (cap, time.monotonic() - t0), flush=True)
+        [(st, doc)] = answers([post("one-too-many")])
+        self.assertEqual((st, doc["error"]), (503, "too_many_locks"), doc)
+        self.assertIn("one-too-many", doc["message"])
+        self.assertIn("10000 locks", doc["message"])
+        # A lock the session holds is not a new one: it waits for its holder, then is busy.
+        [(st, doc)] = answers([post("h7", wait_ms=300)])
+        self.assertEqual((st, doc["error"]), (409, "locked"), doc)
+        # The Redis endpoint's connections are sessions of their own, outside the cap.
+        c = self.conn(fg)
+        self.assertIsInstance(c.call("FENCE.ACQUIRE", "resp-side"), int)
+        # A release makes room for one more, and only one.
+        [(st, doc)] = answers([b"DELETE /v1/locks/h3 HTTP/1.1\r\nHost: fg\r\n\r\n"])
+        self.assertEqual(st, 200, doc)
+        got = answers([post("one-more"), post("two-more")])
+        self.assertEqual([g[0] for g in got], [200, 503], got)
+        st, _, body = harness.http_request(fg.http_port, "GET", "/v1/locks", timeout=60)
+        self.assertEqual(st, 200)
+        self.assertEqual(len(json.loads(body)["locks"]), cap)
+
     def _flood(self, fg, cmd, reply, count, pending, rss_bound_kib):
         """One connection pipelines `count` copies of `cmd` without reading, until fencegate
         stops reading it; meanwhile other connections are served and fencegate's RSS stays within
