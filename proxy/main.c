@@ -193,6 +193,17 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
     server_drain(m->srv, main_on_drained, m);
 }
 
+/* SIGHUP (a closed terminal, or a habit from daemons that reload on it) is ignored, as Redis
+ * ignores it: its default action would end the sidecar without releasing anything. */
+static void main_on_hup(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig;
+    (void)what;
+    (void)arg;
+    log_warn("SIGHUP received and ignored: fencegate does not reload its configuration; restart "
+             "it to apply a change (SIGTERM stops it gracefully)");
+}
+
 static void main_lock_warn(void *arg, const char *msg)
 {
     (void)arg;
@@ -341,7 +352,7 @@ int main(int argc, char **argv)
     struct pgstores *pg;
     struct httpstore *hstores;
     struct lock_options lopt;
-    struct event *sigterm, *sigint;
+    struct event *sigterm, *sigint, *sighup;
     int same_redis, resp_fd, http_fd;
     char err[512], where[CFG_MAX_STR + 32];
     int rc;
@@ -398,6 +409,7 @@ int main(int argc, char **argv)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN); /* until its handler below logs it */
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
     main_raise_fd_limit(&cfg);
 
@@ -496,8 +508,10 @@ int main(int argc, char **argv)
     }
     sigterm = evsignal_new(m.base, SIGTERM, main_on_signal, &m);
     sigint = evsignal_new(m.base, SIGINT, main_on_signal, &m);
+    sighup = evsignal_new(m.base, SIGHUP, main_on_hup, NULL);
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
+    evsignal_add(sighup, NULL);
 
     log_info("fencegate %s: resp %s:%d, http %s:%d, upstream %s, backend %s", FG_VERSION,
              cfg.listen_resp.host, cfg.listen_resp.port, cfg.listen_http.host, cfg.listen_http.port,
@@ -513,6 +527,7 @@ int main(int argc, char **argv)
     upstream_free(up);
     event_free(sigterm);
     event_free(sigint);
+    event_free(sighup);
     if (m.grace)
         event_free(m.grace);
     event_base_free(m.base);

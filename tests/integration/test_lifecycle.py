@@ -364,6 +364,22 @@ class Lifecycle(FgTestCase):
         self.assertIn("descriptor limit raised from 256 to %d" % got[0], fg.log())
         self.assertEqual(self.raw(fg.resp_port).call("PING"), "PONG")
 
+    def test_sighup_is_ignored_and_logged(self):
+        # Its default action ended the sidecar at once, without releasing its locks: a closed
+        # terminal, or a habit from daemons that reload on SIGHUP, took it down. Redis ignores it.
+        fg = self.start_fencegate(self.redis)
+        c = self.raw(fg.resp_port)
+        tok = c.call("FENCE.ACQUIRE", "hup-lock")
+        self.assertIsInstance(tok, int)
+        fg.signal(signal.SIGHUP)
+        harness.wait_until(lambda: "SIGHUP received and ignored" in fg.log(), 5, 0.05,
+                           "the SIGHUP to be logged")
+        self.assertTrue(fg.alive(), fg.stderr_text)
+        self.assertEqual(c.call("FENCE.TOKEN", "hup-lock"), tok)
+        self.assertEqual(c.call("SET", "{hup-lock}:k", "v"), "OK")
+        fg.signal(signal.SIGTERM)
+        self.assertEqual(fg.wait_exit(10), 0, fg.stderr_text)
+
     def test_sigterm_drains_in_flight_pipeline_and_exits_0(self):
         fg = self.start_fencegate(self.redis, args=["--shutdown-grace-ms", "10000"])
         big = os.urandom(1 << 20)
