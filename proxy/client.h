@@ -144,6 +144,8 @@ struct client {
     unsigned resp3 : 1;         /* HELLO 3 succeeded */
     unsigned sub_resp3 : 1;     /* subscribed in RESP3 (maybe still): HELLO 2 enters pub/sub */
     unsigned marker_wait : 1;   /* pub/sub barrier PING in flight */
+    unsigned push_barrier : 1;  /* RESP3 (un)subscribe's pushes may be due: a reply of our own
+                                 * waits for a PING sent behind them (req_forward_pushes) */
     unsigned pass_once : 1;     /* forward the held request as is (still subscribed) */
     unsigned monitor_reset : 1; /* RESET sent in monitor mode: parsing waits for its +RESET */
     unsigned dead : 1;

@@ -203,10 +203,16 @@ struct op *op_at(struct client *c, size_t i)
     return &c->ops[(c->ops_head + i) % c->ops_cap];
 }
 
+static int cl_push_barrier(struct client *c);
+
 struct op *op_push(struct client *c, enum op_kind kind)
 {
     struct op *o;
 
+    if (kind == OP_LOCAL && c->push_barrier && cl_push_barrier(c) < 0)
+        return NULL;
+    if (kind != OP_LOCAL)
+        c->push_barrier = 0; /* its reply follows the pushes */
     if (c->ops_count == c->ops_cap) {
         size_t cap = c->ops_cap ? c->ops_cap * 2 : 16;
         struct op *n = malloc(cap * sizeof(*n));
@@ -474,7 +480,7 @@ void cl_reply_local(struct client *c, const char *p, size_t n)
     struct op *o;
 
     metrics_inc(&fg_metrics, M_COMMANDS_LOCAL, 1);
-    if (c->ops_count == 0) {
+    if (c->ops_count == 0 && !c->push_barrier) {
         if (!c->silent_cmd)
             cl_send(c, p, n);
         return;
@@ -538,6 +544,7 @@ static void up_close_fd(struct client *c)
     if (c->ufd >= 0)
         close(c->ufd);
     c->ufd = -1;
+    c->push_barrier = 0; /* no push can come from a closed connection */
     buf_free(&c->uin);
     buf_free(&c->uout);
     resp_scanner_init(&c->scan);
@@ -1951,20 +1958,30 @@ static void cl_wait_after_shared(struct client *c, struct span *sp)
     c->used_shared = 0;
 }
 
-/* Forwards a RESP3 (un)subscribe, which Redis answers with pushes only, and a PING of fencegate's
- * own behind it (its reply swallowed): what fencegate answers itself next (CLIENT REPLY ON, a
- * held-back MULTI's +OK) then waits for that PING, so it follows the pushes as in Redis. */
-static enum req_action req_forward_pushes(struct client *c, const char *m,
-                                          const struct resp_request *r, struct span *sp)
+/* Sends a PING of fencegate's own (its reply swallowed) behind a RESP3 (un)subscribe's pushes,
+ * for a reply of our own to wait for. Returns 0, or -1 when its op cannot be queued. */
+static int cl_push_barrier(struct client *c)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
 
+    c->push_barrier = 0;
+    up_send(c, ping, sizeof(ping) - 1);
+    return op_push(c, OP_HIDDEN) ? 0 : -1;
+}
+
+/* Forwards a RESP3 (un)subscribe, which Redis answers with pushes only. What fencegate answers
+ * itself next (CLIENT REPLY ON, a held-back MULTI's +OK) must follow those pushes as in Redis:
+ * it waits for a PING sent behind them then (op_push), unless a forwarded command's reply, which
+ * follows them anyway, comes first. The PING is not sent at once: it would be the subscriber's
+ * last command in Redis's CLIENT LIST (cmd=ping), where subscribers are found by cmd=subscribe
+ * to be killed. */
+static enum req_action req_forward_pushes(struct client *c, const char *m,
+                                          const struct resp_request *r, struct span *sp)
+{
     metrics_inc(&fg_metrics, M_COMMANDS_FORWARDED, 1);
     span_add(c, sp, m, r->len, 1);
     span_flush(c, sp, 1);
-    up_send(c, ping, sizeof(ping) - 1);
-    if (!op_push(c, OP_HIDDEN))
-        c->dead = 1;
+    c->push_barrier = 1;
     return REQ_SKIP;
 }
 
@@ -2375,7 +2392,9 @@ void cl_update(struct client *c)
         up_flush(c);
 
     /* Draining answers what the client sent before it (whole requests already read), then
-     * closes. */
+     * closes: after the pushes of a RESP3 (un)subscribe too. */
+    if ((s->draining || c->rd_eof) && c->push_barrier && cl_push_barrier(c) < 0)
+        c->dead = 1;
     idle = c->ops_count == 0 && buf_len(&c->uout) == 0 && !c->reply_partial &&
            !(c->stalled && buf_len(&c->in) > 0);
     if ((s->draining || c->rd_eof) && (idle || c->mode != MODE_NORMAL))

@@ -249,6 +249,42 @@ class ProxySemantics(FgTestCase):
         self.assertEqual(c.read_reply(), "OK")
         self.assertEqual(c.call("GET", "r3key"), b"v")
 
+    def test_resp3_subscriber_shows_as_subscribe_in_client_list_and_can_be_killed(self):
+        # A RESP3 SUBSCRIBE went upstream with a PING of fencegate's own behind it, so Redis's
+        # CLIENT LIST showed the subscriber's connection as cmd=ping: whoever finds subscribers
+        # by cmd=subscribe to CLIENT KILL them (redis-py's suite does) missed it, and it stayed
+        # subscribed (found by tests/compat/redispy_suite.sh --resp3).
+        for kind in ("SUBSCRIBE", "PSUBSCRIBE"):
+            c = self.raw()
+            self.addCleanup(c.close)
+            self.assertEqual(c.call("HELLO", "3")[b"proto"], 3)
+            self.assertEqual(c.call(kind, "r3kill")[:2], [kind.lower().encode(), b"r3kill"])
+            ours = [x for x in self.direct.client_list() if x["resp"] == "3"]
+            self.assertEqual([x["cmd"] for x in ours], [kind.lower()])
+            self.assertEqual(self.direct.execute_command("CLIENT", "KILL", "ID", ours[0]["id"]),
+                             1)
+            self.assertEqual(c.read_until_close(), b"")
+            # A reply of fencegate's own still waits for the pushes before it, and a RESP3
+            # unsubscribe leaves no trace in CLIENT LIST either.
+            c = self.raw()
+            self.addCleanup(c.close)
+            c.send(encode("HELLO", "3") + encode(kind, "a", "b") + encode("CLIENT", "REPLY", "ON")
+                   + encode(kind.replace("SUB", "UNSUB", 1), "a") + encode("ECHO", "end"))
+            self.assertIsInstance(c.read_reply(), dict)
+            got = [c.read_reply() for _ in range(5)]
+            self.assertEqual([type(x) for x in got], [Push, Push, Status, Push, bytes], got)
+            ours = [x for x in self.direct.client_list() if x["resp"] == "3"]
+            self.assertEqual([x["cmd"] for x in ours], ["echo"])
+            c.close()
+            # A client that ends its side right after gets the pushes before the close.
+            c = self.raw()
+            self.addCleanup(c.close)
+            c.send(encode("HELLO", "3") + encode(kind, "a", "b"))
+            c.sock.shutdown(socket.SHUT_WR)
+            self.assertIsInstance(c.read_reply(), dict)
+            self.assertEqual([c.read_reply()[1:] for _ in range(2)], [[b"a", 1], [b"b", 2]])
+            self.assertEqual(c.read_until_close(), b"")
+
     def test_resp3_client_tracking_invalidation_pushes(self):
         c = self.raw()
         self.assertEqual(c.call("HELLO", "3")[b"proto"], 3)
