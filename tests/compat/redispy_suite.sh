@@ -5,9 +5,9 @@
 # Usage: tests/compat/redispy_suite.sh [--bin PATH] [--protect] [--resp3] [--version V]
 #                                      [--src DIR]
 #
-# Fetches the source of python-redis from Debian's archive, in the installed python3-redis's
-# version or the upstream version V (python-redis_V.orig.tar.gz), or uses --src DIR, an unpacked
-# redis-py tree. Its pytest suite (sync and asyncio clients) runs with the tree's own `redis`
+# Fetches the source of python-redis from Debian's archive, in the upstream version V
+# (python-redis_V.orig.tar.gz), by default the installed python3-redis's version or, when the
+# archive no longer has that, 6.4.0; or uses --src DIR, an unpacked redis-py tree. Its pytest suite (sync and asyncio clients) runs with the tree's own `redis`
 # package on PYTHONPATH, so that the tests match the code, against a redis-server and then
 # against fencegate in front of it, on free 127.0.0.1 ports. Left out in both runs: the tests
 # of cluster, sentinel, TLS, replicas and modules (markers onlycluster, redismod, ssl, replica,
@@ -69,17 +69,28 @@ source "$REPO_ROOT/tests/bench/lib.sh"
 source "$SCRIPT_DIR/lib.sh"
 
 if [ -z "$SRC" ]; then
-  if [ -z "$VERSION" ]; then
-    # 4.3.4-3 -> 4.3.4
-    VERSION=$(dpkg-query -W -f '${Version}' python3-redis 2>/dev/null |
+  if [ -n "$VERSION" ]; then
+    versions=("$VERSION")
+  else
+    # The installed python3-redis's version (4.3.4-3 -> 4.3.4), then the one the archive served
+    # when this script was written (its pool no longer had 4.3.4's tarball): the tests run the
+    # tree's own `redis` package, so they match their code in either.
+    installed=$(dpkg-query -W -f '${Version}' python3-redis 2>/dev/null |
       sed 's/^[0-9]*://; s/-[^-]*$//')
-    [ -n "$VERSION" ] ||
-      die "cannot tell the python3-redis version (apt-get install python3-redis, or --version)"
+    versions=(${installed:+"$installed"} 6.4.0)
   fi
-  url="http://deb.debian.org/debian/pool/main/p/python-redis/python-redis_${VERSION}.orig.tar.gz"
-  echo "fetching $url" >&2
-  curl -fsS --max-time 300 -o "$TMPDIR_BENCH/python-redis.tar.gz" "$url" ||
-    die "cannot fetch $url (a version the archive has: --version V, or an unpacked tree: --src)"
+  fetched=""
+  for VERSION in "${versions[@]}"; do
+    url="http://deb.debian.org/debian/pool/main/p/python-redis/python-redis_${VERSION}.orig.tar.gz"
+    echo "fetching $url" >&2
+    if curl -fsS --max-time 300 -o "$TMPDIR_BENCH/python-redis.tar.gz" "$url"; then
+      fetched=$VERSION
+      break
+    fi
+  done
+  [ -n "$fetched" ] ||
+    die "cannot fetch redis-py ${versions[*]} (a version the archive has: --version V, or an unpacked tree: --src)"
+  echo "redis-py $fetched" >&2
   tar -xzf "$TMPDIR_BENCH/python-redis.tar.gz" -C "$TMPDIR_BENCH"
   SRC=$(find "$TMPDIR_BENCH" -mindepth 1 -maxdepth 1 -type d -name 'redis-py-*' | head -n 1)
   [ -n "$SRC" ] || SRC=$(find "$TMPDIR_BENCH" -mindepth 1 -maxdepth 1 -type d -name 'redis-*' |
