@@ -979,21 +979,22 @@ class EtcdLocks(EtcdTestCase):
         an unknown outcome: its name is cleaned up with an unguarded delete. etcd, thawed, may
         apply the create after that delete; the key then heads the name's queue with nobody
         holding it. The sidecar cleans the name up again later, so the key goes. (Which of the
-        two etcd applies first is up to it: about one attempt in eight leaves the key behind
-        the first clean-up here, so 25 attempts.)"""
+        two etcd applies first is up to it: one attempt in four to eight leaves the key behind
+        the first clean-up here, so 30 attempts. Each is as short as it can be: the clean-up is
+        sent with the error reply, so 50 ms later both wait in the frozen etcd.)"""
         fg = self.fencegate(config=None)
         c = self.raw(fg.resp_port, timeout=20)
         self.acquire(c, "warm")  # the session's lease exists
         member = self.etcd.members[0]
         self.addCleanup(member.thaw)
-        names = ["late%d" % i for i in range(25)]
+        names = ["late%d" % i for i in range(30)]
         for name in names:
             member.freeze()
-            r = c.call("FENCE.ACQUIRE", name, "WAIT", 300, timeout=10)
-            time.sleep(0.3)
+            r = c.call("FENCE.ACQUIRE", name, "WAIT", 100, timeout=10)
+            time.sleep(0.05)
             member.thaw()
             self.assertIsInstance(r, Err, r)  # etcd did not answer within the wait
-            time.sleep(0.5)  # the create and its clean-up meet in etcd
+            time.sleep(0.2)  # the create and its clean-up meet in etcd
         other = self.raw(fg.resp_port, timeout=20)
         # The clean-ups run again 1, 2, 4 ... s after the first: within 4 s every key is gone.
         harness.wait_until(lambda: [n for n in names if self.etcd.keys(PREFIX + n + "/")] == [],
