@@ -971,9 +971,10 @@ class HttpStore(HttpStoreCase):
         self.assertEqual(self.store(fg, "PUT", "/a", "n", b"v")[0], 201)
         host = "store.fgtest:%d" % self.up.port
         self.assertEqual(Upstream.header(self.up.seen()[-1], "Host"), [host])
-        # The name service now takes 8 s to answer; the kept-alive connection is closed after
-        # 2 s idle, so the next request connects anew and looks the name up again.
-        dns.stall("store.fgtest", 8000)
+        # The name service now takes 5 s to answer (past the 3 s of the checks below, which a
+        # lookup on the event loop would fail); the kept-alive connection is closed after 2 s
+        # idle, so the next request connects anew and looks the name up again.
+        dns.stall("store.fgtest", 5000)
         time.sleep(2.2)
         poller = harness.PromptPoller(  # the other store too
             fg, lambda: self.store(fg, "GET", "/x", "n", timeout=5, name="num")[0] == 200)

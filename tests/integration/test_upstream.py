@@ -404,8 +404,9 @@ class SlowNameService(FgTestCase):
                   "--backend", "redis://127.0.0.1:%d" % locks.port], env=dns.env())
         self.assertEqual(self.raw(fg.resp_port).call("SET", "k", "v"), "OK")
         # Fencegate's connections to the store end; the probe and the fence marks connect again,
-        # looking the name up again, and the name service now takes 8 s to answer.
-        dns.stall("store.fgtest", 8000)
+        # looking the name up again, and the name service now takes 5 s to answer (past the 3 s
+        # of the checks below, which a lookup on the event loop would fail).
+        dns.stall("store.fgtest", 5000)
         redis_srv.client().client_kill_filter(_type="normal")
         poller = harness.PromptPoller(fg)
         poller.start()
