@@ -1396,8 +1396,10 @@ int fencing_noscript(struct client *c, struct op *o)
     size_t hn = 0, skip;
 
     up_set_script_loaded(c, 0);
-    if (c->ops_count != 1 || !o->reply)
-        return 0; /* later requests already ran: sending this one again would reorder them */
+    /* Later requests already ran, sending this one again would reorder them: those with a reply
+     * have an op, a RESP3 (un)subscribe (answered by pushes only) leaves push_barrier. */
+    if (c->ops_count != 1 || c->push_barrier || !o->reply)
+        return 0;
     skip = fencing_eval_form(o->reply, o->reply_len, head, &hn);
     if (skip == 0)
         return 0;

@@ -1110,6 +1110,26 @@ class ScriptCache(FencingCase):
         self.assert_refused(c.call("RPUSH", "{q}list", "late"), "STALE")
         self.assertEqual(self.direct.llen("{q}list"), 10)
 
+    def test_noscript_write_not_sent_again_behind_a_resp3_subscribe(self):
+        # A RESP3 SUBSCRIBE after a fenced write leaves no reply to wait for: the write answered
+        # NOSCRIPT must not be sent again behind it, where it would run after the subscription
+        # (the subscriber would see its own write's keyspace event, and its reply would follow
+        # the pushes). It is refused, not applied, as when other requests followed it.
+        fg = self.fencegate()
+        c = self.raw(fg.resp_port)
+        self.assertEqual(c.call("HELLO", "3")[b"proto"], 3)
+        self.acquire(c, "wallet:6")
+        self.assertEqual(c.call("SET", "wallet:6", "a"), "OK")
+        self.direct.config_set("notify-keyspace-events", "KA")
+        self.direct.script_flush()
+        c.send(encode("SET", "wallet:6", "b") + encode("SUBSCRIBE", "__keyspace@0__:wallet:6"))
+        got = [c.read_reply(), c.read_reply()]
+        self.assertIsInstance(got[0], Err, got)
+        self.assertTrue(got[0].startswith("UNAVAILABLE the fence script vanished"), got)
+        self.assertEqual(got[1][:2], [b"subscribe", b"__keyspace@0__:wallet:6"], got)
+        self.assertEqual(c.call("PING"), "PONG")  # no event of a write after the subscription
+        self.assertEqual(self.direct.get("wallet:6"), b"a")
+
 
 class RedisLost(FencingCase):
 
