@@ -1070,8 +1070,8 @@ static const char fctl_help[] =
     "  3       the lock was lost while COMMAND ran; COMMAND was signalled, or (when the\n"
     "          release found it lost) had ended\n"
     "  4       the sidecar is unreachable (connection refused, timeout) or cannot grant the\n"
-    "          lock now (HTTP 503: its lock backend is unavailable, it is shutting down, or\n"
-    "          the application's health check fails)\n"
+    "          lock now (HTTP 503: its lock backend is unavailable, it is shutting down,\n"
+    "          the application's health check fails, or its HTTP clients hold 10000 locks)\n"
     "  5       the sidecar rejected the request (HTTP 400) or answered something unexpected\n"
     "  125     fencectl itself failed (for example, fork failed)\n"
     "  126     COMMAND was found but could not be run\n"
@@ -1254,8 +1254,8 @@ static int fctl_acquire(const struct fctl_args *a, const char *path, long long *
         fctl_err("lock %s is held by someone else%s%s", a->name, ans.message[0] ? ": " : "",
                  ans.message);
         return FCTL_EXIT_LOCKED;
-    case 503: /* the backend is down, the sidecar is stopping, or the application is unhealthy:
-               * the sidecar's message says which */
+    case 503: /* the backend is down, the sidecar is stopping, the application is unhealthy, or
+               * the HTTP session holds its most locks: the sidecar's message says which */
         fctl_err("sidecar at %s cannot take lock %s now: %s", a->addr.text, a->name,
                  ans.message[0] ? ans.message : "HTTP 503");
         return FCTL_EXIT_UNAVAIL;

@@ -380,6 +380,18 @@ static int http_acquire_racing(const struct http_acquire *a)
     return 0;
 }
 
+/* Whether the session may take no more locks for HTTP clients: those it holds and those the
+ * backend is acquiring for them (each may be granted) make LOCK_SESSION_MAX_HELD. A lock the
+ * session holds, or is acquiring, for another HTTP client is waited for before this check. */
+static int http_session_full(const struct http_api *h)
+{
+    size_t n = lock_count(h->sess);
+
+    for (const struct http_acquire *b = h->pending; b && n < LOCK_SESSION_MAX_HELD; b = b->next)
+        n += b->inflight != 0;
+    return n >= LOCK_SESSION_MAX_HELD;
+}
+
 /* Asks the backend, unless this sidecar itself holds the lock for another HTTP client, or is
  * acquiring it for one: then the request waits here, as it would for a holder elsewhere. All
  * HTTP clients share the sidecar's session, so the session alone cannot tell them apart. */
@@ -404,6 +416,16 @@ static void http_acquire_start(struct http_acquire *a)
             return;
         }
         evtimer_add(a->retry, &tv);
+        return;
+    }
+    if (http_session_full(h)) {
+        char text[600];
+        snprintf(text, sizeof(text),
+                 "lock %s: this sidecar's HTTP clients hold %d locks (or are being granted them), "
+                 "the most its one session may hold; release some first",
+                 a->name, LOCK_SESSION_MAX_HELD);
+        http_error(a->req, 503, "Service Unavailable", "too_many_locks", text);
+        http_acquire_free(a);
         return;
     }
     wait = a->wait_ms <= 0 ? 0 : (long long)(a->deadline_ms > now ? a->deadline_ms - now : 0);
@@ -481,15 +503,6 @@ static void http_lock_post(struct http_api *h, struct httpd_req *req, const char
     if (!h->sess &&
         !(h->sess = lock_session_new(h->locks, h->cfg->session_ttl_ms, http_on_lost, h))) {
         http_error(req, 503, "Service Unavailable", "unavailable", "out of memory");
-        return;
-    }
-    if (lock_count(h->sess) >= LOCK_SESSION_MAX_HELD &&
-        lock_state(h->sess, name, len, NULL, NULL) != 1) { /* a held one: waits as usual */
-        snprintf(err, sizeof(err),
-                 "lock %.*s: this sidecar's HTTP clients hold %d locks, the most its one session "
-                 "may hold; release some first",
-                 len > 300 ? 300 : (int)len, name, LOCK_SESSION_MAX_HELD);
-        http_error(req, 503, "Service Unavailable", "too_many_locks", err);
         return;
     }
     a = http_pending_new(h, req, name, len);

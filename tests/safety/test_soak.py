@@ -564,6 +564,71 @@ class Limits(FgTestCase):
         self.assertEqual(st, 200)
         self.assertEqual(len(json.loads(body)["locks"]), cap)
 
+    def test_http_locks_being_acquired_count_toward_the_cap(self):
+        """POSTs the backend is still working on (waiting for a holder elsewhere) count toward
+        the HTTP session's cap: it was checked against the locks held only, when each POST
+        arrived, so waiting acquisitions were all granted past it."""
+        cap = 10000
+        fg = self.start_fencegate(self.redis, args=["--session-ttl-ms", "30000"])
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=60)
+        self.addCleanup(s.close)
+        buf = bytearray()
+        post = self._http_post
+        t0 = time.monotonic()
+        for i in range(0, cap - 2, 500):
+            got = self._http_answers(s, buf, [post("h%d" % j) for j in range(i, min(i + 500,
+                                                                                     cap - 2))])
+            self.assertEqual(set(st for st, _ in got), {200}, got[:3])
+        print("\n%d locks taken over HTTP in %.1fs" % (cap - 2, time.monotonic() - t0),
+              flush=True)
+        # Three locks held elsewhere, asked for over HTTP (one connection each), waiting.
+        c = self.conn(fg)
+        for name in ("w1", "w2", "w3"):
+            self.assertIsInstance(c.call("FENCE.ACQUIRE", name), int)
+        waiting = []
+        for name in ("w1", "w2", "w3"):
+            w = socket.create_connection(("127.0.0.1", fg.http_port), timeout=60)
+            self.addCleanup(w.close)
+            w.sendall(post(name, wait_ms=20000))
+            waiting.append((w, bytearray()))
+            time.sleep(0.2)  # in this order
+        for name in ("w1", "w2", "w3"):
+            self.assertEqual(c.call("FENCE.RELEASE", name), 1)
+        got = [self._http_read(w, b) for w, b in waiting]
+        self.assertEqual([g[0] for g in got], [200, 200, 503], got)
+        self.assertEqual(got[2][1]["error"], "too_many_locks", got)
+        st, _, body = harness.http_request(fg.http_port, "GET", "/v1/locks", timeout=60)
+        self.assertEqual(st, 200)
+        self.assertEqual(len(json.loads(body)["locks"]), cap)
+
+    @staticmethod
+    def _http_post(name, wait_ms=0):
+        body = json.dumps({"wait_ms": wait_ms}).encode()
+        return (b"POST /v1/locks/%s HTTP/1.1\r\nHost: fg\r\nContent-Type: application/json"
+                b"\r\nContent-Length: %d\r\n\r\n%s" % (name.encode(), len(body), body))
+
+    def _http_read(self, s, buf):
+        """One HTTP response read from s (buf holds what was read past it): (status, json)."""
+        while True:
+            head_end = buf.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = bytes(buf[:head_end]).decode("latin-1").split("\r\n")
+                length = [int(h.split(":", 1)[1]) for h in head[1:]
+                          if h.lower().startswith("content-length:")][0]
+                if len(buf) >= head_end + 4 + length:
+                    body = bytes(buf[head_end + 4:head_end + 4 + length])
+                    del buf[:head_end + 4 + length]
+                    return int(head[0].split()[1]), json.loads(body)
+            chunk = s.recv(1 << 16)
+            self.assertTrue(chunk, "fencegate closed the HTTP connection")
+            buf.extend(chunk)
+
+    def _http_answers(self, s, buf, reqs):
+        """Sends the requests pipelined on s; returns [(status, json body)] in order."""
+        if reqs:
+            s.sendall(b"".join(reqs))
+        return [self._http_read(s, buf) for _ in reqs]
+
     def _flood(self, fg, cmd, reply, count, pending, rss_bound_kib):
         """One connection pipelines `count` copies of `cmd` without reading, until fencegate
         stops reading it; meanwhile other connections are served and fencegate's RSS stays within
