@@ -7,8 +7,9 @@
 #
 # Fetches the source of python-redis from Debian's archive, in the upstream version V
 # (python-redis_V.orig.tar.gz), by default the installed python3-redis's version or, when the
-# archive no longer has that, 6.4.0; or uses --src DIR, an unpacked redis-py tree. Its pytest suite (sync and asyncio clients) runs with the tree's own `redis`
-# package on PYTHONPATH, so that the tests match the code, against a redis-server and then
+# archive no longer has that, 6.4.0; or uses --src DIR, an unpacked redis-py tree. Its pytest
+# suite (sync and asyncio clients) runs with the tree's own `redis` package on PYTHONPATH, so
+# that the tests match the code, against a redis-server and then
 # against fencegate in front of it, on free 127.0.0.1 ports. Left out in both runs: the tests
 # of cluster, sentinel, TLS, replicas and modules (markers onlycluster, redismod, ssl, replica,
 # cp_integration; test_sentinel.py, test_search.py, test_vsets.py), which need servers of their
@@ -34,7 +35,7 @@ START_TIMEOUT=20
 PY=/usr/bin/python3
 
 usage() {
-  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
