@@ -246,7 +246,8 @@ static void fencing_acquire(struct client *c, const char *m, const struct resp_r
             return;
         }
     }
-    if (c->sess && lock_count(c->sess) >= LOCK_SESSION_MAX_HELD) {
+    if (c->sess && lock_count(c->sess) >= LOCK_SESSION_MAX_HELD &&
+        lock_state(c->sess, ARG(1), ALEN(1), NULL, NULL) != 1) { /* held: its token, no more */
         cl_reply_error(c,
                        "ERR this connection holds %d locks, the most one session may hold; "
                        "release some first",

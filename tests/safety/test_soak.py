@@ -757,6 +757,8 @@ class Limits(FgTestCase):
             r = c.read_reply(timeout=30)
             self.assertIsInstance(r, harness.Err, r)
             self.assertIn("the most one session may hold", r)
+            # A lock it holds is not one more: its token, as below the cap (README).
+            self.assertEqual(c.call("FENCE.ACQUIRE", "many:9"), tokens["many:9"])
         # Held past a whole lease: all of them are renewed (in one round trip per tick).
         deadline = time.monotonic() + ttl * 1.5 / 1000
         worst = 0.0
