@@ -518,28 +518,9 @@ class Limits(FgTestCase):
         def answers(reqs):
             """Sends the requests pipelined on s; returns [(status, json body)] in order."""
             s.sendall(b"".join(reqs))
-            out = []
-            while len(out) < len(reqs):
-                head_end = buf.find(b"\r\n\r\n")
-                if head_end >= 0:
-                    head = bytes(buf[:head_end]).decode("latin-1").split("\r\n")
-                    length = [int(h.split(":", 1)[1]) for h in head[1:]
-                              if h.lower().startswith("content-length:")][0]
-                    if len(buf) >= head_end + 4 + length:
-                        body = bytes(buf[head_end + 4:head_end + 4 + length])
-                        del buf[:head_end + 4 + length]
-                        out.append((int(head[0].split()[1]), json.loads(body)))
-                        continue
-                chunk = s.recv(1 << 16)
-                self.assertTrue(chunk, "fencegate closed the HTTP connection")
-                buf.extend(chunk)
-            return out
+            return [self._http_read(s, buf) for _ in reqs]
 
-        def post(name, wait_ms=0):
-            body = json.dumps({"wait_ms": wait_ms}).encode()
-            return (b"POST /v1/locks/%s HTTP/1.1\r\nHost: fg\r\nContent-Type: application/json"
-                    b"\r\nContent-Length: %d\r\n\r\n%s" % (name.encode(), len(body), body))
-
+        post = self._http_post
         t0 = time.monotonic()
         for i in range(0, cap, 500):
             for k, (st, doc) in enumerate(answers([post("h%d" % j) for j in range(i, i + 500)])):
