@@ -96,13 +96,9 @@ rpid=$!
 echo "$rpid" >>"$FG_PIDS"
 for _ in $(seq 100); do redis-cli -p "$rport" PING >/dev/null 2>&1 && break; sleep 0.05; done
 yaml="$cfg.fencegate.yaml"
-printf 'listen: { resp: "127.0.0.1:%s", http: "127.0.0.1:%s" }\n' "$port" "$hport" >"$yaml"
-printf 'stores:\n  - { name: cache, url: "redis://127.0.0.1:%s" }\n' "$rport" >>"$yaml"
-if [ "$FG_PROTECT" = 1 ]; then
-  # shellcheck disable=SC2016  # $1 is fencegate's capture, not the shell's
-  printf 'protect:\n  - { store: cache, keys: "fencegate-suite-protected:*", lock: "p:$1" }\n' \
-    >>"$yaml"
-fi
+# shellcheck source=tests/compat/lib.sh
+source "$FG_COMPAT_LIB"
+fencegate_config "$yaml" "$port" "$hport" "$rport" "$FG_PROTECT"
 "$FG_BIN" --config "$yaml" --log-level warn >>"$FG_LOG" 2>&1 </dev/null &
 fpid=$!
 echo "$fpid" >>"$FG_PIDS"
@@ -122,6 +118,7 @@ run() {
     t=t/$(basename "$t")
     rc=0
     (cd "$SRC" && REDIS_SERVER_PATH=$server FG_BIN=$BIN FG_PROTECT=$PROTECT \
+      FG_COMPAT_LIB=$SCRIPT_DIR/lib.sh \
       FG_LOG="$TMPDIR_BENCH/fencegate.log" FG_PIDS="$TMPDIR_BENCH/pids" \
       timeout -k 5 180 perl -Ilib -It/tlib "$t") \
       >"$TMPDIR_BENCH/$name.$(basename "$t").out" 2>&1 </dev/null || rc=$?

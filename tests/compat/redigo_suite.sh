@@ -135,13 +135,9 @@ ping() { [ "$(timeout 2 redis-cli -p "$1" PING 2>/dev/null)" = PONG ]; }
 for _ in $(seq 200); do ping "$rport" && break; sleep 0.05; done
 ping "$rport" || { echo "stand-in redis-server: Redis on $rport did not start"; exit 1; }
 yaml="$FG_DIR/fencegate.$port.yaml"
-printf 'listen: { resp: "127.0.0.1:%s", http: "127.0.0.1:%s" }\n' "$port" "$hport" >"$yaml"
-printf 'stores:\n  - { name: cache, url: "redis://127.0.0.1:%s" }\n' "$rport" >>"$yaml"
-if [ "$FG_PROTECT" = 1 ]; then
-  # shellcheck disable=SC2016  # $1 is fencegate's capture, not the shell's
-  printf 'protect:\n  - { store: cache, keys: "fencegate-suite-protected:*", lock: "p:$1" }\n' \
-    >>"$yaml"
-fi
+# shellcheck source=tests/compat/lib.sh
+source "$FG_COMPAT_LIB"
+fencegate_config "$yaml" "$port" "$hport" "$rport" "$FG_PROTECT"
 "$FG_BIN" --config "$yaml" --log-level warn >>"$FG_DIR/fencegate.log" 2>&1 </dev/null &
 fpid=$!
 echo "$fpid" >>"$FG_PIDS"
@@ -162,8 +158,8 @@ chmod +x "$TMPDIR_BENCH/bin/redis-server"
 run1() {
   local out=$1 pattern=$2 server=$3 port rc=0
   port=$(free_ports 1)
-  (cd "$PKG_DIR/redis" && FG_BIN=$BIN FG_PROTECT=$PROTECT FG_DIR=$TMPDIR_BENCH \
-    FG_PIDS="$TMPDIR_BENCH/pids" timeout -k 5 300 "$TMPDIR_BENCH/redis.test" -test.v \
+  (cd "$PKG_DIR/redis" && FG_BIN=$BIN FG_PROTECT=$PROTECT FG_COMPAT_LIB=$SCRIPT_DIR/lib.sh \
+    FG_DIR=$TMPDIR_BENCH FG_PIDS="$TMPDIR_BENCH/pids" timeout -k 5 300 "$TMPDIR_BENCH/redis.test" -test.v \
     -test.count=1 -test.timeout 240s -test.run "$pattern" -redis-server "$server" \
     -redis-address 127.0.0.1 -redis-port "$port") >"$out.part" 2>&1 </dev/null || rc=$?
   if [ "$rc" != 0 ] && ! grep -aq -- '--- FAIL: ' "$out.part"; then
