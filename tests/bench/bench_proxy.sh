@@ -7,8 +7,9 @@
 # Redis, all on 127.0.0.1 free ports inside a temp dir, then runs redis-benchmark
 # (-c 50, GET and SET, unpipelined and -P 16) against each target. Targets are
 # interleaved (rotating order) and every measurement is repeated 3 times; the median is
-# reported, with the median p50 latency of each cell. Also reports fencegate's idle RSS before
-# and after the load.
+# reported, with the median p50 latency of each cell and the CPU time each request cost the
+# proxy and Redis (from /proc, so less noisy than ops/s on shared CPUs). Also reports
+# fencegate's idle RSS before and after the load.
 #
 # Exit status: 0 when the measurement completed (even if a performance target FAILs);
 # non-zero when a process fails to start, dies, or a benchmark run errors out.
@@ -70,6 +71,13 @@ rss_kib() {  # VmRSS of a PID in KiB
 hwm_kib() {  # peak RSS (VmHWM) of a PID in KiB
   awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
 }
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() {  # user + system CPU time of a PID, in clock ticks (fields 14 and 15 of stat)
+  sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+us_per_req() {  # us_per_req TICKS REQUESTS -> microseconds of CPU per request
+  awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}'
+}
 
 read -r REDIS_PORT FG_PORT FG_HTTP_PORT NC_PORT NC_STATS_PORT <<<"$(free_ports 5)"
 
@@ -120,6 +128,7 @@ wait_ready nutcracker "$NC_PID" "$TMPDIR_BENCH/nutcracker.log" redis_ping "$NC_P
 
 # ---------------------------------------------------------------- benchmark helpers
 declare -A PORT=([direct]=$REDIS_PORT [fencegate]=$FG_PORT [twemproxy]=$NC_PORT)
+declare -A PROXY_PID=([direct]="" [fencegate]=$FG_PID [twemproxy]=$NC_PID)
 CHECK_FILE="$TMPDIR_BENCH/check_failures"   # bench() runs in $(...) subshells: record in a file
 : >"$CHECK_FILE"
 
@@ -139,12 +148,16 @@ all_alive() {
   done
 }
 
-# bench TARGET CMD PIPELINE N -> prints "ops/s p50-latency-ms"
+# bench TARGET CMD PIPELINE N -> prints "ops/s p50-latency-ms proxy-cpu-us redis-cpu-us"
+# (CPU per request in microseconds; the proxy's is "-" for direct).
 bench() {
   local target=$1 cmd=$2 pipe=$3 n=$4 out before after rps p50
+  local ppid=${PROXY_PID[$target]} p0=0 p1=0 r0 r1 pcpu
   local -a pargs=()
   [ "$pipe" -gt 1 ] && pargs=(-P "$pipe")
   before=$(redis_calls "$cmd")
+  r0=$(cpu_ticks "$REDIS_PID")
+  [ -n "$ppid" ] && p0=$(cpu_ticks "$ppid")
   if ! out=$(timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" \
         -q -t "$cmd" -c "$CLIENTS" -n "$n" "${pargs[@]}" --csv 2>"$TMPDIR_BENCH/bench.err"); then
     all_alive
@@ -152,6 +165,8 @@ bench() {
     die "redis-benchmark against $target failed or timed out (${RUN_TIMEOUT}s)"
   fi
   all_alive
+  r1=$(cpu_ticks "$REDIS_PID")
+  [ -n "$ppid" ] && p1=$(cpu_ticks "$ppid")
   after=$(redis_calls "$cmd")
   # CSV: header line, then "GET","43554.01","avg","min","p50",... (ops/s, then ms)
   rps=$(printf '%s\n' "$out" | awk -F'"' -v c="${cmd^^}" '$2 == c {print $4; exit}')
@@ -162,7 +177,9 @@ bench() {
   if [ $((after - before)) -lt "$n" ]; then
     echo "$target ${cmd^^} P=$pipe: Redis counted $((after - before)) of $n requests" >>"$CHECK_FILE"
   fi
-  printf '%s %s\n' "$rps" "$p50"
+  pcpu=-
+  [ -n "$ppid" ] && pcpu=$(us_per_req $((p1 - p0)) "$n")
+  printf '%s %s %s %s\n' "$rps" "$p50" "$pcpu" "$(us_per_req $((r1 - r0)) "$n")"
 }
 
 median() {  # median of the arguments (numeric)
@@ -194,21 +211,23 @@ done
 # ---------------------------------------------------------------- measurements
 WORKLOADS=("get 1" "set 1" "get $PIPELINE" "set $PIPELINE")
 TARGETS=(direct fencegate twemproxy)
-declare -A MED LAT
+declare -A MED LAT PCPU RCPU
 start_time=$SECONDS
 for w in "${WORKLOADS[@]}"; do
   read -r cmd pipe <<<"$w"
-  declare -A samples=([direct]="" [fencegate]="" [twemproxy]="") lats=()
+  declare -A samples=([direct]="" [fencegate]="" [twemproxy]="") lats=() pcpus=() rcpus=()
   for ((r = 0; r < REPS; r++)); do
     # rotate the order each repetition so slow drift (thermal, page cache, other
     # tenants) does not always hit the same target
     for ((i = 0; i < ${#TARGETS[@]}; i++)); do
       t=${TARGETS[$(( (i + r) % ${#TARGETS[@]} ))]}
-      read -r v l <<<"$(bench "$t" "$cmd" "$pipe" "$REQUESTS")"
-      log "$(printf '%-4s P=%-2s run %d/%d %-9s %12s ops/s  p50 %s ms' "${cmd^^}" "$pipe" \
-        $((r + 1)) "$REPS" "$t" "$v" "$l")"
+      read -r v l pc rc <<<"$(bench "$t" "$cmd" "$pipe" "$REQUESTS")"
+      log "$(printf '%-4s P=%-2s run %d/%d %-9s %12s ops/s  p50 %s ms  CPU/req proxy %s us, redis %s us' \
+        "${cmd^^}" "$pipe" $((r + 1)) "$REPS" "$t" "$v" "$l" "$pc" "$rc")"
       samples[$t]+="$v "
       lats[$t]+="$l "
+      pcpus[$t]+="$pc "
+      rcpus[$t]+="$rc "
     done
   done
   for t in "${TARGETS[@]}"; do
@@ -216,8 +235,12 @@ for w in "${WORKLOADS[@]}"; do
     MED["$w/$t"]=$(median ${samples[$t]})
     # shellcheck disable=SC2086
     LAT["$w/$t"]=$(median ${lats[$t]})
+    # shellcheck disable=SC2086
+    RCPU["$w/$t"]=$(median ${rcpus[$t]})
+    # shellcheck disable=SC2086
+    [ "$t" = direct ] || PCPU["$w/$t"]=$(median ${pcpus[$t]})
   done
-  unset samples lats
+  unset samples lats pcpus rcpus
 done
 elapsed=$((SECONDS - start_time))
 
@@ -257,6 +280,17 @@ for w in "${WORKLOADS[@]}"; do
   [ "$pipe" -gt 1 ] && label="${cmd^^} -c$CLIENTS -P $pipe"
   printf '  %-22s direct %6s   fencegate %6s   twemproxy %6s\n' "$label" \
     "${LAT["$w/direct"]}" "${LAT["$w/fencegate"]}" "${LAT["$w/twemproxy"]}"
+done
+echo
+echo "CPU per request in us (median of the runs; informational: the proxies' own cost, less"
+echo "subject to scheduling than ops/s; Redis's share shows what the proxy's batching saves it):"
+for w in "${WORKLOADS[@]}"; do
+  read -r cmd pipe <<<"$w"
+  label="${cmd^^} -c$CLIENTS unpipelined"
+  [ "$pipe" -gt 1 ] && label="${cmd^^} -c$CLIENTS -P $pipe"
+  printf '  %-22s fencegate %6s  twemproxy %6s   redis behind: direct %s  fencegate %s  twemproxy %s\n' \
+    "$label" "${PCPU["$w/fencegate"]}" "${PCPU["$w/twemproxy"]}" \
+    "${RCPU["$w/direct"]}" "${RCPU["$w/fencegate"]}" "${RCPU["$w/twemproxy"]}"
 done
 echo
 echo "targets:"
