@@ -80,7 +80,7 @@ fi
 # The stand-in redis-server (REDIS_SERVER_PATH): redis-server CONFIG, where CONFIG has a port
 # line. Each one appends its two pids to $FG_PIDS, so that the end of this script stops them
 # whatever happened to the test.
-mkdir -p "$TMPDIR_BENCH/bin"
+mkdir -p "$TMPDIR_BENCH/bin" "$TMPDIR_BENCH/tmp"
 cat >"$TMPDIR_BENCH/bin/redis-server" <<'EOF'
 #!/usr/bin/env bash
 set -u
@@ -117,7 +117,10 @@ run() {
   for t in "$SRC"/t/[0-9]*.t; do
     t=t/$(basename "$t")
     rc=0
-    (cd "$SRC" && REDIS_SERVER_PATH=$server FG_BIN=$BIN FG_PROTECT=$PROTECT \
+    # TMPDIR: the tests' own temporary configs and sockets (and the stand-in's files beside
+    # them) go where the end of this script removes them.
+    (cd "$SRC" && TMPDIR="$TMPDIR_BENCH/tmp" REDIS_SERVER_PATH=$server FG_BIN=$BIN \
+      FG_PROTECT=$PROTECT \
       FG_COMPAT_LIB=$SCRIPT_DIR/lib.sh \
       FG_LOG="$TMPDIR_BENCH/fencegate.log" FG_PIDS="$TMPDIR_BENCH/pids" \
       timeout -k 5 180 perl -Ilib -It/tlib "$t") \
