@@ -2291,8 +2291,10 @@ static void cl_process_input(struct client *c)
         c->stalled = 0; /* nothing is held back */
         return;
     }
-    if (!cl_can_parse(c))
+    if (!cl_can_parse(c)) {
+        c->stalled = 1; /* what was read is handled once it may be (cl_update) */
         return;
+    }
     done = req_process(c, buf_head(&c->in), buf_len(&c->in));
     buf_consume(&c->in, done);
 }

@@ -101,6 +101,31 @@ class Multiplex(FgTestCase):
         self.assertTrue(self.fg.alive())
         self.assertEqual(self.pinned(), 0)
 
+    def test_request_completed_while_the_shared_connection_is_full_is_sent_later(self):
+        # A client's request arrives in two parts; between them the shared connection's queue
+        # passes max_pending_bytes (Redis is stopped, other clients' big SETs pile up), so the
+        # second part is read while no client may add to the queue. Once Redis reads again, the
+        # request must go: it used to wait in fencegate for ever, and its client with it.
+        value = b"v" * (900 * 1024)  # under max_pending_bytes (1 MiB): stays shared
+        x = self.raw(self.fg.resp_port, timeout=20)
+        req = encode("SET", "x", value)
+        x.send(req[:len(req) // 2])
+        time.sleep(0.2)
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(self.redis.proc.send_signal, signal.SIGCONT)
+        fillers = [self.raw(self.fg.resp_port, timeout=20) for _ in range(24)]
+        for i, f in enumerate(fillers):
+            f.send(encode("SET", "fill:%d" % i, value))
+        time.sleep(1.0)  # fencegate reads them until its queue for Redis is full
+        x.send(req[len(req) // 2:])
+        time.sleep(0.3)
+        self.redis.proc.send_signal(signal.SIGCONT)
+        for i, f in enumerate(fillers):
+            self.assertEqual(f.read_reply(), Status("OK"), "filler %d" % i)
+        self.assertEqual(x.read_reply(), Status("OK"))
+        self.assertEqual(self.direct.strlen("x"), len(value))
+        self.assertEqual(self.pinned(), 0)
+
     def test_deep_pipeline_pins(self):
         c = self.raw(self.fg.resp_port)
         c.send(b"".join(encode("INCR", "deep") for _ in range(500)))
