@@ -12,6 +12,7 @@
 #include "config.h"
 #include "fence.h"
 #include "fencehooks.h"
+#include "heap.h"
 #include "http.h"
 #include "httpd.h"
 #include "httpstore.h"
@@ -347,6 +348,7 @@ int main(int argc, char **argv)
     struct main_ctx m;
     struct upstream *up;
     struct http_api *http;
+    struct heap_keeper *heap;
     struct lock_client *locks;
     struct store_marks *marks = NULL; /* the store's fence hook, when the backend is elsewhere */
     struct pgstores *pg;
@@ -418,6 +420,11 @@ int main(int argc, char **argv)
     m.base = fg_event_base_new();
     if (!m.base) {
         fprintf(stderr, "fencegate: cannot create the event loop\n");
+        return 1;
+    }
+    heap = heap_keeper_new(m.base);
+    if (!heap) {
+        fprintf(stderr, "fencegate: out of memory\n");
         return 1;
     }
     up = upstream_new(m.base, &cfg.upstream, err, sizeof(err));
@@ -528,6 +535,7 @@ int main(int argc, char **argv)
     event_free(sigterm);
     event_free(sigint);
     event_free(sighup);
+    heap_keeper_free(heap);
     if (m.grace)
         event_free(m.grace);
     event_base_free(m.base);

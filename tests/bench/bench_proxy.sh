@@ -5,7 +5,8 @@
 #
 # Starts one redis-server, fencegate in front of it and nutcracker in front of the same
 # Redis, all on 127.0.0.1 free ports inside a temp dir, then runs redis-benchmark
-# (-c 50, GET and SET, unpipelined and -P 16) against each target. Targets are
+# (-c 50, GET and SET, unpipelined and -P 16; then SET and GET of 100 KB values from 10
+# clients, with N/10 requests) against each target. Targets are
 # interleaved (rotating order) and every measurement is repeated 3 times; the median is
 # reported, with the median p50 latency of each cell and the CPU time each request cost the
 # proxy and Redis (from /proc, so less noisy than ops/s on shared CPUs). Also reports
@@ -25,6 +26,9 @@ REQUESTS=300000
 BIN="$REPO_ROOT/build/bin/fencegate"
 REPS=3             # repetitions per (workload, target); the median is reported
 CLIENTS=50
+BIG_CLIENTS=10     # the large-value rows: BIG_CLIENTS clients, values of BIG_SIZE bytes,
+BIG_SIZE=100000    # and a tenth of the requests
+
 PIPELINE=16
 RUN_TIMEOUT=180    # seconds; upper bound for a single redis-benchmark run
 START_TIMEOUT=10   # seconds; upper bound for each process to become ready
@@ -34,7 +38,7 @@ IDLE_RSS_TARGET_KIB=4096
 NC_SERVER_CONNECTIONS=${FG_BENCH_NC_SERVER_CONNECTIONS:-1}
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -55,6 +59,7 @@ log() { echo "[bench] $*" >&2; }
 case "$NC_SERVER_CONNECTIONS" in ''|*[!0-9]*) die "FG_BENCH_NC_SERVER_CONNECTIONS must be a positive integer" ;; esac
 case "$REQUESTS" in ''|*[!0-9]*) die "--requests must be a positive integer" ;; esac
 [ "$REQUESTS" -gt 0 ] || die "--requests must be a positive integer"
+BIG_REQUESTS=$(( REQUESTS >= 10 ? REQUESTS / 10 : 1 ))
 [ -x "$BIN" ] || die "fencegate binary not found or not executable: $BIN (build it, or pass --bin PATH)"
 for tool in redis-server redis-cli redis-benchmark nutcracker python3 curl timeout; do
   command -v "$tool" >/dev/null 2>&1 || die "required tool not found in PATH: $tool"
@@ -148,10 +153,10 @@ all_alive() {
   done
 }
 
-# bench TARGET CMD PIPELINE N -> prints "ops/s p50-latency-ms proxy-cpu-us redis-cpu-us"
-# (CPU per request in microseconds; the proxy's is "-" for direct).
+# bench TARGET CMD PIPELINE N [CLIENTS [VALUE-BYTES]] -> prints "ops/s p50-latency-ms
+# proxy-cpu-us redis-cpu-us" (CPU per request in microseconds; the proxy's is "-" for direct).
 bench() {
-  local target=$1 cmd=$2 pipe=$3 n=$4 out before after rps p50
+  local target=$1 cmd=$2 pipe=$3 n=$4 clients=${5:-$CLIENTS} size=${6:-3} out before after rps p50
   local ppid=${PROXY_PID[$target]} p0=0 p1=0 r0 r1 pcpu
   local -a pargs=()
   [ "$pipe" -gt 1 ] && pargs=(-P "$pipe")
@@ -159,7 +164,8 @@ bench() {
   r0=$(cpu_ticks "$REDIS_PID")
   [ -n "$ppid" ] && p0=$(cpu_ticks "$ppid")
   if ! out=$(timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" \
-        -q -t "$cmd" -c "$CLIENTS" -n "$n" "${pargs[@]}" --csv 2>"$TMPDIR_BENCH/bench.err"); then
+        -q -t "$cmd" -c "$clients" -d "$size" -n "$n" "${pargs[@]}" --csv \
+        2>"$TMPDIR_BENCH/bench.err"); then
     all_alive
     cat "$TMPDIR_BENCH/bench.err" >&2
     die "redis-benchmark against $target failed or timed out (${RUN_TIMEOUT}s)"
@@ -196,7 +202,8 @@ echo "  nutcracker:      $(nutcracker --version 2>&1 | head -n1) (server_connect
 echo "  fencegate:       $BIN ($(timeout 5 "$BIN" --version 2>&1 | head -n1 || true))"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "  loadavg at start: $LOAD_START$(awk -v l="${LOAD_START%% *}" -v n="$NPROC" 'BEGIN {if (l > n / 2) printf "  (WARNING: machine busy, numbers will be noisy)"}')"
-echo "  load:            redis-benchmark -c $CLIENTS -n $REQUESTS [-P $PIPELINE], $REPS runs per cell (interleaved), median shown"
+echo "  load:            redis-benchmark -c $CLIENTS -n $REQUESTS [-P $PIPELINE]; -c $BIG_CLIENTS -d $BIG_SIZE -n $BIG_REQUESTS;"
+echo "                   $REPS runs per cell (interleaved), median shown"
 echo "  fencegate idle RSS after start-up: ${FG_RSS_IDLE_START} KiB"
 echo
 
@@ -209,19 +216,29 @@ for t in direct fencegate twemproxy; do
 done
 
 # ---------------------------------------------------------------- measurements
-WORKLOADS=("get 1" "set 1" "get $PIPELINE" "set $PIPELINE")
+# "CMD PIPELINE CLIENTS VALUE-BYTES REQUESTS"; the targets are about the first four rows, the
+# large values (BIG_SIZE bytes, from BIG_CLIENTS clients) have none.
+WORKLOADS=("get 1 $CLIENTS 3 $REQUESTS" "set 1 $CLIENTS 3 $REQUESTS"
+  "get $PIPELINE $CLIENTS 3 $REQUESTS" "set $PIPELINE $CLIENTS 3 $REQUESTS"
+  "set 1 $BIG_CLIENTS $BIG_SIZE $BIG_REQUESTS" "get 1 $BIG_CLIENTS $BIG_SIZE $BIG_REQUESTS")
+label() {  # label CMD PIPELINE CLIENTS VALUE-BYTES
+  local l="${1^^} -c$3"
+  [ "$4" != 3 ] && l+=" -d $4"
+  if [ "$2" -gt 1 ]; then l+=" -P $2"; else l+=" unpipelined"; fi
+  printf '%s' "$l"
+}
 TARGETS=(direct fencegate twemproxy)
 declare -A MED LAT PCPU RCPU
 start_time=$SECONDS
 for w in "${WORKLOADS[@]}"; do
-  read -r cmd pipe <<<"$w"
+  read -r cmd pipe clients size n <<<"$w"
   declare -A samples=([direct]="" [fencegate]="" [twemproxy]="") lats=() pcpus=() rcpus=()
   for ((r = 0; r < REPS; r++)); do
     # rotate the order each repetition so slow drift (thermal, page cache, other
     # tenants) does not always hit the same target
     for ((i = 0; i < ${#TARGETS[@]}; i++)); do
       t=${TARGETS[$(( (i + r) % ${#TARGETS[@]} ))]}
-      read -r v l pc rc <<<"$(bench "$t" "$cmd" "$pipe" "$REQUESTS")"
+      read -r v l pc rc <<<"$(bench "$t" "$cmd" "$pipe" "$n" "$clients" "$size")"
       log "$(printf '%-4s P=%-2s run %d/%d %-9s %12s ops/s  p50 %s ms  CPU/req proxy %s us, redis %s us' \
         "${cmd^^}" "$pipe" $((r + 1)) "$REPS" "$t" "$v" "$l" "$pc" "$rc")"
       samples[$t]+="$v "
@@ -244,8 +261,9 @@ for w in "${WORKLOADS[@]}"; do
 done
 elapsed=$((SECONDS - start_time))
 
-# Idle RSS after the load, once every benchmark client has disconnected.
-sleep 1
+# Idle RSS after the load, once every benchmark client has disconnected and fencegate's
+# one-second idle tick has handed freed memory back (proxy/heap.c).
+sleep 2
 FG_RSS_IDLE_END=$(rss_kib "$FG_PID")
 FG_HWM=$(hwm_kib "$FG_PID")
 NC_RSS_END=$(rss_kib "$NC_PID")
@@ -254,41 +272,37 @@ NC_RSS_END=$(rss_kib "$NC_PID")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}'; }
 ge()    { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a >= b)}'; }
 
-printf '%-22s | %12s | %15s | %8s | %15s | %8s | %s\n' \
+printf '%-30s | %12s | %15s | %8s | %15s | %8s | %s\n' \
   "workload" "direct ops/s" "fencegate ops/s" "fg/dir" "twemproxy ops/s" "tw/dir" "fg >= tw?"
-printf '%s\n' "-----------------------+--------------+-----------------+----------+-----------------+----------+----------"
+printf '%s\n' "-------------------------------+--------------+-----------------+----------+-----------------+----------+----------"
 pass_unpiped=PASS; pass_piped=PASS; pass_tw=PASS
 for w in "${WORKLOADS[@]}"; do
-  read -r cmd pipe <<<"$w"
+  read -r cmd pipe clients size n <<<"$w"
   d=${MED["$w/direct"]}; f=${MED["$w/fencegate"]}; n=${MED["$w/twemproxy"]}
   rf=$(ratio "$f" "$d"); rn=$(ratio "$n" "$d")
-  if ge "$f" "$n"; then beat=yes; else beat=no; pass_tw=FAIL; fi
-  if [ "$pipe" -gt 1 ]; then
-    label="${cmd^^} -c$CLIENTS -P $pipe"
-    ge "$rf" 0.75 || pass_piped=FAIL
-  else
-    label="${cmd^^} -c$CLIENTS unpipelined"
-    ge "$rf" 0.90 || pass_unpiped=FAIL
+  if ge "$f" "$n"; then beat=yes; else beat=no; fi
+  if [ "$size" = 3 ]; then
+    [ "$beat" = yes ] || pass_tw=FAIL
+    if [ "$pipe" -gt 1 ]; then ge "$rf" 0.75 || pass_piped=FAIL; else ge "$rf" 0.90 || pass_unpiped=FAIL; fi
   fi
-  printf '%-22s | %12.0f | %15.0f | %8s | %15.0f | %8s | %s\n' "$label" "$d" "$f" "$rf" "$n" "$rn" "$beat"
+  printf '%-30s | %12.0f | %15.0f | %8s | %15.0f | %8s | %s\n' \
+    "$(label "$cmd" "$pipe" "$clients" "$size")" "$d" "$f" "$rf" "$n" "$rn" "$beat"
 done
 echo
 echo "p50 latency in ms (median of the runs' p50s; informational, no target):"
 for w in "${WORKLOADS[@]}"; do
-  read -r cmd pipe <<<"$w"
-  label="${cmd^^} -c$CLIENTS unpipelined"
-  [ "$pipe" -gt 1 ] && label="${cmd^^} -c$CLIENTS -P $pipe"
-  printf '  %-22s direct %6s   fencegate %6s   twemproxy %6s\n' "$label" \
+  read -r cmd pipe clients size n <<<"$w"
+  label=$(label "$cmd" "$pipe" "$clients" "$size")
+  printf '  %-30s direct %6s   fencegate %6s   twemproxy %6s\n' "$label" \
     "${LAT["$w/direct"]}" "${LAT["$w/fencegate"]}" "${LAT["$w/twemproxy"]}"
 done
 echo
 echo "CPU per request in us (median of the runs; informational: the proxies' own cost, less"
 echo "subject to scheduling than ops/s; Redis's share shows what the proxy's batching saves it):"
 for w in "${WORKLOADS[@]}"; do
-  read -r cmd pipe <<<"$w"
-  label="${cmd^^} -c$CLIENTS unpipelined"
-  [ "$pipe" -gt 1 ] && label="${cmd^^} -c$CLIENTS -P $pipe"
-  printf '  %-22s fencegate %6s  twemproxy %6s   redis behind: direct %s  fencegate %s  twemproxy %s\n' \
+  read -r cmd pipe clients size n <<<"$w"
+  label=$(label "$cmd" "$pipe" "$clients" "$size")
+  printf '  %-30s fencegate %6s  twemproxy %6s   redis behind: direct %s  fencegate %s  twemproxy %s\n' \
     "$label" "${PCPU["$w/fencegate"]}" "${PCPU["$w/twemproxy"]}" \
     "${RCPU["$w/direct"]}" "${RCPU["$w/fencegate"]}" "${RCPU["$w/twemproxy"]}"
 done
@@ -296,7 +310,7 @@ echo
 echo "targets:"
 echo "  GET/SET -c$CLIENTS unpipelined: fencegate/direct >= 0.90   $pass_unpiped"
 echo "  GET/SET -c$CLIENTS with -P $PIPELINE:  fencegate/direct >= 0.75   $pass_piped"
-echo "  fencegate >= twemproxy on every row             $pass_tw"
+echo "  fencegate >= twemproxy on each of those rows    $pass_tw"
 rss_status() { if [ "$1" != "?" ] && [ "$1" -le "$IDLE_RSS_TARGET_KIB" ]; then echo PASS; else echo FAIL; fi; }
 printf '  fencegate idle RSS after start-up:  %6s KiB (%s MiB) <= 4 MiB   %s\n' \
   "$FG_RSS_IDLE_START" "$(awk -v k="$FG_RSS_IDLE_START" 'BEGIN {printf "%.2f", k/1024}')" "$(rss_status "$FG_RSS_IDLE_START")"
