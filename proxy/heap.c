@@ -5,7 +5,7 @@
  * of its own. A proxy of large values makes and drops such blocks at every request: a client's
  * request buffer, the shared upstream connection's queue. The kernel then maps, zeroes and faults
  * in fresh pages each time; ten clients' 100 KB SETs through fencegate spent half its CPU in page
- * faults and copies into new pages, at a quarter of twemproxy's rate (tests/bench/README.md,
+ * faults and copies into new pages, at a fifth of twemproxy's rate (tests/bench/README.md,
  * "Large values"). Here blocks up to HEAP_MMAP_MAX come from the heap, freed memory stays in the
  * process while traffic flows, and malloc_trim() returns it once traffic stops, so an idle
  * sidecar stays as small as before. */

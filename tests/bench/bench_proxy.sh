@@ -239,8 +239,8 @@ for w in "${WORKLOADS[@]}"; do
     for ((i = 0; i < ${#TARGETS[@]}; i++)); do
       t=${TARGETS[$(( (i + r) % ${#TARGETS[@]} ))]}
       read -r v l pc rc <<<"$(bench "$t" "$cmd" "$pipe" "$n" "$clients" "$size")"
-      log "$(printf '%-4s P=%-2s run %d/%d %-9s %12s ops/s  p50 %s ms  CPU/req proxy %s us, redis %s us' \
-        "${cmd^^}" "$pipe" $((r + 1)) "$REPS" "$t" "$v" "$l" "$pc" "$rc")"
+      log "$(printf '%s run %d/%d %-9s %12s ops/s  p50 %s ms  CPU/req proxy %s us, redis %s us' \
+        "$(label "$cmd" "$pipe" "$clients" "$size")" $((r + 1)) "$REPS" "$t" "$v" "$l" "$pc" "$rc")"
       samples[$t]+="$v "
       lats[$t]+="$l "
       pcpus[$t]+="$pc "
