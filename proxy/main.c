@@ -422,11 +422,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "fencegate: cannot create the event loop\n");
         return 1;
     }
-    heap = heap_keeper_new(m.base);
-    if (!heap) {
-        fprintf(stderr, "fencegate: out of memory\n");
-        return 1;
-    }
     up = upstream_new(m.base, &cfg.upstream, err, sizeof(err));
     if (!up) {
         fprintf(stderr, "fencegate: upstream: %s\n", err);
@@ -519,6 +514,9 @@ int main(int argc, char **argv)
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
     evsignal_add(sighup, NULL);
+    heap = heap_keeper_new(m.base);
+    if (!heap)
+        log_warn("out of memory: freed memory goes back to the system at once (glibc's default)");
 
     log_info("fencegate %s: resp %s:%d, http %s:%d, upstream %s, backend %s", FG_VERSION,
              cfg.listen_resp.host, cfg.listen_resp.port, cfg.listen_http.host, cfg.listen_http.port,
