@@ -8,7 +8,8 @@
  * faults and copies into new pages, at a fifth of twemproxy's rate (tests/bench/README.md,
  * "Large values"). Here blocks up to HEAP_MMAP_MAX come from the heap, freed memory stays in the
  * process while traffic flows, and malloc_trim() returns it once traffic stops, so an idle
- * sidecar stays as small as before. */
+ * sidecar stays as small as before, and every 10 s while it goes on, so a burst of large values
+ * is not kept for ever by a trickle of small ones behind it. */
 #include "heap.h"
 
 #include <stdint.h>
@@ -20,14 +21,16 @@
 #include <malloc.h>
 #endif
 
-#define HEAP_IDLE_TICK_MS 1000
-#define HEAP_MMAP_MAX     (32 << 20) /* glibc's own ceiling for its moving threshold */
-#define HEAP_KEEP_MAX     (64 << 20) /* free memory kept at the heap's top while busy */
+#define HEAP_TICK_MS        1000
+#define HEAP_BUSY_TRIM_TICK 10         /* while traffic flows, trim every 10th tick */
+#define HEAP_MMAP_MAX       (32 << 20) /* glibc's own ceiling for its moving threshold */
+#define HEAP_KEEP_MAX       (64 << 20) /* free memory kept at the heap's top between trims */
 
 struct heap_keeper {
     struct event *tick;
     uint64_t moved; /* bytes moved as of the last tick */
-    int trimmed;    /* nothing moved since the last trim */
+    int dirty;      /* bytes moved since the last trim: memory may have been freed */
+    int ticks;      /* ticks since the last trim */
 };
 
 static uint64_t heap_bytes_moved(void)
@@ -42,25 +45,26 @@ static void heap_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct heap_keeper *k = arg;
     uint64_t moved = heap_bytes_moved();
-    int idle = moved == k->moved || (fg_metrics.gauge[G_CONNECTIONS_OPEN] == 0 &&
-                                     fg_metrics.gauge[G_HTTP_CONNECTIONS_OPEN] == 0);
+    int quiet = moved == k->moved || (fg_metrics.gauge[G_CONNECTIONS_OPEN] == 0 &&
+                                      fg_metrics.gauge[G_HTTP_CONNECTIONS_OPEN] == 0);
 
     (void)fd;
     (void)what;
     if (moved != k->moved)
-        k->trimmed = 0;
+        k->dirty = 1;
     k->moved = moved;
-    if (idle && !k->trimmed) {
+    if (k->dirty && (quiet || ++k->ticks >= HEAP_BUSY_TRIM_TICK)) {
 #ifdef __GLIBC__
         malloc_trim(0);
 #endif
-        k->trimmed = 1;
+        k->dirty = 0;
+        k->ticks = 0;
     }
 }
 
 struct heap_keeper *heap_keeper_new(struct event_base *base)
 {
-    struct timeval tv = {HEAP_IDLE_TICK_MS / 1000, (HEAP_IDLE_TICK_MS % 1000) * 1000};
+    struct timeval tv = {HEAP_TICK_MS / 1000, (HEAP_TICK_MS % 1000) * 1000};
     struct heap_keeper *k = calloc(1, sizeof(*k));
 
     if (!k)
