@@ -72,9 +72,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck disable=SC2317  # invoked via wait_ready
 has_line() { grep -q "^$2" "$1"; }
 
-rss_kib() {  # VmRSS of a PID in KiB
-  awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
-}
 
 # metric HTTP_PORT NAME -> the counter's value (0 if absent)
 metric() {

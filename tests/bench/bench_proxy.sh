@@ -70,9 +70,6 @@ TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-bench.XXXXXX")
 # shellcheck source=tests/bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-rss_kib() {  # VmRSS of a PID in KiB
-  awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
-}
 hwm_kib() {  # peak RSS (VmHWM) of a PID in KiB
   awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
 }

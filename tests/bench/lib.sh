@@ -1,4 +1,4 @@
-# lib.sh — what the benchmark scripts share: process cleanup, free ports, readiness waits.
+# lib.sh — what the benchmark scripts share: process cleanup, free ports, readiness waits, RSS.
 # Sourced after TMPDIR_BENCH is set; uses the caller's die() and START_TIMEOUT.
 # shellcheck shell=bash
 PIDS=()            # every process we started, stopped by cleanup()
@@ -64,3 +64,7 @@ wait_ready() {
 redis_ping() { [ "$(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = "PONG" ]; }
 # shellcheck disable=SC2317  # invoked via wait_ready
 http_ready() { [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$1/readyz")" = "200" ]; }
+
+rss_kib() {  # VmRSS of a PID in KiB ("?" once it has gone)
+  awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
+}
