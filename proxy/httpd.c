@@ -346,14 +346,14 @@ void httpd_req_body_pause(struct httpd_req *r, int pause)
 
 /* ---- connections ---- */
 
-static void httpd_conn_free(struct httpd_conn *c)
+/* Takes c's request from it. The handler that owns it hears that its client is gone, or finds out
+ * when it answers. */
+static void httpd_req_detach(struct httpd_conn *c)
 {
-    struct httpd *srv = c->srv;
     struct httpd_req *r = c->req;
 
     c->req = NULL;
     if (r && c->state == HC_HANDLER) {
-        /* The handler owns r: it hears of the client leaving, or finds out when it answers. */
         httpd_gone_cb gone = r->gone;
         r->conn = NULL;
         r->gone = NULL;
@@ -365,6 +365,13 @@ static void httpd_conn_free(struct httpd_conn *c)
     } else {
         httpd_req_free(r);
     }
+}
+
+static void httpd_conn_free(struct httpd_conn *c)
+{
+    struct httpd *srv = c->srv;
+
+    httpd_req_detach(c);
     srv->nconns--;
     fg_metrics.gauge[G_HTTP_CONNECTIONS_OPEN] = srv->nconns;
     if (c->prev)
@@ -780,19 +787,37 @@ static void httpd_read_request(struct httpd_conn *c)
     }
 }
 
-/* Passes what the input holds of a streamed body on to its handler. A body that breaks off or
- * is malformed ends the connection: the handler hears that its client is gone. */
+/* A streamed body that is malformed (code 400) or stopped arriving (408) ends its request: the
+ * handler hears that its client is gone, so what it passed on is never completed, and the client
+ * is told why, unless part of an answer has gone to it already, which only closing can end. */
+static void httpd_stream_fail(struct httpd_conn *c, int code, const char *what)
+{
+    struct httpd_req *r = c->req;
+    char msg[400];
+    int started = r->started;
+
+    log_warn("http: %s %s: the request body %s; %s", httpd_method_name(r->method),
+             evhttp_uri_get_path(r->uri), what,
+             started ? "closing the connection" : "giving the request up");
+    snprintf(msg, sizeof(msg), "the request body %s; it was not passed on whole", what);
+    httpd_req_detach(c);
+    if (started)
+        httpd_conn_free(c);
+    else
+        httpd_refuse(c, code, code == 408 ? "request_timeout" : "bad_request", msg);
+}
+
+/* Passes what the input holds of a streamed body on to its handler. */
 static void httpd_stream_body(struct httpd_conn *c)
 {
     struct httpd_req *r = c->req;
     size_t before = evbuffer_get_length(r->body);
-    char why[300];
+    char why[300], what[320];
     int rc = httpd_take_body(c, 0, why, sizeof(why));
 
     if (rc < 0) {
-        log_warn("http: %s %s: a malformed request body (%s); closing the connection",
-                 httpd_method_name(r->method), evhttp_uri_get_path(r->uri), why);
-        httpd_conn_free(c);
+        snprintf(what, sizeof(what), "is malformed (%s)", why);
+        httpd_stream_fail(c, 400, what);
         return;
     }
     if (rc == 1) {
@@ -892,6 +917,11 @@ static void httpd_on_event(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_BODY) {
         httpd_refuse(c, 408, "request_timeout", "the request body stopped arriving");
+        return;
+    }
+    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_HANDLER &&
+        c->streaming && !c->body_done) {
+        httpd_stream_fail(c, 408, "stopped arriving");
         return;
     }
     if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && c->state != HC_HANDLER &&

@@ -77,7 +77,8 @@ int64_t httpd_req_body_length(const struct httpd_req *r);
 /* A streamed request (httpd_stream_cb said so; for any other, cb is never called): starts reading
  * its body (telling a client that sent "Expect: 100-continue" to go on), calling cb(arg, done)
  * from the loop as it arrives. A body that stops arriving for HTTPD_TIMEOUT_MS, or is malformed,
- * closes the connection (the gone callback runs). A reply sent before the body is read whole
+ * ends the request as if its client had gone (the gone callback runs) and is answered 408 or 400,
+ * or, when a reply has started, closes the connection. A reply sent before the body is read whole
  * closes the connection after it. */
 void httpd_req_body_start(struct httpd_req *r, httpd_body_cb cb, void *arg);
 /* Stops (pause 1) or resumes (0) reading a streamed body: back-pressure from its reader. */

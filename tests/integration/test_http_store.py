@@ -601,6 +601,31 @@ class HttpStore(HttpStoreCase):
         self.assertNotIn("/prefix/half", [r["path"] for r in self.up.seen()])
         self.assertEqual(self.store(fg, "PUT", "/whole", "cut", b"w")[0], 201)
 
+    def test_a_malformed_chunked_upload_is_refused_by_name_and_not_completed(self):
+        """A chunked upload whose second chunk size is not hexadecimal: the client is answered
+        400 naming the chunk size (it used to get its connection closed, with no answer), the
+        store never sees the request whole, and the sidecar carries on."""
+        fg = self.sidecar()
+        self.acquire(fg, "chunks")
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=10)
+        self.addCleanup(s.close)
+        s.sendall(b"PUT /v1/stores/blobs/http/broken HTTP/1.1\r\nHost: x\r\nFence-Lock: chunks\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nmore\r\n0\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got or not got.endswith(b"}\n"):
+            d = s.recv(65536)
+            self.assertTrue(d, "no answer before the connection closed: %r" % got)
+            got += d
+        head, _, body = got.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400 "), got)
+        doc = json.loads(body)
+        self.assertEqual(doc["error"], "bad_request", doc)
+        self.assertIn("chunk size 'z' is not hexadecimal", doc["message"])
+        self.assertIn(b"Connection: close", head)
+        time.sleep(0.5)
+        self.assertNotIn("/prefix/broken", [r["path"] for r in self.up.seen()])
+        self.assertEqual(self.store(fg, "PUT", "/whole", "chunks", b"w")[0], 201)
+
     def test_a_client_that_stops_reading_a_download_is_cut_at_the_idle_limit(self):
         """A client that stops reading a large download is cut once it has taken nothing for the
         idle limit (Fence-Timeout-Ms, 2 s here; 20 s by default), with a log line and a store
