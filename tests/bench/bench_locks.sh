@@ -2,7 +2,7 @@
 # bench_locks.sh - cost of fencing and of locks: fenced SET vs plain SET, FENCE.ACQUIRE vs the
 # same scripts sent straight to Redis, memory per held lock, renewal round trips.
 #
-# Usage: tests/bench/bench_locks.sh [--seconds S] [--bin PATH]
+# Usage: tests/bench/bench_locks.sh [--seconds S] [--bin PATH] [--pin]
 #
 # Builds tests/bench/fencebench.c (cc -O2 -pthread, with proxy/fence.c) into a temp dir, starts one redis-server
 # and fencegate in front of it on 127.0.0.1 free ports, and measures with fencebench (50
@@ -13,7 +13,9 @@
 # fencegate sends a run of writes under one lock (txn). Each cell is run 3 times, interleaved,
 # median shown.
 # Then a fresh fencegate for memory per held lock (10 x 1000 locks) and one with a 600 ms
-# session lease for renewal round trips (50 vs 5 locks held by one connection).
+# session lease for renewal round trips (50 vs 5 locks held by one connection). --pin runs
+# redis-server and fencegate on CPU 0 and fencebench on the other CPUs (tests/bench/README.md,
+# "CPU layout").
 #
 # Exit status: 0 when the measurement completed (even if a performance target FAILs);
 # non-zero when a process fails to start, dies, or a benchmark run errors out.
@@ -38,7 +40,7 @@ RENEW_SECONDS=3
 RENEW_COUNTS=(50 5)
 
 usage() {
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
     --seconds=*) RUN_SECONDS=${1#*=}; shift ;;
     --bin) [ $# -ge 2 ] || usage 2; BIN=$2; shift 2 ;;
     --bin=*) BIN=${1#*=}; shift ;;
+    --pin) PIN=1; shift ;;
     -h|--help) usage 0 ;;
     *) echo "bench_locks.sh: unknown argument: $1" >&2; usage 2 ;;
   esac
@@ -69,6 +72,7 @@ RUN_TIMEOUT=$((RUN_SECONDS + 40))   # upper bound for one fencebench run (setup 
 TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-lbench.XXXXXX")
 # shellcheck source=tests/bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+pin_setup
 # shellcheck disable=SC2317  # invoked via wait_ready
 has_line() { grep -q "^$2" "$1"; }
 
@@ -93,6 +97,7 @@ start_fencegate() {
     --upstream "redis://127.0.0.1:$REDIS_PORT" --backend "redis://127.0.0.1:$REDIS_PORT" "$@" \
     >"$TMPDIR_BENCH/$name.log" 2>&1 &
   FG_PID=$!; PIDS+=("$FG_PID")
+  pin_server "$FG_PID"
   wait_ready "$name" "$FG_PID" "$TMPDIR_BENCH/$name.log" http_ready "$FG_HTTP_PORT"
   wait_ready "$name" "$FG_PID" "$TMPDIR_BENCH/$name.log" redis_ping "$FG_PORT"
 }
@@ -116,6 +121,7 @@ read -r REDIS_PORT <<<"$(free_ports 1)"
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$TMPDIR_BENCH" \
   --save '' --appendonly no --daemonize no --logfile "$TMPDIR_BENCH/redis.log" &
 REDIS_PID=$!; PIDS+=("$REDIS_PID")
+pin_server "$REDIS_PID"
 wait_ready redis-server "$REDIS_PID" "$TMPDIR_BENCH/redis.log" redis_ping "$REDIS_PORT"
 
 start_fencegate fencegate
@@ -155,7 +161,7 @@ bench() {
     else mode=acquire-release; check_name=fencegate_locks_acquired_total; fi
     before=$(metric "$MAIN_HTTP" "$check_name")
   fi
-  if ! out=$(timeout "$RUN_TIMEOUT" "$FB" --port "$port" --mode "$mode" --conns "$CLIENTS" \
+  if ! out=$(timeout "$RUN_TIMEOUT" "${LOAD[@]}" "$FB" --port "$port" --mode "$mode" --conns "$CLIENTS" \
         --pipeline "$pipe" --seconds "$secs" --requests "$REQUEST_CAP" --keyspace "$KEYSPACE" \
         "${extra[@]}" 2>"$TMPDIR_BENCH/fb.err"); then
     all_alive
@@ -202,6 +208,7 @@ echo "  fencebench:      $("$CC" --version | head -n1), -O2 -pthread"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "  loadavg at start: $LOAD_START$(awk -v l="${LOAD_START%% *}" -v n="$NPROC" 'BEGIN {if (l > n / 2) printf "  (WARNING: machine busy, numbers will be noisy)"}')"
 echo "  load:            fencebench $CLIENTS conns (1 thread each), ${RUN_SECONDS}s per run, $REPS runs per cell (interleaved), median shown"
+echo "  CPU layout:      $(cpu_layout)"
 echo
 
 log "warm-up"
@@ -249,7 +256,7 @@ RSS_FRESH=$(rss_kib "$FG_PID")
 HOLD_OUT="$TMPDIR_BENCH/hold-mem.out"
 # No `timeout` wrapper here: SIGUSR1 must reach fencebench itself (timeout would die of it).
 # fencebench bounds itself (--seconds for each wait, 10 s per reply) and is stopped below.
-"$FB" --port "$FG_PORT" --mode hold --gate --conns "$MEM_CONNS" --locks "$MEM_LOCKS" \
+"${LOAD[@]}" "$FB" --port "$FG_PORT" --mode hold --gate --conns "$MEM_CONNS" --locks "$MEM_LOCKS" \
   --pipeline 100 --prefix mem --seconds 60 >"$HOLD_OUT" 2>"$TMPDIR_BENCH/hold-mem.err" &
 HOLD_PID=$!; PIDS+=("$HOLD_PID")
 wait_ready "fencebench hold" "$HOLD_PID" "$TMPDIR_BENCH/hold-mem.err" has_line "$HOLD_OUT" connected
@@ -277,7 +284,7 @@ start_fencegate fencegate-renew --session-ttl-ms "$RENEW_TTL_MS"
 declare -A TRIPS RENEWS LOST
 for k in "${RENEW_COUNTS[@]}"; do
   HOLD_OUT="$TMPDIR_BENCH/hold-renew-$k.out"
-  "$FB" --port "$FG_PORT" --mode hold --conns 1 --locks "$k" --pipeline 100 \
+  "${LOAD[@]}" "$FB" --port "$FG_PORT" --mode hold --conns 1 --locks "$k" --pipeline 100 \
     --prefix "renew$k" --seconds 30 >"$HOLD_OUT" 2>"$TMPDIR_BENCH/hold-renew.err" &
   HOLD_PID=$!; PIDS+=("$HOLD_PID")
   wait_ready "fencebench hold" "$HOLD_PID" "$TMPDIR_BENCH/hold-renew.err" has_line "$HOLD_OUT" held
@@ -358,5 +365,5 @@ else
   sed 's/^/  /' "$CHECK_FILE"
 fi
 echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "rows 1-3 measured in ${elapsed}s; redis-server, fencegate and fencebench ($CLIENTS threads) all share $NPROC CPU(s)"
+echo "rows 1-3 measured in ${elapsed}s; $(cpu_layout)"
 exit 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_proxy.sh - throughput of direct Redis vs. fencegate vs. twemproxy (nutcracker).
 #
-# Usage: tests/bench/bench_proxy.sh [--requests N] [--bin PATH]
+# Usage: tests/bench/bench_proxy.sh [--requests N] [--bin PATH] [--pin]
 #
 # Starts one redis-server, fencegate in front of it and nutcracker in front of the same
 # Redis, all on 127.0.0.1 free ports inside a temp dir, then runs redis-benchmark
@@ -10,7 +10,8 @@
 # interleaved (rotating order) and every measurement is repeated 3 times; the median is
 # reported, with the median p50 latency of each cell and the CPU time each request cost the
 # proxy and Redis (from /proc, so less noisy than ops/s on shared CPUs). Also reports
-# fencegate's idle RSS before and after the load.
+# fencegate's idle RSS before and after the load. --pin runs redis-server and the proxies on
+# CPU 0 and redis-benchmark on the other CPUs (see tests/bench/README.md, "CPU layout").
 #
 # Exit status: 0 when the measurement completed (even if a performance target FAILs);
 # non-zero when a process fails to start, dies, or a benchmark run errors out.
@@ -38,7 +39,7 @@ IDLE_RSS_TARGET_KIB=4096
 NC_SERVER_CONNECTIONS=${FG_BENCH_NC_SERVER_CONNECTIONS:-1}
 
 usage() {
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -48,6 +49,7 @@ while [ $# -gt 0 ]; do
     --requests=*) REQUESTS=${1#*=}; shift ;;
     --bin) [ $# -ge 2 ] || usage 2; BIN=$2; shift 2 ;;
     --bin=*) BIN=${1#*=}; shift ;;
+    --pin) PIN=1; shift ;;
     -h|--help) usage 0 ;;
     *) echo "bench_proxy.sh: unknown argument: $1" >&2; usage 2 ;;
   esac
@@ -69,6 +71,7 @@ done
 TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-bench.XXXXXX")
 # shellcheck source=tests/bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+pin_setup
 
 hwm_kib() {  # peak RSS (VmHWM) of a PID in KiB
   awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
@@ -87,6 +90,7 @@ read -r REDIS_PORT FG_PORT FG_HTTP_PORT NC_PORT NC_STATS_PORT <<<"$(free_ports 5
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$TMPDIR_BENCH" \
   --save '' --appendonly no --daemonize no --logfile "$TMPDIR_BENCH/redis.log" &
 REDIS_PID=$!; PIDS+=("$REDIS_PID")
+pin_server "$REDIS_PID"
 wait_ready redis-server "$REDIS_PID" "$TMPDIR_BENCH/redis.log" redis_ping "$REDIS_PORT"
 
 # ---- fencegate: transparent proxy, no protect rules. The lock backend is pointed at the
@@ -95,6 +99,7 @@ wait_ready redis-server "$REDIS_PID" "$TMPDIR_BENCH/redis.log" redis_ping "$REDI
   --upstream "redis://127.0.0.1:$REDIS_PORT" --backend "redis://127.0.0.1:$REDIS_PORT" \
   >"$TMPDIR_BENCH/fencegate.log" 2>&1 &
 FG_PID=$!; PIDS+=("$FG_PID")
+pin_server "$FG_PID"
 wait_ready fencegate "$FG_PID" "$TMPDIR_BENCH/fencegate.log" http_ready "$FG_HTTP_PORT"
 # Idle RSS right after start-up: the only client so far was the one /readyz probe.
 sleep 1
@@ -126,6 +131,7 @@ nutcracker -t -c "$TMPDIR_BENCH/nutcracker.yml" >"$TMPDIR_BENCH/nutcracker-t.log
 nutcracker -c "$TMPDIR_BENCH/nutcracker.yml" -s "$NC_STATS_PORT" -a 127.0.0.1 \
   -o "$TMPDIR_BENCH/nutcracker.log" -p "$TMPDIR_BENCH/nutcracker.pid" &
 NC_PID=$!; PIDS+=("$NC_PID")
+pin_server "$NC_PID"
 wait_ready nutcracker "$NC_PID" "$TMPDIR_BENCH/nutcracker.log" redis_ping "$NC_PORT"
 
 # ---------------------------------------------------------------- benchmark helpers
@@ -160,7 +166,7 @@ bench() {
   before=$(redis_calls "$cmd")
   r0=$(cpu_ticks "$REDIS_PID")
   [ -n "$ppid" ] && p0=$(cpu_ticks "$ppid")
-  if ! out=$(timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" \
+  if ! out=$(timeout "$RUN_TIMEOUT" "${LOAD[@]}" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" \
         -q -t "$cmd" -c "$clients" -d "$size" -n "$n" "${pargs[@]}" --csv \
         2>"$TMPDIR_BENCH/bench.err"); then
     all_alive
@@ -201,6 +207,7 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "  loadavg at start: $LOAD_START$(awk -v l="${LOAD_START%% *}" -v n="$NPROC" 'BEGIN {if (l > n / 2) printf "  (WARNING: machine busy, numbers will be noisy)"}')"
 echo "  load:            redis-benchmark -c $CLIENTS -n $REQUESTS [-P $PIPELINE]; -c $BIG_CLIENTS -d $BIG_SIZE -n $BIG_REQUESTS;"
 echo "                   $REPS runs per cell (interleaved), median shown"
+echo "  CPU layout:      $(cpu_layout)"
 echo "  fencegate idle RSS after start-up: ${FG_RSS_IDLE_START} KiB"
 echo
 
@@ -322,5 +329,5 @@ else
   sed 's/^/  /' "$CHECK_FILE"
 fi
 echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "measured in ${elapsed}s; redis-server, the proxies and redis-benchmark all share $NPROC CPU(s)"
+echo "measured in ${elapsed}s; $(cpu_layout)"
 exit 0

@@ -68,3 +68,30 @@ http_ready() { [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.
 rss_kib() {  # VmRSS of a PID in KiB ("?" once it has gone)
   awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"
 }
+
+# --pin: the servers under test (redis-server and the proxies, every thread of them) run on
+# CPU 0 and the load generator on the other CPUs, so that the load generator never takes CPU
+# time from what it measures. Unpinned, the scheduler decides which two of the three processes
+# share a CPU, and a proxy's ratio to direct swings with that choice (tests/bench/README.md,
+# "CPU layout"). PIN=1 set by the caller's option parsing; LOAD prefixes load-generator commands.
+PIN=${PIN:-0}
+LOAD=()
+pin_setup() {
+  local n
+  [ "$PIN" = 1 ] || return 0
+  n=$(nproc)
+  [ "$n" -ge 2 ] || die "--pin needs at least 2 CPUs (this machine has $n)"
+  command -v taskset >/dev/null 2>&1 || die "--pin needs taskset (Debian: util-linux)"
+  LOAD=(taskset -c "1-$((n - 1))")
+}
+pin_server() {  # pin_server PID: all its threads, and those it starts later, on CPU 0
+  [ "$PIN" = 1 ] || return 0
+  taskset -a -p -c 0 "$1" >/dev/null || die "cannot pin PID $1 to CPU 0"
+}
+cpu_layout() {  # one line saying where the processes run
+  if [ "$PIN" = 1 ]; then
+    echo "redis-server and the proxies on CPU 0, the load generator on CPUs ${LOAD[2]} (--pin)"
+  else
+    echo "redis-server, the proxies and the load generator all share $(nproc) CPU(s) (unpinned)"
+  fi
+}
