@@ -794,7 +794,7 @@ static void httpd_stream_fail(struct httpd_conn *c, int code, const char *what)
 {
     struct httpd_req *r = c->req;
     char msg[400];
-    int started = r->started;
+    int started = httpd_reply_retract(r) != 0;
 
     log_warn("http: %s %s: the request body %s; %s", httpd_method_name(r->method),
              evhttp_uri_get_path(r->uri), what,
@@ -917,6 +917,11 @@ static void httpd_on_event(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_BODY) {
         httpd_refuse(c, 408, "request_timeout", "the request body stopped arriving");
+        return;
+    }
+    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_HEAD &&
+        evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
+        httpd_refuse(c, 408, "request_timeout", "the request head stopped arriving");
         return;
     }
     if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_HANDLER &&
