@@ -40,6 +40,10 @@ struct ulink;
  * most this many writes and bytes: Redis runs one script instead of one per write. */
 #define SRV_GROUP_MAX_WRITES 64
 #define SRV_GROUP_MAX_BYTES  (64 * 1024)
+/* The shared connection has at most SRV_DUE_BYTES of replies due, by their recent mean size, and
+ * never fewer than SRV_DUE_MIN replies (lk_account()). */
+#define SRV_DUE_BYTES (1024 * 1024)
+#define SRV_DUE_MIN   16
 /* At least this many of them in a row under the same locks go as one pipelined transaction
  * (fence_encode_txn()) instead: Redis runs the writes natively, with one small script to check
  * the marks. It answers with this many replies more than there are writes. */

@@ -126,6 +126,35 @@ class Multiplex(FgTestCase):
         self.assertEqual(self.direct.strlen("x"), len(value))
         self.assertEqual(self.pinned(), 0)
 
+    def test_large_replies_due_on_the_shared_connection_are_bounded(self):
+        # Redis builds every reply to what one read brought before it writes any: 40 clients'
+        # 16 pipelined GETs of 64 KB sent at once made it build 40 MB on the shared connection,
+        # and run at a fifth of the rate. fencegate now lets only about 1 MiB of replies (by
+        # their recent mean size) be due there, and holds the other clients' requests back
+        # until replies come; every client still gets all its replies, in order.
+        value = b"v" * (64 * 1024)
+        self.direct.set("big", value)
+        warm = self.raw(self.fg.resp_port, timeout=20)
+        for _ in range(32):  # the mean reply size the budget follows
+            self.assertEqual(warm.call("GET", "big"), value)
+        clients = [self.raw(self.fg.resp_port, timeout=30) for _ in range(40)]
+        before = self.fg.metrics().get("fencegate_commands_forwarded_total", 0)
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(self.redis.proc.send_signal, signal.SIGCONT)
+        for i, c in enumerate(clients):
+            c.send(b"".join(encode("GET", "big") if j % 4 else encode("ECHO", "%d.%d" % (i, j))
+                            for j in range(16)))
+        time.sleep(1.0)  # fencegate reads every request it may
+        sent = self.fg.metrics().get("fencegate_commands_forwarded_total", 0) - before
+        self.redis.proc.send_signal(signal.SIGCONT)
+        self.assertGreaterEqual(sent, 16)
+        self.assertLessEqual(sent, 32)  # 640 before the budget
+        for i, c in enumerate(clients):
+            for j in range(16):
+                want = value if j % 4 else ("%d.%d" % (i, j)).encode()
+                self.assertEqual(c.read_reply(), want, "client %d reply %d" % (i, j))
+        self.assertEqual(self.pinned(), 0)
+
     def test_deep_pipeline_pins(self):
         c = self.raw(self.fg.resp_port)
         c.send(b"".join(encode("INCR", "deep") for _ in range(500)))
