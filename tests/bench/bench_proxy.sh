@@ -6,10 +6,10 @@
 # Starts one redis-server, fencegate in front of it and nutcracker in front of the same
 # Redis, all on 127.0.0.1 free ports inside a temp dir, then runs redis-benchmark
 # (-c 50, GET and SET, unpipelined and -P 16; then SET and GET of 100 KB values from 10
-# clients, with N/10 requests) against each target. Targets are
-# interleaved (rotating order) and every measurement is repeated 3 times; the median is
-# reported, with the median p50 latency of each cell and the CPU time each request cost the
-# proxy and Redis (from /proc, so less noisy than ops/s on shared CPUs). Also reports
+# clients, with N/10 requests, and of 16 KB values -c 50 -P 16, with N/4) against each
+# target. Targets are interleaved (rotating order) and every measurement is repeated 3
+# times; the median is reported, with the median p50 latency of each cell and the CPU time
+# each request cost the proxy and Redis (from /proc, so less noisy than ops/s). Also reports
 # fencegate's idle RSS before and after the load. --pin runs redis-server and the proxies on
 # CPU 0 and redis-benchmark on the other CPUs (see tests/bench/README.md, "CPU layout").
 #
@@ -29,6 +29,7 @@ REPS=3             # repetitions per (workload, target); the median is reported
 CLIENTS=50
 BIG_CLIENTS=10     # the large-value rows: BIG_CLIENTS clients, values of BIG_SIZE bytes,
 BIG_SIZE=100000    # and a tenth of the requests
+MID_SIZE=16384     # the pipelined large-value rows: -c CLIENTS -P PIPELINE, a quarter of the requests
 
 PIPELINE=16
 RUN_TIMEOUT=180    # seconds; upper bound for a single redis-benchmark run
@@ -62,6 +63,7 @@ case "$NC_SERVER_CONNECTIONS" in ''|*[!0-9]*) die "FG_BENCH_NC_SERVER_CONNECTION
 case "$REQUESTS" in ''|*[!0-9]*) die "--requests must be a positive integer" ;; esac
 [ "$REQUESTS" -gt 0 ] || die "--requests must be a positive integer"
 BIG_REQUESTS=$(( REQUESTS >= 10 ? REQUESTS / 10 : 1 ))
+MID_REQUESTS=$(( REQUESTS >= 4 ? REQUESTS / 4 : 1 ))
 [ -x "$BIN" ] || die "fencegate binary not found or not executable: $BIN (build it, or pass --bin PATH)"
 for tool in redis-server redis-cli redis-benchmark nutcracker python3 curl timeout; do
   command -v "$tool" >/dev/null 2>&1 || die "required tool not found in PATH: $tool"
@@ -206,6 +208,7 @@ echo "  fencegate:       $BIN ($(timeout 5 "$BIN" --version 2>&1 | head -n1 || t
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "  loadavg at start: $LOAD_START$(awk -v l="${LOAD_START%% *}" -v n="$NPROC" 'BEGIN {if (l > n / 2) printf "  (WARNING: machine busy, numbers will be noisy)"}')"
 echo "  load:            redis-benchmark -c $CLIENTS -n $REQUESTS [-P $PIPELINE]; -c $BIG_CLIENTS -d $BIG_SIZE -n $BIG_REQUESTS;"
+echo "                   -c $CLIENTS -d $MID_SIZE -P $PIPELINE -n $MID_REQUESTS"
 echo "                   $REPS runs per cell (interleaved), median shown"
 echo "  CPU layout:      $(cpu_layout)"
 echo "  fencegate idle RSS after start-up: ${FG_RSS_IDLE_START} KiB"
@@ -221,10 +224,11 @@ done
 
 # ---------------------------------------------------------------- measurements
 # "CMD PIPELINE CLIENTS VALUE-BYTES REQUESTS"; the targets are about the first four rows, the
-# large values (BIG_SIZE bytes, from BIG_CLIENTS clients) have none.
+# large values (BIG_SIZE bytes from BIG_CLIENTS clients; MID_SIZE bytes pipelined) have none.
 WORKLOADS=("get 1 $CLIENTS 3 $REQUESTS" "set 1 $CLIENTS 3 $REQUESTS"
   "get $PIPELINE $CLIENTS 3 $REQUESTS" "set $PIPELINE $CLIENTS 3 $REQUESTS"
-  "set 1 $BIG_CLIENTS $BIG_SIZE $BIG_REQUESTS" "get 1 $BIG_CLIENTS $BIG_SIZE $BIG_REQUESTS")
+  "set 1 $BIG_CLIENTS $BIG_SIZE $BIG_REQUESTS" "get 1 $BIG_CLIENTS $BIG_SIZE $BIG_REQUESTS"
+  "set $PIPELINE $CLIENTS $MID_SIZE $MID_REQUESTS" "get $PIPELINE $CLIENTS $MID_SIZE $MID_REQUESTS")
 label() {  # label CMD PIPELINE CLIENTS VALUE-BYTES
   local l="${1^^} -c$3"
   [ "$4" != 3 ] && l+=" -d $4"
