@@ -1016,10 +1016,10 @@ static int lk_connect(struct ulink *lk)
     return 0;
 }
 
-/* Redis took enough of what waited for it: unpinned clients may send again. */
-/* Lets the unpinned clients held back by a full link go on. The walk starts one client further
- * down the list each time, so that the clients near its head, which could fill the link again at
- * once, do not keep those behind them waiting. */
+/* Redis took enough of what waited for it, or answered enough of what it had: lets the unpinned
+ * clients held back by a full link go on. The walk starts one client further down the list each
+ * time, so that the clients near its head, which could fill the link again at once, do not keep
+ * those behind them waiting. */
 static void lk_resume_clients(struct ulink *lk)
 {
     struct client *c, *next, *first = lk->srv->clients;
