@@ -1062,9 +1062,13 @@ void httpd_drain(struct httpd *srv, void (*done)(void *), void *arg)
     srv->drained_arg = arg;
     for (c = srv->conns; c; c = next) {
         next = c->next;
-        if (c->state == HC_LINGER ||
-            (c->state == HC_HEAD && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0))
-            httpd_conn_free(c); /* idle, or a head begun */
+        if (c->state == HC_HEAD && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+            evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+            httpd_refuse(c, 503, "unavailable",
+                         "the sidecar is shutting down; send the request again"); /* a head begun */
+        else if (c->state == HC_LINGER ||
+                 (c->state == HC_HEAD && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0))
+            httpd_conn_free(c); /* idle */
         else if (c->state == HC_HEAD)
             httpd_close_after_output(c); /* an event stream's last events, answers unread */
         else if (c->req && !c->req->started)

@@ -434,6 +434,30 @@ class Lifecycle(FgTestCase):
         for c in idle:
             self.assertEqual(c.read_until_close(timeout=2), b"")
 
+    def test_sigterm_answers_an_http_request_whose_head_is_half_sent(self):
+        # A client caught halfway through its request head by SIGTERM is told to send it again
+        # elsewhere (it used to see its connection closed with no answer); the exit is not held
+        # up by it.
+        fg = self.start_fencegate(self.redis, args=["--shutdown-grace-ms", "10000"])
+        s = socket.create_connection(("127.0.0.1", fg.http_port), timeout=10)
+        self.addCleanup(s.close)
+        s.sendall(b"POST /v1/locks/half HTTP/1.1\r\nHost: x\r\nContent-Le")
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        fg.signal(signal.SIGTERM)
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        head, _, body = got.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 503 "), got)
+        self.assertIn(b'"error":"unavailable"', body)
+        self.assertIn(b"shutting down", body)
+        self.assertEqual(fg.wait_exit(10), 0, fg.stderr_text)
+        self.assertLess(time.monotonic() - t0, 3.0)
+
     def test_health_ready_and_metrics(self):
         fg = self.start_fencegate(self.redis)
         self.assertEqual(fg.http("/healthz")[0], 200)
