@@ -915,19 +915,19 @@ static void httpd_on_event(struct bufferevent *bev, short what, void *arg)
     struct httpd_conn *c = arg;
 
     (void)bev;
-    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_BODY) {
-        httpd_refuse(c, 408, "request_timeout", "the request body stopped arriving");
-        return;
-    }
-    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_HEAD &&
-        evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
-        httpd_refuse(c, 408, "request_timeout", "the request head stopped arriving");
-        return;
-    }
-    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && c->state == HC_HANDLER &&
-        c->streaming && !c->body_done) {
-        httpd_stream_fail(c, 408, "stopped arriving");
-        return;
+    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING)) { /* a request stopped coming */
+        if (c->state == HC_BODY) {
+            httpd_refuse(c, 408, "request_timeout", "the request body stopped arriving");
+            return;
+        }
+        if (c->state == HC_HEAD && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
+            httpd_refuse(c, 408, "request_timeout", "the request head stopped arriving");
+            return;
+        }
+        if (c->state == HC_HANDLER && c->streaming && !c->body_done) {
+            httpd_stream_fail(c, 408, "stopped arriving");
+            return;
+        }
     }
     if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && c->state != HC_HANDLER &&
         evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
@@ -1061,13 +1061,13 @@ void httpd_drain(struct httpd *srv, void (*done)(void *), void *arg)
     srv->drained = done;
     srv->drained_arg = arg;
     for (c = srv->conns; c; c = next) {
+        int quiet = evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
+
         next = c->next;
-        if (c->state == HC_HEAD && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
-            evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+        if (c->state == HC_HEAD && quiet && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
             httpd_refuse(c, 503, "unavailable",
                          "the sidecar is shutting down; send the request again"); /* a head begun */
-        else if (c->state == HC_LINGER ||
-                 (c->state == HC_HEAD && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0))
+        else if (c->state == HC_LINGER || (c->state == HC_HEAD && quiet))
             httpd_conn_free(c); /* idle */
         else if (c->state == HC_HEAD)
             httpd_close_after_output(c); /* an event stream's last events, answers unread */
