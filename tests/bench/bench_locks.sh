@@ -38,6 +38,7 @@ MEM_LOCKS=1000     # per connection
 RENEW_TTL_MS=600   # -> one renewal round trip per session every 200 ms
 RENEW_SECONDS=3
 RENEW_COUNTS=(50 5)
+PIN=0              # --pin: servers on CPU 0, the load elsewhere (lib.sh)
 
 usage() {
   sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
@@ -75,7 +76,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 pin_setup
 # shellcheck disable=SC2317  # invoked via wait_ready
 has_line() { grep -q "^$2" "$1"; }
-
 
 # metric HTTP_PORT NAME -> the counter's value (0 if absent)
 metric() {

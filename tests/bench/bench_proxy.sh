@@ -32,6 +32,7 @@ BIG_SIZE=100000    # and a tenth of the requests
 MID_SIZE=16384     # the pipelined large-value rows: -c CLIENTS -P PIPELINE, a quarter of the requests
 
 PIPELINE=16
+PIN=0              # --pin: servers on CPU 0, the load elsewhere (lib.sh)
 RUN_TIMEOUT=180    # seconds; upper bound for a single redis-benchmark run
 START_TIMEOUT=10   # seconds; upper bound for each process to become ready
 IDLE_RSS_TARGET_KIB=4096

@@ -73,16 +73,19 @@ rss_kib() {  # VmRSS of a PID in KiB ("?" once it has gone)
 # CPU 0 and the load generator on the other CPUs, so that the load generator never takes CPU
 # time from what it measures. Unpinned, the scheduler decides which two of the three processes
 # share a CPU, and a proxy's ratio to direct swings with that choice (tests/bench/README.md,
-# "CPU layout"). PIN=1 set by the caller's option parsing; LOAD prefixes load-generator commands.
-PIN=${PIN:-0}
+# "CPU layout"). The caller sets PIN (0, or 1 for --pin) before sourcing this; LOAD prefixes
+# load-generator commands, LOAD_CPUS names their CPUs.
 LOAD=()
+LOAD_CPUS=
 pin_setup() {
   local n
   [ "$PIN" = 1 ] || return 0
   n=$(nproc)
   [ "$n" -ge 2 ] || die "--pin needs at least 2 CPUs (this machine has $n)"
   command -v taskset >/dev/null 2>&1 || die "--pin needs taskset (Debian: util-linux)"
-  LOAD=(taskset -c "1-$((n - 1))")
+  LOAD_CPUS="1-$((n - 1))"
+  # shellcheck disable=SC2034  # used by the scripts that source this
+  LOAD=(taskset -c "$LOAD_CPUS")
 }
 pin_server() {  # pin_server PID: all its threads, and those it starts later, on CPU 0
   [ "$PIN" = 1 ] || return 0
@@ -90,7 +93,7 @@ pin_server() {  # pin_server PID: all its threads, and those it starts later, on
 }
 cpu_layout() {  # one line saying where the processes run
   if [ "$PIN" = 1 ]; then
-    echo "redis-server and the proxies on CPU 0, the load generator on CPUs ${LOAD[2]} (--pin)"
+    echo "redis-server and the proxies on CPU 0, the load generator on CPUs $LOAD_CPUS (--pin)"
   else
     echo "redis-server, the proxies and the load generator all share $(nproc) CPU(s) (unpinned)"
   fi
