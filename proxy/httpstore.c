@@ -292,12 +292,19 @@ static void hs_abort_client(struct hs_fwd *f)
         httpd_reply_abort(r);
 }
 
-/* The client went away (its request is freed or left to libevent). */
+/* The client went away (its request is freed or left to libevent). What the store did with a
+ * request it was sent is not known, so that is logged, naming the store. */
 static void hs_on_client_gone(void *arg)
 {
     struct hs_fwd *f = arg;
 
     f->req = NULL;
+    metrics_inc(&fg_metrics, M_HSTORE_ABANDONED, 1);
+    log_info("http store %s: the client of %s left before the answer was through; %s", f->st->name,
+             f->target,
+             f->state == HS_STREAMING ? "the store had answered"
+             : hs_sent(f)             ? "the store may or may not have applied the request"
+                                      : "nothing was sent to the store");
     if (f->state != HS_RAISING)
         hs_fwd_finish(f); /* the mark's answer ends a raising one */
 }

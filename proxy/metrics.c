@@ -106,6 +106,9 @@ static const struct metrics_desc metrics_counters[M_COUNTER_MAX] = {
                          "HTTP store requests that failed: unreachable, timed out or broken."},
     [M_HSTORE_REUSED] = {"fencegate_http_store_connections_reused_total",
                          "Requests forwarded on a kept-alive HTTP store connection."},
+    [M_HSTORE_ABANDONED] = {"fencegate_http_store_abandoned_total",
+                            "HTTP store requests given up because their client left before the "
+                            "answer was through (the store may have applied those sent)."},
     [M_APP_CHECKS] = {"fencegate_app_health_checks_total",
                       "Health checks of the application (app_health.url)."},
     [M_APP_CHECK_FAILURES] = {"fencegate_app_health_check_failures_total",

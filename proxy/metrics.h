@@ -50,6 +50,7 @@ enum metric_counter {
     M_HSTORE_LOCKLOST,    /* HTTP store requests refused: the lock not held or lost */
     M_HSTORE_ERRORS,      /* HTTP store requests failed: unreachable, timed out, broken off */
     M_HSTORE_REUSED,      /* forwards sent on a kept-alive store connection */
+    M_HSTORE_ABANDONED,   /* forwards given up because their client left first */
     M_APP_CHECKS,         /* the application's health checks (app_health) */
     M_APP_CHECK_FAILURES, /* ... that failed */
     M_COUNTER_MAX

@@ -801,8 +801,8 @@ class HttpStore(HttpStoreCase):
 
     def test_client_closing_mid_stream_and_mid_wait(self):
         """A client that reads part of a large response and closes, and one that closes while
-        the store has not answered: the sidecar drops the store request, keeps serving, and
-        frees everything (the stop checks for sanitizer reports)."""
+        the store has not answered: the sidecar drops the store request, counts and logs it,
+        keeps serving, and frees everything (the stop checks for sanitizer reports)."""
         fg = self.sidecar()
         self.acquire(fg, "L")
         for path, read in (("/big", 300000), ("/slow", 0), ("/big", 0)):
@@ -824,6 +824,12 @@ class HttpStore(HttpStoreCase):
             s.close()
             time.sleep(0.5)  # the store's next chunk arrives after the client left
             self.assertTrue(fg.alive())
+        harness.wait_until(lambda: fg.metrics().get("fencegate_http_store_abandoned_total") == 3, 5,
+                           what="three abandoned forwards counted")
+        self.assertIn("http store blobs: the client of /prefix/slow left before the answer was "
+                      "through; the store may or may not have applied the request", fg.log())
+        self.assertIn("http store blobs: the client of /prefix/big left before the answer was "
+                      "through; the store had answered", fg.log())
         # Still serving, streams included.
         st, _, data = self.store(fg, "GET", "/x", "L")
         self.assertEqual(st, 200, data)
