@@ -1022,17 +1022,13 @@ static int lk_connect(struct ulink *lk)
  * those behind them waiting. */
 static void lk_resume_clients(struct ulink *lk)
 {
-    struct client *c, *next, *first = lk->srv->clients;
-    size_t n = 0, k, i;
+    struct client *c, *next;
+    size_t k, i;
 
-    if (lk->out_full || lk->due_full)
+    if (lk->out_full || lk->due_full || lk->srv->nclients == 0)
         return;
-    for (c = first; c; c = c->next)
-        n++;
-    if (n == 0)
-        return;
-    k = lk->resume_turn++ % n;
-    for (c = first, i = 0; c && i < k; i++)
+    k = lk->resume_turn++ % (size_t)lk->srv->nclients;
+    for (c = lk->srv->clients, i = 0; c && i < k; i++)
         c = c->next;
     for (; c; c = next) { /* clients k.. */
         next = c->next;
