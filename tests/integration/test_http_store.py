@@ -626,6 +626,54 @@ class HttpStore(HttpStoreCase):
         self.assertNotIn("/prefix/broken", [r["path"] for r in self.up.seen()])
         self.assertEqual(self.store(fg, "PUT", "/whole", "chunks", b"w")[0], 201)
 
+    def test_requests_that_stop_arriving_are_answered_408_at_30_s(self):
+        """The HTTP endpoint's 30 s read limit, all cases at once: a request head that stops
+        halfway, a lock API body that stops, and an HTTP store upload that stops (with a store
+        timeout above 30 s) are each answered 408 request_timeout naming what stopped, and their
+        connections closed; the store never sees the upload whole. An idle kept-alive
+        connection is closed with no answer. Takes about 31 s."""
+        fg = self.sidecar()
+        self.acquire(fg, "slow")
+        sends = {
+            "head": b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Half: ",
+            "lock body": b"POST /v1/locks/q HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n"
+                         b"\r\n{\"ttl",
+            "upload": b"PUT /v1/stores/blobs/http/stalled HTTP/1.1\r\nHost: x\r\n"
+                      b"Fence-Lock: slow\r\nFence-Timeout-Ms: 60000\r\nContent-Length: 100\r\n"
+                      b"\r\n" + b"s" * 10,
+            "idle": b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        }
+        socks = {}
+        for name, data in sends.items():
+            socks[name] = socket.create_connection(("127.0.0.1", fg.http_port), timeout=45)
+            self.addCleanup(socks[name].close)
+            socks[name].sendall(data)
+        start = time.monotonic()
+        got = {}
+        for name, s in socks.items():
+            data = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                data += d
+            got[name] = (data, time.monotonic() - start)
+        for name, says in (("head", "the request head stopped arriving"),
+                           ("lock body", "the request body stopped arriving"),
+                           ("upload", "the request body stopped arriving; it was not passed on "
+                                      "whole")):
+            data, took = got[name]
+            self.assertTrue(data.startswith(b"HTTP/1.1 408 "), (name, data))
+            self.assertGreater(took, 29, name)
+            doc = json.loads(data.partition(b"\r\n\r\n")[2])
+            self.assertEqual((doc["error"], doc["message"]), ("request_timeout", says), name)
+        data, took = got["idle"]
+        self.assertTrue(data.startswith(b"HTTP/1.1 200 "), data)
+        self.assertEqual(data.count(b"HTTP/1.1"), 1, data)  # the answer, then only the close
+        self.assertGreater(took, 29)
+        self.assertNotIn("/prefix/stalled", [r["path"] for r in self.up.seen()])
+        self.assertEqual(self.store(fg, "PUT", "/whole", "slow", b"w")[0], 201)
+
     def test_a_client_that_stops_reading_a_download_is_cut_at_the_idle_limit(self):
         """A client that stops reading a large download is cut once it has taken nothing for the
         idle limit (Fence-Timeout-Ms, 2 s here; 20 s by default), with a log line and a store
