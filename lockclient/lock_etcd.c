@@ -1150,6 +1150,16 @@ static void ed_watch_cancel_id(struct ed_client *ec, int64_t id)
         grpc_call_send(ec->watch, ec->out.p, ec->out.len);
 }
 
+/* Ends, on etcd's side, a watch that is over for fencegate. A watch etcd ended by compaction
+ * (compact_revision set, although marked canceled) is still kept by etcd, and counted among its
+ * watchers, until the client cancels it (3.4 frees it only then): one is left behind for the
+ * stream's life otherwise. One etcd cancelled for another reason is gone already. */
+static void ed_watch_over(struct ed_client *ec, int64_t id, const struct etcdpb_watch_resp *w)
+{
+    if (!w->canceled || w->compact_revision > 0)
+        ed_watch_cancel_id(ec, id);
+}
+
 static const struct grpc_call_cbs ed_watch_cbs;
 
 /* Sends a create watching key[0..len) from revision `from` on, on the stream (opened if need
@@ -1410,6 +1420,7 @@ static void ed_held_created(struct ed_client *ec, struct ed_held *h,
         return;
     }
     if (w->canceled) { /* compacted past wrev: read the key instead */
+        ed_watch_over(ec, w->watch_id, w);
         ed_hw_due(h, ED_HW_CHECK);
         ed_hw_kick(ec);
         return;
@@ -1449,8 +1460,7 @@ static void ed_held_watch_msg(struct ed_client *ec, const struct etcdpb_watch_re
             return;
     }
     if (w->canceled || w->compact_revision > 0) {
-        if (!w->canceled)
-            ed_watch_cancel_id(ec, h->watch_id);
+        ed_watch_over(ec, h->watch_id, w);
         lock_map_remove(&ec->hwatch, &h->wnode);
         h->watch_id = -1;
         ed_hw_due(h, ED_HW_CHECK);
@@ -1777,8 +1787,7 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
             return;
         }
         if (a == NULL) { /* cancelled meanwhile */
-            if (!w.canceled)
-                ed_watch_cancel_id(ec, w.watch_id);
+            ed_watch_over(ec, w.watch_id, &w);
             return;
         }
         a->wpend = NULL;
@@ -1793,6 +1802,7 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
             return;
         }
         if (w.canceled) { /* e.g. compacted: look at the current state instead */
+            ed_watch_over(ec, w.watch_id, &w);
             ed_acq_look(a);
             return;
         }
@@ -1807,8 +1817,7 @@ static void ed_watch_msg(void *arg, struct grpc_call *call, const uint8_t *msg, 
         if (ev.type == ETCDPB_EVENT_DELETE)
             deleted = 1;
     if (w.canceled || deleted || w.compact_revision > 0) {
-        if (!w.canceled)
-            ed_watch_cancel_id(ec, a->watch_id);
+        ed_watch_over(ec, a->watch_id, &w);
         a->watch_id = -1;
         ed_acq_look(a);
     }

@@ -630,6 +630,29 @@ class EtcdLocks(EtcdTestCase):
                            5, 0.1, "a closed session's locks no longer watched")
         self.assertEqual(self.etcd_metric("etcd_debugging_mvcc_watch_stream_total"), 1)
 
+    def test_watches_ended_by_a_compaction_are_cancelled_in_etcd(self):
+        # etcd compacted past the revisions the held keys' watches start from as they were
+        # created: etcd ends each such watch (compact_revision) but keeps it, counted, until
+        # the client cancels it. fencegate cancels it, reads the key and watches it again, so
+        # etcd ends with one watcher per held key, and none once they are released.
+        fg = self.fencegate("--session-ttl-ms", "3000", config=None)
+        c = self.raw(fg.resp_port, timeout=20)
+        n = 100
+        for i in range(n):
+            c.send(harness.encode("FENCE.ACQUIRE", "comp:%d" % i))
+        tokens = [c.read_reply(timeout=20) for _ in range(n)]
+        self.etcd.ctl("compact", str(max(tokens)))  # before most watches are created
+        time.sleep(1)  # each is created 100 ms after its grant, then compacted, then again
+        harness.wait_until(lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == n,
+                           5, 0.1, "one watcher per held key")
+        self.assertEqual(sorted(x[3] for x in c.call("FENCE.LOCKS")), [b"held"] * n)
+        self.assertEqual(fg.metrics().get("fencegate_locks_lost_total", 0), 0)
+        for i in range(n):
+            c.send(harness.encode("FENCE.RELEASE", "comp:%d" % i))
+        self.assertEqual([c.read_reply(timeout=10) for _ in range(n)], [1] * n)
+        harness.wait_until(lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == 0,
+                           5, 0.1, "released locks no longer watched")
+
     def watchers(self, etcd=None):
         return self.etcd_metric("etcd_debugging_mvcc_watcher_total", etcd)
 
