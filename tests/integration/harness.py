@@ -85,6 +85,17 @@ def port_accepts(port, timeout=0.5):
         return False
 
 
+def recv_until_close(sock):
+    """Every byte a socket receives until its peer closes (the socket's own timeout applies to
+    each read)."""
+    got = b""
+    while True:
+        d = sock.recv(65536)
+        if not d:
+            return got
+        got += d
+
+
 def wait_until(pred, timeout, interval=0.05, what="condition"):
     """Polls pred() until it returns a true value (returned) or `timeout` seconds pass
     (AssertionError naming `what`)."""

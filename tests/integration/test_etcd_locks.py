@@ -600,9 +600,7 @@ class EtcdLocks(EtcdTestCase):
         fg = self.fencegate("--session-ttl-ms", "1500", config=None)
         c = self.raw(fg.resp_port, timeout=20)
         n = 200
-        for i in range(n):
-            c.send(harness.encode("FENCE.ACQUIRE", "many:%d" % i))
-        tokens = [c.read_reply(timeout=20) for _ in range(n)]
+        tokens = self.acquire_pipelined(c, ["many:%d" % i for i in range(n)])
         for t in tokens:
             self.assertIsInstance(t, int, t)
         # Each held key is watched 100 ms after its grant.
@@ -638,20 +636,23 @@ class EtcdLocks(EtcdTestCase):
         fg = self.fencegate("--session-ttl-ms", "3000", config=None)
         c = self.raw(fg.resp_port, timeout=20)
         n = 100
-        for i in range(n):
-            c.send(harness.encode("FENCE.ACQUIRE", "comp:%d" % i))
-        tokens = [c.read_reply(timeout=20) for _ in range(n)]
+        tokens = self.acquire_pipelined(c, ["comp:%d" % i for i in range(n)])
         self.etcd.ctl("compact", str(max(tokens)))  # before most watches are created
         time.sleep(1)  # each is created 100 ms after its grant, then compacted, then again
-        harness.wait_until(lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == n,
-                           5, 0.1, "one watcher per held key")
+        harness.wait_until(lambda: self.watchers() == n, 5, 0.1, "one watcher per held key")
         self.assertEqual(sorted(x[3] for x in c.call("FENCE.LOCKS")), [b"held"] * n)
         self.assertEqual(fg.metrics().get("fencegate_locks_lost_total", 0), 0)
         for i in range(n):
             c.send(harness.encode("FENCE.RELEASE", "comp:%d" % i))
         self.assertEqual([c.read_reply(timeout=10) for _ in range(n)], [1] * n)
-        harness.wait_until(lambda: self.etcd_metric("etcd_debugging_mvcc_watcher_total") == 0,
-                           5, 0.1, "released locks no longer watched")
+        harness.wait_until(lambda: self.watchers() == 0, 5, 0.1,
+                           "released locks no longer watched")
+
+    def acquire_pipelined(self, c, names):
+        """Sends FENCE.ACQUIRE for every name at once on c; returns the tokens, in order."""
+        for name in names:
+            c.send(harness.encode("FENCE.ACQUIRE", name))
+        return [c.read_reply(timeout=20) for _ in names]
 
     def watchers(self, etcd=None):
         return self.etcd_metric("etcd_debugging_mvcc_watcher_total", etcd)

@@ -651,13 +651,7 @@ class HttpStore(HttpStoreCase):
         start = time.monotonic()
         got = {}
         for name, s in socks.items():
-            data = b""
-            while True:
-                d = s.recv(65536)
-                if not d:
-                    break
-                data += d
-            got[name] = (data, time.monotonic() - start)
+            got[name] = (harness.recv_until_close(s), time.monotonic() - start)
         for name, says in (("head", "the request head stopped arriving"),
                            ("lock body", "the request body stopped arriving"),
                            ("upload", "the request body stopped arriving; it was not passed on "

@@ -445,12 +445,7 @@ class Lifecycle(FgTestCase):
         time.sleep(0.3)
         t0 = time.monotonic()
         fg.signal(signal.SIGTERM)
-        got = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            got += d
+        got = harness.recv_until_close(s)
         head, _, body = got.partition(b"\r\n\r\n")
         self.assertTrue(head.startswith(b"HTTP/1.1 503 "), got)
         self.assertIn(b'"error":"unavailable"', body)
